@@ -1,0 +1,224 @@
+"""One live connection: runs its script and answers the client, step by step.
+
+The reader (``LocalLiveServer``) records and judges every client frame synchronously;
+this class only *sends*: the script's steps, then a reply each time a trigger fires.
+All sends of a connection go through one queue, so a reply never interleaves with the
+script's audio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from . import protocol
+from .record import Connection, HandleRecord, SentMessage
+from .script import (
+    Audio,
+    CancelToolCalls,
+    Close,
+    Drop,
+    GoAway,
+    InputTranscript,
+    Interrupted,
+    OutputTranscript,
+    Raw,
+    ResumptionUpdate,
+    Script,
+    Sleep,
+    Step,
+    ToolCall,
+    TurnComplete,
+    Usage,
+    WaitFor,
+    WaitSignal,
+    WaitToolResponse,
+)
+
+if TYPE_CHECKING:
+    from .server import LocalLiveServer
+
+
+class _ScriptStopped(Exception):
+    """The connection's script is over: it closed the socket or a required wait failed."""
+
+
+class LiveSession:
+    """The sending side of one connection."""
+
+    def __init__(
+        self,
+        server: LocalLiveServer,
+        websocket: ServerConnection,
+        record: Connection,
+        script: Script,
+    ) -> None:
+        self.server = server
+        self.websocket = websocket
+        self.record = record
+        self.script = script
+        self.steps_done = False
+        self._queue: asyncio.Queue[tuple[Step, ...]] = asyncio.Queue()
+        self._cursors: dict[str, int] = {}
+        self._timers: list[asyncio.Task[None]] = []
+
+    async def open(self) -> bool:
+        """Answer the setup as scripted. False when the script refuses it."""
+        if self.script.refuse_setup is not None:
+            await self.websocket.close(self.script.refuse_setup, "setup refused by script")
+            return False
+        if self.script.setup_delay:
+            await asyncio.sleep(self.script.setup_delay)
+        await self.send(protocol.setup_complete())
+        return True
+
+    def enqueue(self, steps: tuple[Step, ...]) -> None:
+        """Run these steps after whatever the connection is sending now."""
+        self._queue.put_nowait(steps)
+
+    def trigger(self, event: str) -> None:
+        """A reply trigger fired; reply only once the script's own steps are done."""
+        if self.steps_done and event in self.script.reply_on and self.script.reply:
+            self.enqueue(self.script.reply)
+
+    async def run(self) -> None:
+        """The script's steps, then queued replies and injected steps, until closed."""
+        try:
+            await self._run_steps(self.script.steps)
+            self.steps_done = True
+            while True:
+                await self._run_steps(await self._queue.get())
+        except (_ScriptStopped, ConnectionClosed):
+            return
+
+    def cancel_timers(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+    async def send(self, message: dict[str, Any] | str) -> None:
+        """Send one frame and record it (audio summarised unless the server keeps it)."""
+        text = message if isinstance(message, str) else json.dumps(message)
+        await self.websocket.send(text)
+        recorded = message if self.server.keep_audio else protocol.summarise_audio(message)
+        self.record.sent.append(SentMessage(recorded, time.time()))
+
+    async def _run_steps(self, steps: tuple[Step, ...]) -> None:
+        for step in steps:
+            await self._run_step(step)
+
+    async def _run_step(self, step: Step) -> None:
+        state = self.record.state
+        match step:
+            case Audio(chunks=chunks, chunk_ms=chunk_ms, pause_ms=pause_ms):
+                for number in range(chunks):
+                    await self.send(protocol.audio_chunk(chunk_ms))
+                    if pause_ms and number < chunks - 1:
+                        await asyncio.sleep(pause_ms / 1000)
+            case OutputTranscript(text=text):
+                await self.send(protocol.server_content(outputTranscription={"text": text}))
+            case InputTranscript(text=text):
+                await self.send(protocol.server_content(inputTranscription={"text": text}))
+            case TurnComplete(generation_complete=generation_complete):
+                if generation_complete:
+                    await self.send(protocol.server_content(generationComplete=True))
+                await self.send(protocol.server_content(turnComplete=True))
+                if self.script.resumption_after_turn and self.record.wants_resumption:
+                    await self._resumption_update(ResumptionUpdate())
+            case Interrupted():
+                await self.send(protocol.server_content(interrupted=True))
+            case ToolCall(calls=calls):
+                # Registered before sending: the answer may be processed before send returns.
+                for call in calls:
+                    state.issued[call.id] = call.name
+                wire = [{"id": call.id, "name": call.name, "args": call.args} for call in calls]
+                await self.send(protocol.tool_call(wire))
+            case CancelToolCalls(ids=ids):
+                state.cancelled.update(ids)
+                await self.send(protocol.tool_call_cancellation(list(ids)))
+            case ResumptionUpdate():
+                await self._resumption_update(step)
+            case GoAway(time_left=time_left, close_code=close_code):
+                await self.send(protocol.go_away(time_left))
+                if close_code is not None:
+                    self._timers.append(asyncio.create_task(self._close_later(time_left, close_code)))
+            case Usage(prompt_tokens=prompt, response_tokens=response):
+                await self.send(protocol.usage_metadata(prompt, response))
+            case Close(code=code, reason=reason):
+                await self.websocket.close(code, reason)
+                raise _ScriptStopped
+            case Drop():
+                self.websocket.transport.abort()
+                raise _ScriptStopped
+            case Sleep(seconds=seconds):
+                await asyncio.sleep(seconds)
+            case Raw(text=text):
+                await self.send(text)
+            case WaitToolResponse(ids=ids, timeout=timeout, required=required):
+                await self._wait(
+                    lambda: all(call_id in state.results for call_id in ids),
+                    timeout, required, f"results for {list(ids)}",
+                )
+            case WaitFor(kind=kind, timeout=timeout, required=required):
+                await self._wait(lambda: self._consume(step), timeout, required, f"a {kind} message")
+            case WaitSignal(name=name, timeout=timeout, required=required):
+                signal = self.server.signal_event(name)
+                await self._wait(signal.is_set, timeout, required, f"signal {name!r}")
+            case _:
+                raise TypeError(f"not a script step: {step!r}")
+
+    async def _resumption_update(self, step: ResumptionUpdate) -> None:
+        """Issue a handle, or ``resumable=false`` while a call is outstanding (Gemini's rule)."""
+        state = self.record.state
+        resumable = step.resumable if step.resumable is not None else not state.outstanding()
+        last_consumed = len(self.record.received) - 1
+        handle = None
+        if resumable:
+            handle = self.server.new_handle_name(self.record.index)
+            self.server.handles[handle] = HandleRecord(
+                handle, self.record.index, state.snapshot(), last_consumed, time.time()
+            )
+        await self.send(
+            protocol.resumption_update(
+                handle, resumable, last_consumed if step.last_consumed else None
+            )
+        )
+
+    async def _close_later(self, seconds: float, code: int) -> None:
+        """Gemini closes the connection when a goAway's time is up."""
+        await asyncio.sleep(seconds)
+        await self.websocket.close(code, "goAway deadline reached")
+
+    def _consume(self, step: WaitFor) -> bool:
+        """Take the next unconsumed message matching ``step``; True if there was one."""
+        if step.kind == "function_result":
+            pool: list[Any] = [result.to_json() for result in self.record.results]
+        else:
+            pool = [
+                message.body
+                for message in self.record.received
+                if message.kind != "setup" and step.kind in ("any", message.kind)
+            ]
+        start = self._cursors.get(step.kind, 0)
+        for position in range(start, len(pool)):
+            if step.where is None or step.where(pool[position]):
+                self._cursors[step.kind] = position + 1
+                return True
+        return False
+
+    async def _wait(
+        self, condition: Callable[[], bool], timeout: float, required: bool, what: str
+    ) -> None:
+        try:
+            await self.server.wait_until(condition, timeout)
+        except TimeoutError:
+            if required:
+                self.server.add_violation(
+                    "wait_timeout", self.record.index, None,
+                    f"script waited {timeout}s for {what}; script stopped",
+                )
+                raise _ScriptStopped from None

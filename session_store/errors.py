@@ -1,0 +1,66 @@
+"""Errors the store and the core raise. Each one says what happened and what to do."""
+
+from __future__ import annotations
+
+
+class SessionStoreError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConcurrencyConflict(SessionStoreError):
+    """The stream's version moved since the caller read it (optimistic concurrency)."""
+
+    def __init__(self, stream_id: str, expected: int, actual: int | None):
+        self.stream_id, self.expected, self.actual = stream_id, expected, actual
+        super().__init__(
+            f"stream {stream_id!r}: expected version {expected}, but it is at {actual}; "
+            "re-read the stream and decide again"
+        )
+
+
+class Fenced(ConcurrencyConflict):
+    """A newer worker took the stream over (I6): this worker must stop writing to it."""
+
+    def __init__(self, stream_id: str, epoch: int, current_epoch: int):
+        self.epoch, self.current_epoch = epoch, current_epoch
+        SessionStoreError.__init__(
+            self,
+            f"stream {stream_id!r}: writer epoch {epoch} is fenced off by epoch {current_epoch} "
+            "(another worker took this call over)",
+        )
+        self.stream_id, self.expected, self.actual = stream_id, -1, None
+
+
+class EventDecodeError(SessionStoreError):
+    """A stored event cannot be turned back into a typed event. Never skipped silently."""
+
+    def __init__(self, message: str, *, stream_id: str | None = None, version: int | None = None,
+                 position: int | None = None, event_type: str | None = None):
+        self.stream_id, self.version, self.position, self.event_type = (
+            stream_id, version, position, event_type)
+        where = f"event {stream_id}@{version} (position {position}, type {event_type!r})"
+        super().__init__(f"{where}: {message}")
+
+
+class UnknownEventType(EventDecodeError):
+    """The log holds an event type this code does not know (written by newer code?)."""
+
+
+class SchemaVersionTooNew(EventDecodeError):
+    """The event was written with a newer schema version of its type than this code knows."""
+
+
+class CorruptEvent(EventDecodeError):
+    """The row's payload is not valid JSON or does not fit its type."""
+
+
+class SchemaMismatch(SessionStoreError):
+    """The database schema is missing, older or newer than this code's migrations."""
+
+
+class StoreClosed(SessionStoreError):
+    """The store was closed; nothing more can be appended or read."""
+
+
+class StoreUnavailable(SessionStoreError):
+    """The database could not be reached within the bounded wait; nothing was written."""

@@ -1,0 +1,284 @@
+"""The event catalogue of one call's stream, and its explicit, versioned serialisation.
+
+Each event type is a frozen dataclass registered under a stable type name and a schema
+version. Stored form: (type, schema_version, canonical JSON data). Reading applies the
+registered upcasters from the stored schema version up to the current one, so an event
+written by older code still loads after its type gains a field. A type this code does not
+know, or a schema version newer than it knows, raises a clear error naming the event:
+skipping it would silently change the projection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .errors import CorruptEvent, SchemaVersionTooNew, UnknownEventType
+
+
+class Event:
+    """Base of every catalogue event. Subclasses are frozen dataclasses."""
+
+    TYPE: ClassVar[str]
+    SCHEMA: ClassVar[int]
+    _FIELDS: ClassVar[tuple[str, ...]]
+    _REQUIRED: ClassVar[frozenset[str]]
+
+    def to_data(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._FIELDS}
+
+
+_CATALOGUE: dict[str, type[Event]] = {}
+_UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def event_type(name: str, schema: int = 1):
+    """Register a dataclass as catalogue event `name` at schema version `schema`."""
+
+    def register(cls):
+        cls = dataclass(frozen=True, slots=True)(cls)
+        if name in _CATALOGUE:
+            raise ValueError(f"event type {name!r} registered twice")
+        cls.TYPE, cls.SCHEMA = name, schema
+        fields = dataclasses.fields(cls)
+        cls._FIELDS = tuple(f.name for f in fields)
+        cls._REQUIRED = frozenset(
+            f.name for f in fields
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        _CATALOGUE[name] = cls
+        return cls
+
+    return register
+
+
+def upcaster(name: str, from_schema: int):
+    """Register how data of `name` at `from_schema` becomes data at `from_schema + 1`."""
+
+    def register(fn):
+        _UPCASTERS[(name, from_schema)] = fn
+        return fn
+
+    return register
+
+
+def catalogue() -> dict[str, type[Event]]:
+    return dict(_CATALOGUE)
+
+
+def canonical_json(data: Any) -> str:
+    """The one JSON spelling of a value: hashed, stored and compared byte for byte."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def decode(event_type_name: str, schema_version: int, data: dict[str, Any], *,
+           where: dict[str, Any] | None = None) -> Event:
+    """Build the typed event from its stored parts, upcasting old schema versions."""
+    where = where or {}
+    cls = _CATALOGUE.get(event_type_name)
+    if cls is None:
+        raise UnknownEventType(
+            f"unknown event type; this code knows {len(_CATALOGUE)} types — "
+            "was the log written by a newer version?", event_type=event_type_name, **where)
+    if schema_version > cls.SCHEMA:
+        raise SchemaVersionTooNew(
+            f"schema version {schema_version} is newer than this code's {cls.SCHEMA}; "
+            "upgrade the code before reading this log", event_type=event_type_name, **where)
+    if not isinstance(data, dict):
+        raise CorruptEvent(f"payload must be a JSON object, got {type(data).__name__}",
+                           event_type=event_type_name, **where)
+    version = schema_version
+    while version < cls.SCHEMA:
+        step = _UPCASTERS.get((event_type_name, version))
+        if step is None:
+            raise CorruptEvent(f"no upcaster from schema {version}", event_type=event_type_name,
+                               **where)
+        data = step(dict(data))
+        version += 1
+    missing = cls._REQUIRED - data.keys()
+    if missing:
+        raise CorruptEvent(f"payload lacks field(s) {sorted(missing)}",
+                           event_type=event_type_name, **where)
+    # Tolerant reader: fields added by newer writers at the same schema are ignored.
+    return cls(**{k: data[k] for k in cls._FIELDS if k in data})
+
+
+# --------------------------------------------------------------------------- session
+
+@event_type("session.opened")
+class SessionOpened(Event):
+    model: str
+    tools: list[str]
+    worker: str
+    epoch: int = 1
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@event_type("session.worker_attached")
+class WorkerAttached(Event):
+    """A worker took the call over (after a crash, or a deploy): its epoch fences the old one."""
+    worker: str
+    epoch: int
+    reason: str = "takeover"
+
+
+@event_type("session.closed")
+class SessionClosed(Event):
+    reason: str = "ended"
+
+
+# --------------------------------------------------------------------------- connection
+
+@event_type("connection.connected")
+class Connected(Event):
+    """A live session is ready (setupComplete). `handle` is the one resumed from, if any."""
+    generation: int
+    handle: str | None = None
+    system_instruction_sha256: str | None = None
+
+
+@event_type("connection.disconnected")
+class Disconnected(Event):
+    generation: int
+    reason: str  # settings | go_away | error | shutdown | handshake_failed
+    detail: str = ""
+
+
+@event_type("connection.handle_issued", schema=2)
+class HandleIssued(Event):
+    """A resumable session handle (valid ~2 h): a new worker can resume with it."""
+    generation: int
+    handle: str
+    last_consumed_client_message_index: int | None = None
+
+
+@upcaster("connection.handle_issued", 1)
+def _handle_issued_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    # Schema 1 did not record the index; None means "not reported by the server".
+    data.setdefault("last_consumed_client_message_index", None)
+    return data
+
+
+@event_type("connection.go_away")
+class GoAwayReceived(Event):
+    generation: int
+    time_left_s: float
+
+
+@event_type("connection.reconnect_requested")
+class ReconnectRequested(Event):
+    reason: str  # settings | go_away | error
+    keys: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- speech
+
+@event_type("speech.bot_started")
+class BotStartedSpeaking(Event):
+    generation: int
+    source: str = "model"
+
+
+@event_type("speech.bot_stopped")
+class BotStoppedSpeaking(Event):
+    generation: int
+    source: str = "turn_complete"  # turn_complete | transport | timeout | interruption
+
+
+@event_type("speech.interrupted")
+class Interrupted(Event):
+    generation: int
+
+
+# --------------------------------------------------------------------------- settings
+
+@event_type("settings.changed")
+class SettingsChanged(Event):
+    """Which settings changed; `values` never holds a secret (redacted by the shell)."""
+    keys: list[str]
+    values: dict[str, Any] = field(default_factory=dict)
+    needs_reconnect: bool = False
+
+
+# --------------------------------------------------------------------------- tools
+
+@event_type("tool.call_requested")
+class ToolCallRequested(Event):
+    call_id: str
+    name: str
+    args: dict[str, Any]
+    generation: int
+
+
+@event_type("tool.call_deferred")
+class ToolCallDeferred(Event):
+    call_id: str
+
+
+@event_type("tool.call_started")
+class ToolCallStarted(Event):
+    call_id: str
+    attempt: int
+    idempotency_key: str
+    epoch: int
+
+
+@event_type("tool.call_completed")
+class ToolCallCompleted(Event):
+    call_id: str
+    result: Any
+    reused_from: str | None = None
+
+
+@event_type("tool.call_failed")
+class ToolCallFailed(Event):
+    call_id: str
+    error: str
+    outcome_unknown: bool = False
+
+
+@event_type("tool.call_cancelled")
+class ToolCallCancelled(Event):
+    call_id: str
+    reason: str  # server | interruption
+
+
+@event_type("tool.result_sending")
+class ToolResultSending(Event):
+    """Write-ahead intent: the shell is about to send this result on this generation.
+
+    Until ToolResultSent confirms it, the send is in doubt (the process may have died, or the
+    socket closed, between the two): a new session then resumes only from a handle issued
+    before this intent, or starts fresh, so the result is provably absent and is sent again.
+    """
+    call_id: str
+    generation: int
+    via: str  # tool_response | content | seed
+
+
+@event_type("tool.result_sent")
+class ToolResultSent(Event):
+    """The send succeeded on a live session of `generation`."""
+    call_id: str
+    generation: int
+    via: str  # tool_response | content | seed
+
+
+# --------------------------------------------------------------------------- conversation
+
+@event_type("conversation.message")
+class ConversationMessage(Event):
+    role: str  # user | assistant
+    text: str
+    generation: int = 0
+
+
+@event_type("anomaly.recorded")
+class AnomalyRecorded(Event):
+    """Something malformed or unexpected arrived; kept so nothing is dropped silently."""
+    kind: str
+    detail: dict[str, Any] = field(default_factory=dict)
+    generation: int = 0

@@ -1,0 +1,73 @@
+"""What the log stores and hands back: recorded events and the hash chain that links them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import cached_property
+from typing import Any
+
+from .errors import CorruptEvent
+from .events import Event, decode
+
+GENESIS_HASH = ""
+
+
+def chain_hash(prev_hash: str, stream_id: str, version: int, event_type: str,
+               schema_version: int, recorded_at_us: int, data_json: str) -> str:
+    """Hash of one event, chained to the previous event of its stream (tamper evidence)."""
+    h = hashlib.sha256()
+    h.update("\x1f".join((prev_hash, stream_id, str(version), event_type, str(schema_version),
+                          str(recorded_at_us), data_json)).encode())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """One stored event exactly as in its row. `event` decodes (and upcasts) on demand."""
+
+    stream_id: str
+    version: int
+    position: int
+    type: str
+    schema_version: int
+    data_json: str
+    recorded_at_us: int
+    hash: str
+
+    @property
+    def recorded_at(self) -> datetime:
+        return datetime.fromtimestamp(self.recorded_at_us / 1e6, tz=timezone.utc)
+
+    @property
+    def where(self) -> dict[str, Any]:
+        return {"stream_id": self.stream_id, "version": self.version, "position": self.position}
+
+    @property
+    def data(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.data_json)
+        except (ValueError, TypeError) as exc:
+            raise CorruptEvent(f"payload is not valid JSON ({exc})", event_type=self.type,
+                               **self.where) from None
+
+    @cached_property
+    def _decoded(self) -> Event:
+        try:
+            return decode(self.type, self.schema_version, self.data, where=self.where)
+        except TypeError as exc:
+            raise CorruptEvent(f"payload does not fit the type ({exc})", event_type=self.type,
+                               **self.where) from None
+
+    @property
+    def event(self) -> Event:
+        return self._decoded
+
+    def to_json(self) -> dict[str, Any]:
+        """Stable export form (one JSON Lines record)."""
+        return {"stream_id": self.stream_id, "version": self.version, "position": self.position,
+                "type": self.type, "schema_version": self.schema_version,
+                "recorded_at": self.recorded_at.isoformat(), "data": self.data,
+                "hash": self.hash}

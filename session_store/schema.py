@@ -1,0 +1,58 @@
+"""The database schema as SQLAlchemy Core tables. Changed only through Alembic migrations.
+
+`events` is the log: one row per event, `position` its global identity. `tx_order` makes
+the global order safe for tailing readers on PostgreSQL without a table lock: it holds the
+writing transaction's id (0 on SQLite, where one writer at a time commits in position
+order). `streams` is each stream's head (version, last hash, fencing epoch) so an append
+checks its expected version with one indexed row instead of scanning events.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (BigInteger, Column, Index, Integer, MetaData, String, Table, Text,
+                        UniqueConstraint)
+
+metadata = MetaData()
+
+# SQLite needs exactly INTEGER PRIMARY KEY to make `position` the rowid (assigned in commit
+# order by the single writer); PostgreSQL gets a 64-bit identity.
+_position_type = BigInteger().with_variant(Integer(), "sqlite")
+
+streams = Table(
+    "session_streams", metadata,
+    Column("stream_id", String(255), primary_key=True),
+    Column("version", BigInteger, nullable=False),
+    Column("last_hash", String(64), nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("created_at_us", BigInteger, nullable=False),
+    Column("updated_at_us", BigInteger, nullable=False),
+)
+
+events = Table(
+    "session_events", metadata,
+    Column("position", _position_type, primary_key=True, autoincrement=True),
+    Column("tx_order", BigInteger, nullable=False),
+    Column("stream_id", String(255), nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("type", String(100), nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("data", Text, nullable=False),
+    Column("recorded_at_us", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+    UniqueConstraint("stream_id", "version", name="uq_session_events_stream_version"),
+    Index("ix_session_events_tx_order_position", "tx_order", "position"),
+)
+
+snapshots = Table(
+    "session_snapshots", metadata,
+    Column("stream_id", String(255), primary_key=True),
+    Column("version", BigInteger, nullable=False),
+    Column("projection_version", Integer, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("created_at_us", BigInteger, nullable=False),
+)
+
+# Alembic revisions this code knows, oldest first; the last is the one it runs on.
+# tests/store/test_migrations.py checks this list against migrations/versions.
+KNOWN_REVISIONS: tuple[str, ...] = ("0001_initial",)
+HEAD_REVISION = KNOWN_REVISIONS[-1]

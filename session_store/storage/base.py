@@ -1,0 +1,420 @@
+"""The event log over SQLAlchemy Core: one implementation, thin dialect subclasses.
+
+Appends go through a group-commit queue: callers enqueue (stream, events, expected version)
+and await their own future; writer tasks take whatever is queued and commit it in one
+transaction, checking each request's expected version (and fencing epoch) against the
+stream's head row. So concurrent sessions share commits while each caller still gets its
+own conflict check and its own durable acknowledgement.
+
+The commit of one batch (`_commit_batch`) is written once against a *sync* SQLAlchemy
+Connection; the SQLite subclass runs it on a dedicated writer thread over the sync sqlite3
+driver (one thread hop per batch instead of one per statement), the PostgreSQL subclass runs
+it through `AsyncConnection.run_sync` over asyncpg.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select, text, tuple_
+from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ..errors import (ConcurrencyConflict, Fenced, SchemaMismatch, StoreClosed,
+                      StoreUnavailable)
+from ..events import Event, canonical_json
+from ..records import GENESIS_HASH, RecordedEvent, chain_hash
+from ..schema import HEAD_REVISION, KNOWN_REVISIONS, events, snapshots, streams
+from .verify import StreamReport, verify_stream
+
+log = logging.getLogger(__name__)
+
+_EVENT_COLUMNS = (events.c.stream_id, events.c.version, events.c.position, events.c.type,
+                  events.c.schema_version, events.c.data, events.c.recorded_at_us,
+                  events.c.hash)
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass(eq=False)
+class _AppendRequest:
+    stream_id: str
+    rows: list[tuple[str, int, str]]  # (type, schema_version, data_json), encoded by the caller
+    expected_version: int
+    epoch: int | None
+    recorded_at_us: int
+    deadline: float
+    future: asyncio.Future
+    final_hash: str | None = None  # set when first computed: recognises a commit whose ack was lost
+
+
+@dataclass
+class BatchPlan:
+    """What one group commit writes, and each request's outcome (new version or error)."""
+    outcomes: list[Any] = field(default_factory=list)
+    created: list[tuple] = field(default_factory=list)  # (stream_id, version, hash, epoch, at_us)
+    updated: list[tuple] = field(default_factory=list)  # same shape
+    events: list[tuple] = field(default_factory=list)  # (stream_id, version, type, schema, data, at_us, hash)
+
+
+class _RetryBatch(Exception):
+    """A concurrent writer created a stream we meant to create: re-read heads and retry."""
+
+
+@dataclass
+class StreamHead:
+    stream_id: str
+    version: int
+    epoch: int
+    created_at_us: int
+    updated_at_us: int
+
+
+@dataclass
+class Snapshot:
+    stream_id: str
+    version: int
+    projection_version: int
+    state_json: str
+
+
+class SqlEventStore:
+    """The log. Use `session_store.open_store(url)` to get the right dialect."""
+
+    dialect_name = "generic"
+    default_writers = 1
+    #: Wait for a change notification at most this long before polling the table again.
+    poll_interval = 0.25
+
+    def __init__(self, engine: AsyncEngine, *, max_batch_events: int = 2000,
+                 writers: int | None = None, append_timeout: float = 30.0):
+        self._engine = engine
+        self._max_batch_events = max_batch_events
+        self._append_timeout = append_timeout
+        self._queue: asyncio.Queue[_AppendRequest | None] = asyncio.Queue()
+        self._writer_count = writers or self.default_writers
+        self._writers: list[asyncio.Task] = []
+        self._closed = False
+        self._changed = asyncio.Event()
+        self.stats = {"batches": 0, "events": 0, "retries": 0}
+
+    # ------------------------------------------------------------------ lifecycle
+    async def _start(self) -> None:
+        await self._check_schema()
+        self._writers = [asyncio.create_task(self._writer_loop(), name=f"session-store-writer-{i}")
+                         for i in range(self._writer_count)]
+
+    async def _check_schema(self) -> None:
+        try:
+            async with self._engine.connect() as conn:
+                rows = (await conn.execute(text("SELECT version_num FROM alembic_version"))).all()
+        except (ProgrammingError, OperationalError) as exc:
+            if "alembic_version" not in str(exc):
+                raise StoreUnavailable(f"cannot reach the database: {exc}") from exc
+            raise SchemaMismatch(
+                "the database has no session store schema; run `session-store migrate --db URL` "
+                "(alembic upgrade head) first") from None
+        found = [r[0] for r in rows]
+        if found == [HEAD_REVISION]:
+            return
+        if len(found) == 1 and found[0] in KNOWN_REVISIONS:
+            raise SchemaMismatch(
+                f"the database schema is at revision {found[0]}, older than this code's "
+                f"{HEAD_REVISION}; run `session-store migrate --db URL` (alembic upgrade head)")
+        raise SchemaMismatch(
+            f"the database schema is at revision {found or 'none'}, which this code does not know "
+            f"(it runs on {HEAD_REVISION}); it was migrated by newer code: upgrade this code, "
+            "do not downgrade the database under a newer deployment")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._writers:
+            self._queue.put_nowait(None)
+        if self._writers:
+            await asyncio.gather(*self._writers, return_exceptions=True)
+        await self._close_dialect()
+        await self._engine.dispose()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    async def _close_dialect(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ append
+    async def append(self, stream_id: str, new_events: Sequence[Event], expected_version: int,
+                     *, epoch: int | None = None, timeout: float | None = None) -> int:
+        """Append events after `expected_version` (0 for a new stream); durable on return.
+
+        Returns the stream's new version. Raises ConcurrencyConflict when the stream is not at
+        `expected_version`, Fenced when `epoch` is older than the stream's epoch (a newer
+        worker owns the call), StoreUnavailable when the database cannot be reached within
+        `timeout` seconds (nothing was written).
+        """
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        if not new_events:
+            raise ValueError("append needs at least one event")
+        rows = [(e.TYPE, e.SCHEMA, canonical_json(e.to_data())) for e in new_events]
+        loop = asyncio.get_running_loop()
+        request = _AppendRequest(
+            stream_id, rows, expected_version, epoch, now_us(),
+            loop.time() + (self._append_timeout if timeout is None else timeout),
+            loop.create_future())
+        self._queue.put_nowait(request)
+        return await request.future
+
+    async def _writer_loop(self) -> None:
+        while True:
+            first = await self._queue.get()
+            if first is None:
+                return
+            batch, size = [first], len(first.rows)
+            while size < self._max_batch_events and not self._queue.empty():
+                nxt = self._queue.get_nowait()
+                if nxt is None:  # closing: finish this batch, then stop
+                    self._queue.put_nowait(None)
+                    break
+                batch.append(nxt)
+                size += len(nxt.rows)
+            try:
+                outcomes = await self._commit_with_retry(batch)
+            except Exception as exc:  # noqa: BLE001 - every caller must hear about it
+                outcomes = [exc] * len(batch)
+            for request, outcome in zip(batch, outcomes):
+                if request.future.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    request.future.set_exception(outcome)
+                else:
+                    request.future.set_result(outcome)
+            self.stats["batches"] += 1
+            self.stats["events"] += size
+            self._signal_change()
+
+    async def _commit_with_retry(self, batch: list[_AppendRequest]) -> list[Any]:
+        """Commit a batch; on a lost connection, retry with backoff until the deadline."""
+        loop = asyncio.get_running_loop()
+        delay = 0.02
+        while True:
+            try:
+                return await self._run_batch(batch)
+            except _RetryBatch:
+                self.stats["retries"] += 1
+                continue
+            except Exception as exc:  # noqa: BLE001 - sorted out below
+                if self._is_integrity_error(exc) and len(batch) > 1:
+                    # A row raced us past the head check: commit each request on its own so
+                    # one caller's problem does not fail the others.
+                    self.stats["retries"] += 1
+                    return [(await self._commit_with_retry([r]))[0] for r in batch]
+                if not self._is_outage(exc):
+                    raise
+                deadline = min(r.deadline for r in batch)
+                if loop.time() + delay > deadline:
+                    raise StoreUnavailable(
+                        f"the database did not accept the append within the deadline "
+                        f"({exc.__class__.__name__}: {str(exc).splitlines()[0]}); nothing "
+                        "new was acknowledged") from exc
+                log.warning("append failed (%s); retrying in %.2fs", exc.__class__.__name__, delay)
+                self.stats["retries"] += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def _run_batch(self, batch: list[_AppendRequest]) -> list[Any]:
+        """Dialect: one transaction that reads the heads, plans, writes, commits."""
+        raise NotImplementedError
+
+    def _is_integrity_error(self, exc: BaseException) -> bool:
+        raise NotImplementedError
+
+    def _insert(self, table):
+        """Dialect: its INSERT construct (both support ON CONFLICT)."""
+        raise NotImplementedError
+
+    def _is_outage(self, exc: BaseException) -> bool:
+        """Dialect: is this a lost/unreachable database (retry) rather than a bug (raise)?"""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ one batch
+    def _plan_batch(self, batch: list[_AppendRequest],
+                    heads: dict[str, tuple[int, str, int]]) -> BatchPlan:
+        """Check each request against the stream heads and build the rows to write (pure).
+
+        `heads` maps stream id to (version, last_hash, epoch) as read inside the batch's
+        transaction (under SQLite's write lock / PostgreSQL row locks). Requests of one
+        stream in one batch chain onto each other.
+        """
+        plan = BatchPlan()
+        existed = set(heads)
+        touched: dict[str, int] = {}
+        for r in batch:
+            version, last_hash, epoch = heads.get(r.stream_id, (0, GENESIS_HASH, 0))
+            n = len(r.rows)
+            if (r.final_hash is not None and version == r.expected_version + n
+                    and last_hash == r.final_hash):
+                plan.outcomes.append(version)  # committed by an earlier try whose ack was lost
+                continue
+            if r.epoch is not None and r.epoch < epoch:
+                plan.outcomes.append(Fenced(r.stream_id, r.epoch, epoch))
+                continue
+            if version != r.expected_version:
+                plan.outcomes.append(ConcurrencyConflict(r.stream_id, r.expected_version, version))
+                continue
+            h = last_hash
+            for i, (etype, schema_version, data_json) in enumerate(r.rows, start=version + 1):
+                h = chain_hash(h, r.stream_id, i, etype, schema_version, r.recorded_at_us,
+                               data_json)
+                plan.events.append((r.stream_id, i, etype, schema_version, data_json,
+                                    r.recorded_at_us, h))
+            r.final_hash = h
+            heads[r.stream_id] = (version + n, h, max(epoch, r.epoch or 0))
+            touched[r.stream_id] = r.recorded_at_us
+            plan.outcomes.append(version + n)
+        for sid, at in touched.items():
+            version, h, epoch = heads[sid]
+            (plan.updated if sid in existed else plan.created).append((sid, version, h, epoch, at))
+        return plan
+
+    # ------------------------------------------------------------------ read
+    async def read(self, stream_id: str, from_version: int = 1, to_version: int | None = None,
+                   *, limit: int | None = None) -> list[RecordedEvent]:
+        """Events of one stream in version order, from `from_version` (inclusive)."""
+        stmt = (select(*_EVENT_COLUMNS)
+                .where(events.c.stream_id == stream_id, events.c.version >= from_version)
+                .order_by(events.c.version))
+        if to_version is not None:
+            stmt = stmt.where(events.c.version <= to_version)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        async with self._engine.connect() as conn:
+            return [RecordedEvent(*row) for row in await conn.execute(stmt)]
+
+    async def stream_version(self, stream_id: str) -> int:
+        async with self._engine.connect() as conn:
+            v = await conn.scalar(select(streams.c.version).where(streams.c.stream_id == stream_id))
+        return v or 0
+
+    def _visible_to_tailing_readers(self):
+        """Extra WHERE clause for read_all: only rows no in-flight writer can precede."""
+        return None
+
+    async def read_all(self, from_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
+        """Events of all streams in global order, after the event at `from_position`.
+
+        `from_position=0` starts at the beginning; pass the last position you processed to
+        continue. The order never changes once read: a tailing reader that continues from
+        its last position never skips an event that commits later.
+        """
+        cursor_order = select(events.c.tx_order).where(
+            events.c.position == from_position).scalar_subquery()
+        stmt = (select(*_EVENT_COLUMNS)
+                .where(tuple_(events.c.tx_order, events.c.position)
+                       > tuple_(func.coalesce(cursor_order, -1), from_position))
+                .order_by(events.c.tx_order, events.c.position).limit(limit))
+        guard = self._visible_to_tailing_readers()
+        if guard is not None:
+            stmt = stmt.where(guard)
+        async with self._engine.connect() as conn:
+            return [RecordedEvent(*row) for row in await conn.execute(stmt)]
+
+    async def list_streams(self, *, limit: int | None = None, after: str | None = None
+                           ) -> list[StreamHead]:
+        stmt = select(streams.c.stream_id, streams.c.version, streams.c.epoch,
+                      streams.c.created_at_us, streams.c.updated_at_us).order_by(
+                          streams.c.stream_id)
+        if after is not None:
+            stmt = stmt.where(streams.c.stream_id > after)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        async with self._engine.connect() as conn:
+            return [StreamHead(*row) for row in await conn.execute(stmt)]
+
+    # ------------------------------------------------------------------ follow
+    def _signal_change(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def _change_notifications(self):
+        """Yields nothing; dialects add cross-process notification (LISTEN) around a follow."""
+        yield
+
+    async def subscribe(self, from_position: int = 0, *, stream_id: str | None = None,
+                        batch_size: int = 500) -> AsyncIterator[RecordedEvent]:
+        """Follow the log: every event after `from_position`, then new ones as they commit.
+
+        Woken at once by commits in this process (and on PostgreSQL by NOTIFY from other
+        processes); otherwise it polls every `poll_interval` seconds.
+        """
+        position = from_position
+        async with self._change_notifications():
+            while not self._closed:
+                changed = self._changed
+                batch = await self.read_all(position, batch_size)
+                for ev in batch:
+                    position = ev.position
+                    if stream_id is None or ev.stream_id == stream_id:
+                        yield ev
+                if len(batch) < batch_size:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(changed.wait(), self.poll_interval)
+
+    # ------------------------------------------------------------------ snapshots
+    async def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Cache a folded state; it never changes an answer, only how fast it is found."""
+        stmt = self._insert(snapshots).values(
+            stream_id=snapshot.stream_id, version=snapshot.version,
+            projection_version=snapshot.projection_version, state=snapshot.state_json,
+            created_at_us=now_us())
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["stream_id"],
+            set_={"version": stmt.excluded.version,
+                  "projection_version": stmt.excluded.projection_version,
+                  "state": stmt.excluded.state, "created_at_us": stmt.excluded.created_at_us},
+            where=snapshots.c.version < stmt.excluded.version)
+        async with self._engine.begin() as conn:
+            await conn.execute(stmt)
+
+    async def load_snapshot(self, stream_id: str) -> Snapshot | None:
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(
+                select(snapshots.c.stream_id, snapshots.c.version,
+                       snapshots.c.projection_version, snapshots.c.state)
+                .where(snapshots.c.stream_id == stream_id))).first()
+        return Snapshot(*row) if row else None
+
+    # ------------------------------------------------------------------ audit
+    async def verify(self, stream_id: str | None = None) -> list[StreamReport]:
+        """Recompute hash chains; one report per stream, naming the first bad event."""
+        async with self._engine.connect() as conn:
+            if stream_id is None:
+                ids = sorted(set((await conn.scalars(select(streams.c.stream_id))).all())
+                             | set((await conn.scalars(
+                                 select(events.c.stream_id).distinct())).all()))
+            else:
+                ids = [stream_id]
+            reports = []
+            for sid in ids:
+                head = (await conn.execute(select(streams.c.version, streams.c.last_hash)
+                                           .where(streams.c.stream_id == sid))).first()
+                rows = (await conn.execute(select(*_EVENT_COLUMNS)
+                                           .where(events.c.stream_id == sid)
+                                           .order_by(events.c.version))).all()
+                reports.append(verify_stream(sid, [RecordedEvent(*r) for r in rows],
+                                             tuple(head) if head else None))
+        return reports
+

@@ -1,0 +1,61 @@
+"""Recompute one stream's hash chain and say where it first breaks (pure, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..records import GENESIS_HASH, RecordedEvent, chain_hash
+
+
+@dataclass(frozen=True)
+class StreamReport:
+    stream_id: str
+    ok: bool
+    events_checked: int
+    first_bad_version: int | None = None
+    first_bad_position: int | None = None
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        return {"stream_id": self.stream_id, "ok": self.ok, "events_checked": self.events_checked,
+                "first_bad_version": self.first_bad_version,
+                "first_bad_position": self.first_bad_position, "reason": self.reason}
+
+
+def verify_stream(stream_id: str, rows: list[RecordedEvent],
+                  head: tuple[int, str] | None) -> StreamReport:
+    """`rows` in version order; `head` is the stream row's (version, last_hash), if any.
+
+    Catches an edited row (hash mismatch), a deleted row (version gap, or a head ahead of the
+    last row), reordered rows (versions swapped: the chain breaks; positions out of order),
+    and an inserted or truncated tail (head disagrees with the last row).
+    """
+    prev_hash, prev_position = GENESIS_HASH, None
+
+    def bad(ev: RecordedEvent | None, version: int, reason: str, checked: int) -> StreamReport:
+        return StreamReport(stream_id, False, checked, version,
+                            ev.position if ev else None, reason)
+
+    for i, ev in enumerate(rows, start=1):
+        if ev.version != i:
+            return bad(ev, i, f"version {i} is missing (next row is version {ev.version})", i - 1)
+        if prev_position is not None and ev.position <= prev_position:
+            return bad(ev, i, "rows are out of order: position goes backwards", i - 1)
+        expected = chain_hash(prev_hash, stream_id, ev.version, ev.type, ev.schema_version,
+                              ev.recorded_at_us, ev.data_json)
+        if expected != ev.hash:
+            return bad(ev, i, "hash mismatch: the row was altered, or the one before it", i - 1)
+        prev_hash, prev_position = ev.hash, ev.position
+    if head is None:
+        if rows:
+            return bad(None, len(rows), "the stream has events but no head row", len(rows))
+        return StreamReport(stream_id, True, 0)
+    head_version, head_hash = head
+    if head_version != len(rows):
+        return bad(None, len(rows) + 1 if head_version > len(rows) else head_version + 1,
+                   f"the head says version {head_version} but {len(rows)} events are stored "
+                   "(events deleted from the end, or added behind the log's back)", len(rows))
+    if head_hash != prev_hash:
+        return bad(rows[-1] if rows else None, len(rows),
+                   "the last event's hash does not match the head", len(rows))
+    return StreamReport(stream_id, True, len(rows))
