@@ -28,7 +28,7 @@ from .script import (
     WaitSignal,
     WaitToolResponse,
 )
-from .server import LocalLiveServer, ScriptSource
+from .server import LocalLiveServer, ScriptSource, http_options
 
 __all__ = [
     "DEFAULT_REPLY",
@@ -60,4 +60,5 @@ __all__ = [
     "WaitFor",
     "WaitSignal",
     "WaitToolResponse",
+    "http_options",
 ]

@@ -40,12 +40,28 @@ ScriptSource = Union[None, Script, Sequence[Script], Callable[[Connection], Scri
 _PATH_SUFFIX = "BidiGenerateContent"
 
 
+def http_options(base_url: str, cert_path: Path | str) -> Any:
+    """``google.genai.types.HttpOptions`` for a server known only by URL and certificate.
+
+    For a client in another process than the server (the crash harness). google-genai
+    is imported here only, so the server itself runs without it.
+    """
+    from google.genai import types
+
+    return types.HttpOptions(
+        base_url=base_url, async_client_args={"ssl": certs.client_context(cert_path)}
+    )
+
+
 class LocalLiveServer:
     """Gemini Live over TLS websockets, driven by scripts, recording every message.
 
     ``scripts`` chooses each connection's script: one :class:`Script` for all, a list
     indexed by connection number (an empty ``Script()`` beyond its end), or a callable
     given the :class:`Connection` (its setup already parsed) that returns one.
+    ``keep_audio`` records audio payloads instead of their sizes. With ``record_path``
+    the record is dumped there whenever a connection closes and on :meth:`stop`, so a
+    harness in another process can read it.
     """
 
     def __init__(
@@ -57,12 +73,14 @@ class LocalLiveServer:
         keep_audio: bool = False,
         setup_timeout: float = 10.0,
         cert_dir: Path | None = None,
+        record_path: Path | str | None = None,
     ) -> None:
         self.scripts = scripts
         self.host = host
         self.port = port
         self.keep_audio = keep_audio
         self.setup_timeout = setup_timeout
+        self.record_path = Path(record_path) if record_path is not None else None
         self.connections: list[Connection] = []
         self.violations: list[dict[str, Any]] = []
         self.handles: dict[str, HandleRecord] = {}
@@ -94,6 +112,8 @@ class LocalLiveServer:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        if self.record_path is not None:
+            self.dump(self.record_path)
 
     async def __aenter__(self) -> LocalLiveServer:
         return await self.start()
@@ -118,11 +138,7 @@ class LocalLiveServer:
 
     def http_options(self) -> Any:
         """``google.genai.types.HttpOptions`` pointing the real client at this server."""
-        from google.genai import types
-
-        return types.HttpOptions(
-            base_url=self.base_url, async_client_args={"ssl": self.ssl_client_context()}
-        )
+        return http_options(self.base_url, self.cert_path)
 
     # --- test controls -----------------------------------------------------------------
 
@@ -278,8 +294,15 @@ class LocalLiveServer:
         try:
             async for frame in websocket:
                 message = self._record_frame(record, frame)
-                if message is not None:
+                if message is None:
+                    continue
+                try:
                     self._apply(session, message)
+                except (AttributeError, TypeError, ValueError) as error:
+                    self.add_violation(
+                        "malformed_client_message", record.index, None,
+                        f"{message.kind} #{message.index} has an unexpected shape: {error!r}",
+                    )
         finally:
             runner.cancel()
             session.cancel_timers()
@@ -400,6 +423,8 @@ class LocalLiveServer:
             record.closed_by = "abnormal" if protocol_state.close_sent is None else "server"
         else:
             record.closed_by = "client" if protocol_state.close_rcvd_then_sent else "server"
+        if self.record_path is not None:
+            self.dump(self.record_path)
         self._notify()
 
     def _notify(self) -> None:

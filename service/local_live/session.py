@@ -95,6 +95,8 @@ class LiveSession:
                 await self._run_steps(await self._queue.get())
         except (_ScriptStopped, ConnectionClosed):
             return
+        except Exception as error:  # noqa: BLE001 - surfaced by assert_clean, not lost in a task
+            self.server.errors.append(f"connection {self.record.index} script: {error!r}")
 
     def cancel_timers(self) -> None:
         for timer in self._timers:

@@ -1,0 +1,200 @@
+"""Append throughput: our store against the raw driver, in the same run.
+
+For 1, 16 and 256 concurrent sessions, on SQLite and PostgreSQL, the same ~200-byte events
+are appended (a) with the raw driver, one event per transaction at the same durability
+(sqlite3 WAL synchronous=FULL, one connection per session thread; asyncpg with one pooled
+connection per session, at most 32), and (b) through the store, one append per event. Prints
+events/s, p50/p99 latency of one append, and the ratio ours/raw.
+
+    python bench/append.py            # full run (a few minutes)
+    python bench/append.py --quick    # CI smoke run: fewer events
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+
+import asyncpg
+
+from session_store import open_store
+from session_store.events import ConversationMessage, canonical_json
+from session_store.migrate import upgrade
+
+PG_URL = os.environ.get("SESSION_STORE_BENCH_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+PG_DSN = PG_URL.replace("postgresql+asyncpg", "postgresql")
+TEXT = "The order 48213 shipped on Tuesday and should arrive by Friday, tracking 1Z999." * 2
+EVENT = ConversationMessage("assistant", TEXT[:150], 1)
+PAYLOAD = canonical_json(EVENT.to_data())
+RAW_TABLE = """CREATE TABLE raw_events (position {pk}, stream_id TEXT NOT NULL,
+    version BIGINT NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL,
+    recorded_at_us BIGINT NOT NULL, UNIQUE (stream_id, version))"""
+
+
+def percentiles(latencies: list[float]) -> tuple[float, float]:
+    qs = statistics.quantiles(latencies, n=100, method="inclusive")
+    return qs[49] * 1e3, qs[98] * 1e3
+
+
+# ------------------------------------------------------------------ raw drivers
+
+def raw_sqlite(path: str, sessions: int, per_session: int) -> tuple[float, list[float]]:
+    setup = sqlite3.connect(path, isolation_level=None)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute(RAW_TABLE.format(pk="INTEGER PRIMARY KEY"))
+    setup.close()
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def session(n: int) -> None:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=60)
+        conn.execute("PRAGMA synchronous=FULL")
+        mine = []
+        for v in range(1, per_session + 1):
+            t = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO raw_events (stream_id, version, type, data, recorded_at_us)"
+                         " VALUES (?, ?, ?, ?, ?)", (f"s{n}", v, EVENT.TYPE, PAYLOAD,
+                                                     time.time_ns() // 1000))
+            conn.execute("COMMIT")
+            mine.append(time.perf_counter() - t)
+        conn.close()
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=session, args=(n,)) for n in range(sessions)]
+    start = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - start, latencies
+
+
+async def raw_asyncpg(schema: str, sessions: int, per_session: int) -> tuple[float, list[float]]:
+    settings = {"search_path": schema, "synchronous_commit": "on"}
+    pool = await asyncpg.create_pool(PG_DSN, min_size=min(sessions, 32), max_size=min(sessions, 32),
+                                     server_settings=settings)
+    async with pool.acquire() as conn:
+        await conn.execute(RAW_TABLE.format(pk="BIGSERIAL PRIMARY KEY"))
+    latencies: list[float] = []
+
+    async def session(n: int) -> None:
+        for v in range(1, per_session + 1):
+            t = time.perf_counter()
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute(
+                    "INSERT INTO raw_events (stream_id, version, type, data, recorded_at_us) "
+                    "VALUES ($1, $2, $3, $4, $5)", f"s{n}", v, EVENT.TYPE, PAYLOAD,
+                    time.time_ns() // 1000)
+            latencies.append(time.perf_counter() - t)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(session(n) for n in range(sessions)))
+    elapsed = time.perf_counter() - start
+    await pool.close()
+    return elapsed, latencies
+
+
+# ------------------------------------------------------------------ ours
+
+async def ours(url: str, options: dict, sessions: int, per_session: int
+               ) -> tuple[float, list[float], dict]:
+    store = await open_store(url, **options)
+    latencies: list[float] = []
+
+    async def session(n: int) -> None:
+        version = 0
+        for _ in range(per_session):
+            t = time.perf_counter()
+            version = await store.append(f"s{n}", [EVENT], version)
+            latencies.append(time.perf_counter() - t)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(session(n) for n in range(sessions)))
+    elapsed = time.perf_counter() - start
+    stats = dict(store.stats)
+    await store.close()
+    return elapsed, latencies, stats
+
+
+# ------------------------------------------------------------------ driver
+
+async def pg_schema() -> str:
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(PG_DSN)
+    await conn.execute(f"CREATE SCHEMA {name}")
+    await conn.close()
+    return name
+
+
+async def drop_schema(name: str) -> None:
+    conn = await asyncpg.connect(PG_DSN)
+    await conn.execute(f"DROP SCHEMA {name} CASCADE")
+    await conn.close()
+
+
+async def run_one(backend: str, sessions: int, total: int) -> dict:
+    per_session = max(total // sessions, 2)
+    n = per_session * sessions
+    with tempfile.TemporaryDirectory() as tmp:
+        if backend == "sqlite":
+            raw_t, raw_lat = await asyncio.to_thread(raw_sqlite, f"{tmp}/raw.db", sessions,
+                                                     per_session)
+            url, options = f"sqlite+aiosqlite:///{tmp}/ours.db", {}
+            await upgrade(url)
+            our_t, our_lat, stats = await ours(url, options, sessions, per_session)
+        else:
+            raw_schema, our_schema = await pg_schema(), await pg_schema()
+            try:
+                raw_t, raw_lat = await raw_asyncpg(raw_schema, sessions, per_session)
+                await upgrade(PG_URL, schema=our_schema)
+                our_t, our_lat, stats = await ours(PG_URL, {"schema": our_schema}, sessions,
+                                                   per_session)
+            finally:
+                await drop_schema(raw_schema)
+                await drop_schema(our_schema)
+    raw_p50, raw_p99 = percentiles(raw_lat)
+    our_p50, our_p99 = percentiles(our_lat)
+    return {"backend": backend, "sessions": sessions, "events": n,
+            "raw_eps": n / raw_t, "ours_eps": n / our_t, "ratio": raw_t / our_t,
+            "raw_p50_ms": raw_p50, "raw_p99_ms": raw_p99,
+            "ours_p50_ms": our_p50, "ours_p99_ms": our_p99,
+            "events_per_commit": stats["events"] / max(stats["batches"], 1)}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small run for CI")
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--json", action="store_true", help="print rows as JSON lines")
+    args = parser.parse_args()
+    totals = {1: 300, 16: 1600, 256: 2560} if args.quick else {1: 2000, 16: 8000, 256: 12800}
+    backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
+    rows = []
+    header = (f"{'backend':9} {'sessions':>8} {'raw ev/s':>9} {'ours ev/s':>9} {'ours/raw':>8} "
+              f"{'raw p50/p99 ms':>15} {'ours p50/p99 ms':>16} {'ev/commit':>9}")
+    print(header)
+    for backend in backends:
+        for sessions, total in totals.items():
+            row = await run_one(backend, sessions, total)
+            rows.append(row)
+            if args.json:
+                print(json.dumps(row))
+            else:
+                print(f"{backend:9} {sessions:>8} {row['raw_eps']:>9.0f} {row['ours_eps']:>9.0f} "
+                      f"{row['ratio']:>7.2f}x {row['raw_p50_ms']:>7.2f}/{row['raw_p99_ms']:<7.2f} "
+                      f"{row['ours_p50_ms']:>8.2f}/{row['ours_p99_ms']:<7.2f} "
+                      f"{row['events_per_commit']:>9.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
