@@ -284,5 +284,5 @@ def result_value(call: CallState) -> Any:
 
 def result_as_content(call: CallState) -> str:
     """How a result is told to a session that never issued the call: name and value verbatim."""
-    return (f"[Function {call.name} (call {call.call_id}) returned "
+    return (f"[Function {call.name} (call_id {call.call_id}) returned "
             f"{json.dumps(result_value(call), sort_keys=True)}]")

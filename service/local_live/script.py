@@ -124,7 +124,10 @@ class Close:
 
 @dataclass(frozen=True)
 class Drop:
-    """Abort the TCP connection without a close frame, as a network failure does."""
+    """Abort the TCP connection without a close frame, as a network failure does.
+
+    The client sees close code 1006; the record says ``closed_by="abnormal"``.
+    """
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from .session import LiveSession
 
 ScriptSource = Union[None, Script, Sequence[Script], Callable[[Connection], Script]]
 
-_PATH_SUFFIX = "BidiGenerateContent"
+_ENDPOINT = "BidiGenerateContent"
 
 
 def http_options(base_url: str, cert_path: Path | str) -> Any:
@@ -246,8 +246,9 @@ class LocalLiveServer:
     # --- connection handling -----------------------------------------------------------
 
     def _check_path(self, connection: ServerConnection, request: Request) -> Response | None:
+        """Serve any BidiGenerateContent endpoint (v1beta, v1alpha, Constrained, Vertex)."""
         path = request.path.split("?", 1)[0]
-        if path.endswith(_PATH_SUFFIX):
+        if _ENDPOINT in path.rsplit("/", 1)[-1]:
             return None
         return connection.respond(404, f"no BidiGenerateContent endpoint at {path}\n")
 
@@ -277,7 +278,7 @@ class LocalLiveServer:
             await websocket.close(1007, "expected a setup message")
             return
         message = self._record_frame(record, frame)
-        if message is None or message.kind != "setup":
+        if message is None or message.kind != "setup" or not isinstance(message.body, dict):
             self.add_violation(
                 "setup_expected", record.index, None, "first client message was not a setup"
             )

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -23,6 +24,7 @@ from service.local_live import (
     Call,
     CancelToolCalls,
     Close,
+    Drop,
     GoAway,
     LocalLiveServer,
     OutputTranscript,
@@ -38,6 +40,7 @@ from service.local_live import (
     http_options,
 )
 
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MODEL = "gemini-2.5-flash-native-audio-preview-09-2025"
 LOOKUP = types.Tool(
     function_declarations=[
@@ -320,6 +323,15 @@ async def test_close_1011_after_a_tool_call() -> None:
     assert connection.state.outstanding() == ["c1"]
 
 
+async def test_drop_aborts_without_a_close_frame() -> None:
+    async with LocalLiveServer(Script([Audio(chunks=1), Drop()])) as server, connect(server) as session:
+        with pytest.raises(errors.APIError) as dropped:
+            await receive_until(session, lambda m: False)
+        connection = await server.wait_for_close(0)
+    assert dropped.value.code == 1006
+    assert (connection.close_code, connection.closed_by) == (1006, "abnormal")
+
+
 async def test_setup_complete_can_be_delayed_or_refused() -> None:
     async with LocalLiveServer([Script(setup_delay=0.3), Script(refuse_setup=1011)]) as server:
         started = time.monotonic()
@@ -433,6 +445,7 @@ async def test_standalone_process_serves_the_real_client(tmp_path) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "service.local_live", "--scenario", "speak", "--record", str(record),
         stdout=asyncio.subprocess.PIPE,
+        cwd=PROJECT_ROOT,
     )
     try:
         ready = json.loads(await asyncio.wait_for(process.stdout.readline(), 10))
