@@ -267,13 +267,18 @@ def evolve(state: SessionState, event: RecordedEvent) -> SessionState:
 
 def fold(recorded: Iterable[RecordedEvent], state: SessionState | None = None) -> SessionState:
     """Fold events onto `state` (or the empty state). Does not modify `state`."""
-    s = copy.deepcopy(state) if state is not None else SessionState()
+    return fold_into(copy.deepcopy(state) if state is not None else SessionState(), recorded)
+
+
+def fold_into(state: SessionState, recorded: Iterable[RecordedEvent]) -> SessionState:
+    """Fold events into `state` in place: for the one owner of a private working state
+    (the service's driver), which would otherwise copy the whole state per event."""
     for rec in recorded:
-        if rec.version != s.version + 1:
-            raise ValueError(f"fold of {rec.stream_id}: expected version {s.version + 1}, "
+        if rec.version != state.version + 1:
+            raise ValueError(f"fold of {rec.stream_id}: expected version {state.version + 1}, "
                              f"got {rec.version} (gap or reorder in the stream)")
-        _apply(s, rec)
-    return s
+        _apply(state, rec)
+    return state
 
 
 # ------------------------------------------------------------------------- snapshots

@@ -1,0 +1,1 @@
+"""Test and demo support: run a real pipecat pipeline against the local Gemini Live server."""

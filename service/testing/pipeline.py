@@ -1,0 +1,114 @@
+"""A real pipecat pipeline around a Gemini Live service, without audio devices.
+
+`user aggregator → service → PlaybackOutput → assistant aggregator`, driven by pipecat's own
+runner. PlaybackOutput is a BaseOutputTransport that "plays" audio in real time, so the bot's
+speaking state comes from pipecat's transport logic exactly as in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.genai.types import HttpOptions
+from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+from pipecat.frames.frames import EndFrame, Frame, LLMRunFrame, StartFrame
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.runner import PipelineRunner
+from pipecat.pipeline.task import PipelineParams, PipelineTask
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+from pipecat.services.llm_service import FunctionCallParams
+from pipecat.transports.base_output import BaseOutputTransport
+from pipecat.transports.base_transport import TransportParams
+
+MODEL = "models/gemini-2.5-flash-native-audio-preview"
+
+
+class PlaybackOutput(BaseOutputTransport):
+    """Output transport stand-in: no device; audio takes its real duration to play."""
+
+    def __init__(self, **kwargs):
+        super().__init__(TransportParams(audio_out_enabled=True, audio_out_sample_rate=24000,
+                                         audio_out_end_silence_secs=0), **kwargs)
+
+    async def start(self, frame: StartFrame):
+        await super().start(frame)
+        await self.set_transport_ready(frame)  # the base class does not; without it no audio plays
+
+    async def write_audio_frame(self, frame) -> bool:
+        await asyncio.sleep(len(frame.audio) / (2 * frame.sample_rate))
+        return True
+
+
+@dataclass
+class ToolLedger:
+    """Side effects of the demo tools, one line per execution (the crash harness reads it)."""
+    path: str | None = None
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    def write(self, entry: dict[str, Any]) -> None:
+        self.runs.append(entry)
+        if self.path:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+                f.flush()
+
+
+def tools_schema(names: list[str]) -> ToolsSchema:
+    return ToolsSchema(standard_tools=[
+        FunctionSchema(name=n, description=f"{n} tool", properties={"id": {"type": "integer"}},
+                       required=[]) for n in names])
+
+
+def http_options_for(base_url: str, ssl_ctx) -> HttpOptions:
+    return HttpOptions(base_url=base_url, async_client_args={"ssl": ssl_ctx})
+
+
+def make_tool(name: str, ledger: ToolLedger, *, delay: float = 0.05,
+              result: Callable[[dict], Any] | None = None):
+    """A tool handler that records its side effect in the ledger, then answers."""
+
+    async def handler(params: FunctionCallParams) -> None:
+        key = None
+        llm = params.llm
+        if hasattr(llm, "idempotency_key"):
+            key = llm.idempotency_key(params.tool_call_id)
+        ledger.write({"tool": name, "call_id": params.tool_call_id, "args": params.arguments,
+                      "idempotency_key": key})
+        await asyncio.sleep(delay)
+        value = result(params.arguments) if result else {"ok": True, "tool": name,
+                                                           "args": params.arguments}
+        await params.result_callback(value)
+
+    return handler
+
+
+async def run_pipeline(llm, *, frames: list[Frame] | None = None,
+                       until: Callable[[], Awaitable[None]] | None = None,
+                       initial_messages: list[dict] | None = None,
+                       timeout: float = 30.0) -> None:
+    """Run `llm` in a real pipeline until `until()` returns, then end the pipeline."""
+    context = LLMContext(messages=initial_messages or [{"role": "user", "content": "Hello"}])
+    aggregators = LLMContextAggregatorPair(context)
+    pipeline = Pipeline([aggregators.user(), llm, PlaybackOutput(), aggregators.assistant()])
+    task = PipelineTask(pipeline, params=PipelineParams(), cancel_on_idle_timeout=False)
+    runner = PipelineRunner(handle_sigint=False)
+
+    async def drive() -> None:
+        await task.queue_frames([LLMRunFrame(), *(frames or [])])
+        if until is not None:
+            await until()
+        await task.queue_frame(EndFrame())
+
+    run = asyncio.create_task(runner.run(task))
+    try:
+        await asyncio.wait_for(asyncio.gather(run, drive()), timeout)
+    finally:
+        if not run.done():
+            await task.cancel()
+            await asyncio.gather(run, return_exceptions=True)
