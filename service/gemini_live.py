@@ -41,6 +41,8 @@ from session_store.storage import SqlEventStore
 from .driver import CallDriver
 from .redaction import redact_settings
 
+# Settings restored from the log on takeover (plain strings; secrets were never logged).
+RESTORED_SETTINGS = ("system_instruction", "voice", "language")
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*s?\s*$")
 
 
@@ -111,6 +113,13 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
                                           settings=self._settings_snapshot())
         logger.info(f"{self}: call {self.call_id} attached at version {state.version}, "
                     f"epoch {self._driver.epoch}")
+        # A takeover continues with the settings the log says are current, not the ones this
+        # worker was constructed with (the app may have changed the prompt before the crash).
+        for key in RESTORED_SETTINGS:
+            if isinstance(state.settings.get(key), str):
+                setattr(self._settings, key, state.settings[key])
+        if isinstance(state.settings.get("system_instruction"), str):
+            self._system_instruction_from_init = state.settings["system_instruction"]
         # The first connection resumes from the newest handle the log allows (takeover).
         self._session_resumption_handle = self._driver.resumption_handle()
         await super().setup(setup)

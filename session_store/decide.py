@@ -144,10 +144,14 @@ def _decide_tool_calls(state: SessionState, obs: ToolCallsArrived, policy: Polic
         args = call.args if isinstance(call.args, dict) else {"_value": _jsonable(call.args)}
         out.append(ev.ToolCallRequested(call.call_id, call.name, args, obs.generation))
         earlier = state.find_equivalent(call.name, args) if policy.reuses(call.name) else None
-        if earlier is not None and not state.in_model(earlier):
+        if earlier is not None and earlier.status == "completed":
             # Gemini re-asked after resuming from a state that lost the first answer.
             out.append(ev.ToolCallCompleted(call.call_id, earlier.result,
                                             reused_from=earlier.call_id))
+        elif earlier is not None:
+            # The original has no delivered answer yet (deferred, running, in doubt after a
+            # crash, or failed): link them; the tool never runs twice for one request.
+            out.append(ev.ToolCallReissued(call.call_id, earlier.call_id))
         elif state.bot_speaking and policy.defers(call.name):
             out.append(ev.ToolCallDeferred(call.call_id))
     return out

@@ -213,6 +213,15 @@ class ToolCallRequested(Event):
     generation: int
 
 
+@event_type("tool.call_reissued")
+class ToolCallReissued(Event):
+    """Gemini asked again for a call it already asked for (same name and arguments) after
+    its state lost the first one (resume from an older handle, fresh session, crash). The
+    new id is answered with the original's outcome; the original never runs twice."""
+    call_id: str
+    original: str
+
+
 @event_type("tool.call_deferred")
 class ToolCallDeferred(Event):
     call_id: str

@@ -16,7 +16,7 @@ from typing import Any
 from . import events as ev
 from .records import RecordedEvent
 
-PROJECTION_VERSION = 1
+PROJECTION_VERSION = 2
 HANDLE_TTL_US = 2 * 3600 * 1_000_000  # Gemini keeps a resumption handle ~2 h
 
 OUTCOMES = ("completed", "failed")
@@ -38,7 +38,9 @@ class CallState:
     generation: int
     requested_version: int
     requested_at_us: int
-    status: str = "requested"  # requested|deferred|started|completed|failed|cancelled
+    # requested|deferred|started|completed|failed|cancelled, or awaiting (a re-issued id
+    # waiting for its original's outcome)
+    status: str = "requested"
     attempt: int = 0
     idempotency_key: str | None = None
     started_epoch: int | None = None
@@ -49,6 +51,8 @@ class CallState:
     outcome_unknown: bool = False
     reused_from: str | None = None
     cancel_reason: str | None = None
+    reissue_of: str | None = None  # this id re-asks for that call: it gets that outcome
+    superseded_by: str | None = None  # the model now knows this call by that id
     sends: list[Send] = field(default_factory=list)
 
     @property
@@ -118,13 +122,19 @@ class SessionState:
                 if c.status == "started" and (c.started_epoch or 0) >= self.epoch]
 
     def undelivered(self) -> list[CallState]:
-        """Calls with an outcome the current model state does not hold."""
-        return [c for c in self.calls.values() if c.has_outcome and not self.in_model(c)]
+        """Calls with an outcome the current model state does not hold (a superseded call
+        is answered through the id that re-asked for it)."""
+        return [c for c in self.calls.values()
+                if c.has_outcome and not c.superseded_by and not self.in_model(c)]
 
     def unanswered(self) -> list[CallState]:
         """Every call not yet settled (I1: each ends delivered or cancelled)."""
-        return [c for c in self.calls.values()
-                if c.status != "cancelled" and not (c.has_outcome and self.in_model(c))]
+        return [c for c in self.calls.values() if not self.settled(c)]
+
+    def settled(self, call: CallState) -> bool:
+        if call.superseded_by:
+            return self.settled(self.calls[call.superseded_by])
+        return call.status == "cancelled" or (call.has_outcome and self.in_model(call))
 
     def _lineage(self):
         """(generation, cutoff version) pairs whose model state the current session holds."""
@@ -157,9 +167,11 @@ class SessionState:
         return [(c, s) for c in self.calls.values() for s in c.sends if not s.confirmed]
 
     def find_equivalent(self, name: str, args: dict[str, Any]) -> CallState | None:
-        """An earlier call with the same name and arguments that has a recorded outcome."""
+        """An earlier call with the same name and arguments whose answer the current model
+        state does not hold: what Gemini re-asks for after losing it. None otherwise."""
         for c in self.calls.values():
-            if c.name == name and c.args == args and c.status == "completed":
+            if (c.name == name and c.args == args and c.status != "cancelled"
+                    and not c.superseded_by and not self.in_model(c)):
                 return c
         return None
 
@@ -219,6 +231,11 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             s.calls[e.call_id] = CallState(e.call_id, e.name, dict(e.args), e.generation,
                                            rec.version, rec.recorded_at_us)
             s.conversation.append(("tool", e.call_id))
+        case ev.ToolCallReissued():
+            new, original = s.calls[e.call_id], s.calls[e.original]
+            new.reissue_of, original.superseded_by = original.call_id, new.call_id
+            new.status = "awaiting"  # answered when the original has an outcome
+            _inherit_outcome(s, original)
         case ev.ToolCallDeferred():
             call = s.calls[e.call_id]
             if call.status == "requested":
@@ -233,12 +250,14 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             if call.status != "cancelled":
                 call.status, call.result, call.reused_from = "completed", e.result, e.reused_from
             call.finished_at_us = rec.recorded_at_us
+            _inherit_outcome(s, call)
         case ev.ToolCallFailed():
             call = s.calls[e.call_id]
             if call.status != "cancelled":
                 call.status, call.error = "failed", e.error
                 call.outcome_unknown = e.outcome_unknown
             call.finished_at_us = rec.recorded_at_us
+            _inherit_outcome(s, call)
         case ev.ToolCallCancelled():
             call = s.calls[e.call_id]
             call.status, call.cancel_reason = "cancelled", e.reason
@@ -256,6 +275,18 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             s.conversation.append((e.role, e.text))
         case ev.AnomalyRecorded():
             s.anomalies += 1
+
+
+def _inherit_outcome(s: SessionState, original: CallState) -> None:
+    """A re-issued id takes its original's outcome as soon as there is one."""
+    if not original.superseded_by or not original.has_outcome:
+        return
+    new = s.calls[original.superseded_by]
+    if new.status == "awaiting":
+        new.status, new.result, new.error = original.status, original.result, original.error
+        new.outcome_unknown, new.reused_from = original.outcome_unknown, original.call_id
+        new.finished_at_us = original.finished_at_us
+        _inherit_outcome(s, new)
 
 
 def evolve(state: SessionState, event: RecordedEvent) -> SessionState:

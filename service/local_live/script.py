@@ -17,7 +17,7 @@ interprets them, so a scenario reads like the conversation it stands for::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Callable, Sequence, Union
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,17 @@ class WaitSignal:
     required: bool = True
 
 
+@dataclass(frozen=True)
+class Dynamic:
+    """Steps decided when reached: ``plan(connection)`` looks at the connection's record and
+    model state (e.g. what a resumed or seeded session already knows) and returns the steps
+    to run next. Lets one scenario script survive reconnects and worker crashes."""
+
+    plan: Callable[[Any], Sequence[Any]]
+
+
 Step = Union[
+    Dynamic,
     Audio,
     OutputTranscript,
     InputTranscript,

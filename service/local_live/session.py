@@ -22,6 +22,7 @@ from .script import (
     Audio,
     CancelToolCalls,
     Close,
+    Dynamic,
     Drop,
     GoAway,
     InputTranscript,
@@ -167,6 +168,8 @@ class LiveSession:
                 )
             case WaitFor(kind=kind, timeout=timeout, required=required):
                 await self._wait(lambda: self._consume(step), timeout, required, f"a {kind} message")
+            case Dynamic(plan=plan):
+                await self._run_steps(tuple(plan(self.record)))
             case WaitSignal(name=name, timeout=timeout, required=required):
                 signal = self.server.signal_event(name)
                 await self._wait(signal.is_set, timeout, required, f"signal {name!r}")

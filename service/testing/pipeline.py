@@ -91,8 +91,10 @@ def make_tool(name: str, ledger: ToolLedger, *, delay: float = 0.05,
 async def run_pipeline(llm, *, frames: list[Frame] | None = None,
                        until: Callable[[], Awaitable[None]] | None = None,
                        initial_messages: list[dict] | None = None,
-                       timeout: float = 30.0) -> None:
-    """Run `llm` in a real pipeline until `until()` returns, then end the pipeline."""
+                       timeout: float = 30.0,
+                       control: Callable[[PipelineTask], Awaitable[None]] | None = None) -> None:
+    """Run `llm` in a real pipeline until `until()` (or `control(task)`, which may queue
+    frames into the running task) returns, then end the pipeline."""
     context = LLMContext(messages=initial_messages or [{"role": "user", "content": "Hello"}])
     aggregators = LLMContextAggregatorPair(context)
     pipeline = Pipeline([aggregators.user(), llm, PlaybackOutput(), aggregators.assistant()])
@@ -103,6 +105,8 @@ async def run_pipeline(llm, *, frames: list[Frame] | None = None,
         await task.queue_frames([LLMRunFrame(), *(frames or [])])
         if until is not None:
             await until()
+        if control is not None:
+            await control(task)
         await task.queue_frame(EndFrame())
 
     run = asyncio.create_task(runner.run(task))

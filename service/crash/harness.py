@@ -1,0 +1,246 @@
+"""Run scripted calls in worker processes, kill them, resume on the same database, check.
+
+Modes:
+- every boundary: a clean run counts the events V the first worker appends; then for each
+  v in 1..V the first worker SIGKILLs itself right after the log reaches v, and for each
+  tool it dies between the tool's side effect and the append of its outcome;
+- random soak: workers are SIGKILLed from outside at random times.
+After each case a fresh worker resumes until the call completes, and I1–I7 are checked
+against the server's record, the tool ledger and the log.
+
+    python -m service.crash.harness --mode boundary --db sqlite
+    python -m service.crash.harness --mode soak --kills 1000 --db postgres
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from service.local_live import LocalLiveServer
+from session_store import open_store
+
+from .invariants import check_call
+from .scenarios import SCENARIOS, ServerPlan
+from .worker import WorkerConfig
+
+_CTX = None
+
+
+def _context():
+    """Workers fork from a server process that has pipecat imported: real processes that
+    start in milliseconds instead of the seconds a fresh interpreter needs."""
+    global _CTX
+    if _CTX is None:
+        _CTX = multiprocessing.get_context("forkserver")
+        _CTX.set_forkserver_preload(["service.crash.worker"])
+    return _CTX
+
+
+@dataclass
+class Kill:
+    at_version: int | None = None
+    in_tool: str | None = None
+    after_s: float | None = None  # external SIGKILL after this many seconds
+
+    def label(self) -> str:
+        if self.at_version is not None:
+            return f"after v{self.at_version}"
+        if self.in_tool:
+            return f"inside {self.in_tool}"
+        return f"after {self.after_s:.2f}s" if self.after_s is not None else "none"
+
+
+@dataclass
+class CaseResult:
+    scenario: str
+    kills_planned: list[str]
+    kills: int
+    workers: int
+    events: int
+    violations: list[str]
+    takeover_s: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None,
+                   kills: list[Kill] = (), workdir: Path, timeout_s: float = 60.0,
+                   max_workers: int = 12) -> CaseResult:
+    """One call: workers run it, dying as `kills` says, until one finishes; then check."""
+    scenario = SCENARIOS[scenario_name]
+    plan = ServerPlan(scenario)
+    call_id = f"{scenario_name}-{uuid.uuid4().hex[:8]}"
+    ledger = workdir / f"{call_id}.ledger.jsonl"
+    started = time.monotonic()
+    planned = [k.label() for k in kills]
+    kills = list(kills)
+    killed, workers, takeovers = 0, 0, []
+    async with LocalLiveServer(plan.script) as server:
+        while True:
+            if workers >= max_workers:
+                raise RuntimeError(f"{call_id}: no worker finished after {workers} tries")
+            kill = kills.pop(0) if kills else Kill()
+            cfg = WorkerConfig(db_url, call_id, scenario_name, server.base_url,
+                               str(server.cert_path), str(ledger), schema=schema,
+                               kill_at_version=kill.at_version, kill_in_tool=kill.in_tool,
+                               timeout_s=timeout_s)
+            proc = _context().Process(target=_worker_entry, args=(asdict(cfg),), daemon=True)
+            t0, seen = time.time(), len(server.connections)
+            proc.start()
+            workers += 1
+            if kill.after_s is not None:
+                await asyncio.to_thread(proc.join, kill.after_s)
+                if proc.exitcode is None:
+                    proc.kill()
+            await asyncio.to_thread(proc.join, timeout_s + 10)
+            if proc.exitcode is None:
+                proc.kill()
+                raise RuntimeError(f"{call_id}: worker hung ({kill.label()})")
+            if workers > 1:
+                first = _first_action_after(server, seen, t0)
+                if first is not None:
+                    takeovers.append(first)
+            if proc.exitcode == 0:
+                break
+            if proc.exitcode != -9:
+                raise RuntimeError(f"{call_id}: worker failed with exit code {proc.exitcode}")
+            killed += 1
+        store = await open_store(db_url, **({"schema": schema} if schema else {}))
+        try:
+            records = await store.read(call_id)
+            reports = await store.verify(call_id)
+        finally:
+            await store.close()
+        entries = [json.loads(line) for line in ledger.read_text().splitlines()] \
+            if ledger.exists() else []
+        problems = check_call(scenario, records, reports, server, entries)
+    return CaseResult(scenario_name, planned, killed, workers, len(records),
+                      problems, takeovers, time.monotonic() - started)
+
+
+def _worker_entry(cfg: dict) -> None:
+    from .worker import main
+    main(cfg)
+
+
+def _first_action_after(server, first_connection: int, t0: float) -> float | None:
+    """Seconds from starting a worker to the first thing it sent after setup (a seed,
+    a result): the caller-visible pause of a takeover."""
+    for conn in server.connections[first_connection:]:
+        for msg in conn.received:
+            if msg.kind != "setup" and msg.at >= t0:
+                return msg.at - t0
+    return None
+
+
+async def count_events(scenario: str, new_db, workdir: Path) -> int:
+    """Events the first worker appends when nothing goes wrong (the boundaries to kill at)."""
+    url, schema = await new_db()
+    result = await run_case(scenario, url, schema=schema, workdir=workdir)
+    if not result.ok:
+        raise AssertionError(f"{scenario} fails even without a crash: {result.violations}")
+    return result.events
+
+
+def boundary_kills(scenario: str, events: int) -> list[list[Kill]]:
+    cases = [[Kill(at_version=v)] for v in range(1, events + 1)]
+    cases += [[Kill(in_tool=name)] for name in SCENARIOS[scenario].tool_names]
+    return cases
+
+
+async def run_many(cases, new_db, workdir: Path, parallel: int = 3) -> list[CaseResult]:
+    """Run (scenario, kills) cases, `parallel` at a time, each on a fresh database."""
+    gate = asyncio.Semaphore(parallel)
+
+    async def one(scenario, kills):
+        async with gate:
+            url, schema = await new_db()
+            return await run_case(scenario, url, schema=schema, kills=kills, workdir=workdir)
+
+    return await asyncio.gather(*(one(s, k) for s, k in cases))
+
+
+def summarise(results: list[CaseResult]) -> dict:
+    takeovers = sorted(t for r in results for t in r.takeover_s)
+
+    def pct(q: float) -> float | None:
+        if not takeovers:
+            return None
+        return takeovers[min(len(takeovers) - 1, int(q * len(takeovers)))]
+
+    return {"cases": len(results), "kills": sum(r.kills for r in results),
+            "violations": [f"{r.scenario} [{', '.join(r.kills_planned)}]: {v}"
+                           for r in results for v in r.violations],
+            "takeover_p50_s": pct(0.5), "takeover_p99_s": pct(0.99),
+            "takeover_mean_s": statistics.fmean(takeovers) if takeovers else None}
+
+
+# ------------------------------------------------------------------ command line
+
+def _db_factory(kind: str, root: Path):
+    if kind == "sqlite":
+        async def new_db():
+            from session_store.migrate import upgrade
+            url = f"sqlite+aiosqlite:///{root / uuid.uuid4().hex}.db"
+            await upgrade(url)
+            return url, None
+        return new_db
+
+    async def new_pg():
+        import asyncpg
+        from session_store.migrate import upgrade
+        schema = f"crash_{uuid.uuid4().hex[:10]}"
+        conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
+        await conn.execute(f"CREATE SCHEMA {schema}")
+        await conn.close()
+        url = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+        await upgrade(url, schema=schema)
+        return url, schema
+    return new_pg
+
+
+async def _main() -> int:
+    parser = argparse.ArgumentParser(description="crash harness")
+    parser.add_argument("--mode", choices=["boundary", "soak"], default="boundary")
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    parser.add_argument("--kills", type=int, default=20, help="soak: total kills")
+    parser.add_argument("--parallel", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    scenarios = args.scenario or sorted(SCENARIOS)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        new_db = _db_factory(args.db, root)
+        cases = []
+        if args.mode == "boundary":
+            for s in scenarios:
+                cases += [(s, k) for k in boundary_kills(s, await count_events(s, new_db, root))]
+        else:
+            rng = random.Random(args.seed)
+            while sum(len(k) for _, k in cases) < args.kills:
+                kills = [Kill(after_s=rng.uniform(0.3, 4.0)) for _ in range(rng.randint(1, 3))]
+                cases.append((rng.choice(scenarios), kills))
+        t0 = time.monotonic()
+        results = await run_many(cases, new_db, root, args.parallel)
+        summary = summarise(results)
+        summary["wall_s"] = round(time.monotonic() - t0, 1)
+        print(json.dumps(summary, indent=2))
+        return 1 if summary["violations"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(_main()))

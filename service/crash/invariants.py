@@ -1,0 +1,95 @@
+"""I1–I7, checked against three independent records of one call.
+
+- the local server's record: what Gemini actually received, on which connection;
+- the tool ledger: every side effect a tool performed, written by the tool itself;
+- the event log: what the service recorded (and its hash chains).
+Each check returns readable violation strings; an empty list means the call was right.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from session_store.projection import SessionState, fold_into
+from session_store import events as ev
+
+
+def check_call(scenario, records, reports, server, ledger: list[dict]) -> list[str]:
+    problems: list[str] = []
+    problems += _check_log(scenario, records, reports)
+    problems += _check_server(scenario, server)
+    problems += _check_ledger(scenario, ledger, records)
+    return problems
+
+
+def _check_log(scenario, records, reports) -> list[str]:
+    out: list[str] = []
+    # I7: gap-free versions and a verified hash chain.
+    if [r.version for r in records] != list(range(1, len(records) + 1)):
+        out.append("I7: versions are not gap-free")
+    out += [f"I7: chain broken at version {r.first_bad_version}: {r.reason}"
+            for r in reports if not r.ok]
+    state = SessionState(stream_id=records[0].stream_id if records else "")
+    for rec in records:
+        e = rec.event
+        # I4: no tool starts while the bot speaks; deferred calls start in request order.
+        if isinstance(e, ev.ToolCallStarted) and e.attempt == 1:
+            if state.bot_speaking:
+                out.append(f"I4: {e.call_id} started while the bot was speaking (v{rec.version})")
+            earlier = [c.call_id for c in state.pending()]
+            if earlier and earlier[0] != e.call_id:
+                out.append(f"I4: {e.call_id} started before earlier deferred {earlier[0]}")
+        # I5: a settings reconnect never cuts a turn, and comes after deferred calls start.
+        if isinstance(e, ev.Disconnected) and e.reason == "settings":
+            if state.bot_speaking:
+                out.append(f"I5: settings reconnect while the bot was speaking (v{rec.version})")
+            if state.pending():
+                out.append(f"I5: settings reconnect before deferred calls started (v{rec.version})")
+        # I6: every start is made by the worker holding the newest epoch.
+        if isinstance(e, ev.ToolCallStarted) and e.epoch != state.epoch:
+            out.append(f"I6: {e.call_id} started by epoch {e.epoch} while epoch {state.epoch} "
+                       f"owned the call (v{rec.version})")
+        if isinstance(e, ev.WorkerAttached) and e.epoch <= state.epoch:
+            out.append(f"I6: worker attached with non-increasing epoch {e.epoch}")
+        fold_into(state, [rec])
+    # I1: every call asked for ended delivered (result or failure) or cancelled.
+    out += [f"I1: call {c.call_id} ({c.name}) is {c.status}, not delivered"
+            for c in state.unanswered()]
+    for name in scenario.tool_names:
+        if not any(c.name == name and c.has_outcome and state.in_model(c)
+                   for c in state.calls.values()):
+            out.append(f"I1: no result of {name} reached the model")
+    return out
+
+
+def _check_server(scenario, server) -> list[str]:
+    out = [f"I2: server flagged {v['kind']} on connection {v['connection']} for "
+           f"{v.get('id')}: {v.get('detail')}" for v in server.violations
+           if v["kind"] != "wait_timeout"]
+    out += [f"server error: {e}" for e in server.errors]
+    # I1 as the model sees it: the last session holds a result for every logical call.
+    if server.connections:
+        from .scenarios import known_results
+        last = server.connections[-1]
+        missing = [n for n in scenario.tool_names if n not in known_results(last)]
+        out += [f"I1: the model's final state lacks the result of {n}" for n in missing]
+        if scenario.new_prompt and last.system_instruction != scenario.new_prompt:
+            out.append(f"prompt: the last session runs with {last.system_instruction!r}, "
+                       f"not the new prompt")
+    return out
+
+
+def _check_ledger(scenario, ledger: list[dict], records) -> list[str]:
+    """I3: a tool runs at most once per logical call, unless idempotent (then one key)."""
+    out: list[str] = []
+    runs: dict[str, list[dict]] = defaultdict(list)
+    for entry in ledger:
+        runs[entry["tool"]].append(entry)
+    for name, entries in runs.items():
+        if len(entries) <= 1:
+            continue
+        if name not in scenario.idempotent:
+            out.append(f"I3: non-idempotent {name} ran {len(entries)} times")
+        elif len({e["idempotency_key"] for e in entries}) != 1:
+            out.append(f"I3: idempotent {name} re-ran with different keys")
+    return out

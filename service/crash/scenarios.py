@@ -1,0 +1,103 @@
+"""Scripted calls for the crash harness and the demo: what the app does and what Gemini says.
+
+The server side is written as a `Dynamic` plan evaluated per connection: it looks at what
+that session's model state already knows (issued calls, results taken in, seeded history)
+and asks only for what is still missing — as Gemini would after a resume or a fresh,
+seeded session. So one scenario survives any number of worker crashes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from service.local_live import (Audio, Call, Dynamic, GoAway, OutputTranscript, Script,
+                                ToolCall, TurnComplete, WaitFor, WaitToolResponse)
+
+PROMPT = "You are a helpful order assistant. Be brief."
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    calls: tuple[tuple[str, dict], ...]  # logical calls (unique tool names), in order
+    parallel: bool = False  # ask for all calls in one toolCall
+    new_prompt: str | None = None  # app changes system_instruction when the bot first speaks
+    idempotent: frozenset[str] = frozenset()
+    go_away_after_first: bool = False  # server sends goAway once the first call is answered
+    tool_delay_s: float = 0.05
+    description: str = ""
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
+    Scenario("single_call", (("lookup_order", {"id": 42}),),
+             description="one tool call while the bot speaks"),
+    Scenario("prompt_change", (("lookup_order", {"id": 42}), ("refund_order", {"id": 42})),
+             new_prompt="You are a refunds specialist. Be brief.",
+             description="two calls; the prompt changes mid-turn (the demo call)"),
+    Scenario("parallel_calls", (("lookup_order", {"id": 7}), ("check_stock", {"sku": "A1"})),
+             parallel=True, description="two calls in one toolCall"),
+    Scenario("idempotent_tool", (("send_receipt", {"id": 42}), ("lookup_order", {"id": 42})),
+             idempotent=frozenset({"send_receipt"}), tool_delay_s=0.3,
+             description="an idempotent tool re-run with its key when in doubt"),
+    Scenario("go_away", (("lookup_order", {"id": 1}), ("refund_order", {"id": 1})),
+             go_away_after_first=True, description="goAway between two calls"),
+]}
+
+
+def known_results(conn) -> set[str]:
+    """Tool names whose result this session's model state holds (answered or seeded)."""
+    state = conn.state
+    names = {state.issued.get(cid, r.name) for cid, r in state.results.items()}
+    names |= {r.name for r in state.history_results}
+    return names
+
+
+@dataclass
+class ServerPlan:
+    """Gemini's side of a scenario, across every connection of the call."""
+
+    scenario: Scenario
+    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+    go_away_sent: bool = False
+
+    def script(self, conn) -> Script:
+        # A fresh session is seeded first (clientContent); let it arrive before planning.
+        return Script([WaitFor("client_content", timeout=0.6, required=False),
+                       Dynamic(self.plan)], reply=())
+
+    def plan(self, conn) -> list:
+        state = conn.state
+        answered = known_results(conn)
+        pending = [(n, a) for n, a in self.scenario.calls if n not in answered]
+        if (self.scenario.go_away_after_first and not self.go_away_sent and answered
+                and pending):
+            self.go_away_sent = True
+            return [GoAway(time_left=2.0), Dynamic(self.plan)]
+        if not pending:
+            return [Audio(chunks=2), OutputTranscript("Is there anything else?"), TurnComplete()]
+        outstanding = [cid for cid in state.outstanding()
+                       if state.issued.get(cid) in {n for n, _ in pending}]
+        if outstanding:
+            return [WaitToolResponse(outstanding, timeout=30, required=False), Dynamic(self.plan)]
+        batch = pending if self.scenario.parallel else pending[:1]
+        calls = [Call(f"{name}-{next(self._ids)}", name, args) for name, args in batch]
+        return [Audio(chunks=4), OutputTranscript("Let me check that for you."),
+                ToolCall(calls), Audio(chunks=4), TurnComplete(),
+                WaitToolResponse([c.id for c in calls], timeout=30, required=False),
+                Dynamic(self.plan)]
+
+
+def scenario_complete(scenario: Scenario, state) -> bool:
+    """From the log alone: every logical call's result is in the model, settings applied."""
+    for name in scenario.tool_names:
+        if not any(c.name == name and c.has_outcome and state.in_model(c)
+                   for c in state.calls.values()):
+            return False
+    if scenario.new_prompt and state.settings.get("system_instruction") != scenario.new_prompt:
+        return False
+    return state.connected and not state.reconnect_pending and not state.bot_speaking

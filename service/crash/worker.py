@@ -1,0 +1,115 @@
+"""One worker process of the crash harness: runs (or resumes) a scripted call, may die.
+
+Started by the harness as a real process (multiprocessing `forkserver` with pipecat
+preloaded, or `python -m service.crash.worker CONFIG_JSON`). Kill points, for the
+every-boundary mode, are real SIGKILLs the process sends itself: right after the append
+that brings the log to a given version, or inside a tool between its side effect (written
+to the ledger) and the append of its outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from pipecat.frames.frames import LLMUpdateSettingsFrame
+
+from service.crash.scenarios import PROMPT, SCENARIOS, scenario_complete
+from service.gemini_live import DurableGeminiLiveLLMService
+from service.local_live.server import http_options
+from service.testing.pipeline import MODEL, ToolLedger, run_pipeline, tools_schema
+from session_store import Policy, open_store
+
+
+@dataclass
+class WorkerConfig:
+    db_url: str
+    call_id: str
+    scenario: str
+    base_url: str
+    cert_path: str
+    ledger_path: str
+    schema: str | None = None
+    kill_at_version: int | None = None  # SIGKILL right after the log reaches this version
+    kill_in_tool: str | None = None  # SIGKILL after this tool's side effect, before its outcome
+    timeout_s: float = 60.0
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def run_worker(cfg: WorkerConfig) -> None:
+    scenario = SCENARIOS[cfg.scenario]
+    store = await open_store(cfg.db_url, **({"schema": cfg.schema} if cfg.schema else {}))
+    if cfg.kill_at_version is not None:
+        append = store.append
+
+        async def append_then_maybe_die(stream_id, events, expected_version, **kw):
+            version = await append(stream_id, events, expected_version, **kw)
+            if version >= cfg.kill_at_version:
+                _die()
+            return version
+
+        store.append = append_then_maybe_die
+    ledger = ToolLedger(cfg.ledger_path)
+    llm = DurableGeminiLiveLLMService(
+        api_key="local-test-key",
+        settings=DurableGeminiLiveLLMService.Settings(model=MODEL, system_instruction=PROMPT),
+        tools=tools_schema(scenario.tool_names),
+        http_options=http_options(cfg.base_url, cfg.cert_path),
+        store=store, call_id=cfg.call_id, policy=Policy(idempotent=scenario.idempotent))
+
+    def make_handler(name: str):
+        async def handler(params) -> None:
+            ledger.write({"tool": name, "call_id": params.tool_call_id, "args": params.arguments,
+                          "idempotency_key": llm.idempotency_key(params.tool_call_id),
+                          "pid": os.getpid(), "at": time.time()})
+            if cfg.kill_in_tool == name:
+                _die()
+            await asyncio.sleep(scenario.tool_delay_s)
+            await params.result_callback({"ok": True, "tool": name, "args": params.arguments})
+        return handler
+
+    for name in scenario.tool_names:
+        llm.register_function(name, make_handler(name))
+
+    async def control(task) -> None:
+        while True:
+            state = llm.driver.state
+            if llm.driver.fenced:
+                return
+            changed = state.settings.get("system_instruction") == scenario.new_prompt
+            if scenario.new_prompt and state.bot_speaking and not changed:
+                # The app changes the prompt mid-turn; the log remembers it was done.
+                await task.queue_frame(LLMUpdateSettingsFrame(
+                    delta=DurableGeminiLiveLLMService.Settings(system_instruction=scenario.new_prompt)))
+                while llm.driver.state.settings.get("system_instruction") != scenario.new_prompt:
+                    await asyncio.sleep(0.02)
+            if scenario_complete(scenario, state):
+                return
+            await asyncio.sleep(0.05)
+
+    try:
+        await run_pipeline(llm, control=control, timeout=cfg.timeout_s,
+                           initial_messages=[{"role": "user", "content": "Where is my order 42?"}])
+    finally:
+        await store.close()
+
+
+def main(cfg: WorkerConfig | dict) -> None:
+    if isinstance(cfg, dict):
+        cfg = WorkerConfig(**cfg)
+    asyncio.run(run_worker(cfg))
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
+
+
+__all__ = ["WorkerConfig", "main", "run_worker", "asdict"]
