@@ -1,22 +1,23 @@
-"""The demo call (placeholder until the crash-recovery demo lands).
+"""The demo call: offline, on SQLite, with a real crash in the middle.
 
-Drives one scripted call through the pure core and the durable log on SQLite: the bot speaks,
-a tool call arrives mid-speech and is deferred, the prompt changes mid-turn (reconnect
-buffered), the bot stops, the deferred call runs, its result is delivered, the buffered
-reconnect happens. Prints the timeline and a verdict. No pipecat pipeline yet.
+A real pipecat pipeline with DurableGeminiLiveLLMService talks to the local Gemini Live
+server (TLS websockets, the real google-genai client). The bot speaks; a tool call arrives
+mid-speech and is deferred; the app changes the prompt mid-turn (the reconnect waits for
+the turn to end); the worker process is SIGKILLed while a tool result is in flight; a new
+worker process takes the call over from the log and finishes it. Then the call is checked
+against the server's record, the tools' side-effect ledger and the log (I1–I7), and its
+timeline and verdict are printed.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
+import tempfile
+from pathlib import Path
 
 from rich.console import Console
 
-from session_store import Policy, decide, due, load_state, open_store
-from session_store.decide import (FunctionCall, Reconnect, SendResult, SettingsUpdate,
-                                  SpeechStarted, SpeechStopped, StartCall, ToolCallsArrived)
-from session_store import events as ev
+from service.crash.harness import Kill, run_case
+from session_store import open_store
 from session_store.migrate import upgrade
 
 console = Console()
@@ -24,64 +25,37 @@ console = Console()
 
 async def run_demo(db: str, quiet: bool = False) -> dict:
     await upgrade(db)
+    with tempfile.TemporaryDirectory(prefix="session-store-demo-") as tmp:
+        if not quiet:
+            console.print("[bold]demo call[/bold]: bot speaks, a tool call arrives mid-speech, "
+                          "the prompt changes mid-turn, the worker is killed while a result is "
+                          "in flight, a new worker takes over…")
+        result = await run_case("prompt_change", db, workdir=Path(tmp),
+                                kills=[Kill(after_event="tool.result_sending")])
     store = await open_store(db)
-    call_id = f"demo-{uuid.uuid4().hex[:8]}"
-    policy = Policy()
-    version = 0
-
-    async def record(*events):
-        nonlocal version
-        version = await store.append(call_id, list(events), version)
-
-    async def observe(obs):
-        state = await load_state(store, call_id)
-        events = decide(state, obs, policy)
-        if events:
-            await record(*events)
-
     try:
-        await record(ev.SessionOpened("demo-model", ["lookup_order"], "worker-1"),
-                     ev.Connected(1))
-        await observe(SpeechStarted(1))
-        await observe(ToolCallsArrived((FunctionCall("c1", "lookup_order", {"id": 42}),), 1))
-        await observe(SettingsUpdate(("system_instruction",), {}, needs_reconnect=True))
-        await observe(SpeechStopped(1))
-        for _ in range(5):  # perform what is due until nothing is
-            state = await load_state(store, call_id)
-            effects = due(state, policy, time.time_ns() // 1000)
-            if not effects:
-                break
-            for effect in effects:
-                match effect:
-                    case StartCall():
-                        await record(ev.ToolCallStarted(effect.call_id, effect.attempt,
-                                                        effect.idempotency_key, state.epoch),
-                                     ev.ToolCallCompleted(effect.call_id, {"status": "shipped"}))
-                    case SendResult():
-                        await record(ev.ToolResultSending(effect.call_id, state.generation,
-                                                          effect.via),
-                                     ev.ToolResultSent(effect.call_id, state.generation,
-                                                       effect.via))
-                    case Reconnect():
-                        await record(ev.Disconnected(state.generation, effect.reason),
-                                     ev.Connected(state.generation + 1))
-                break  # re-read the state after each effect, as the service does
-        await record(ev.SessionClosed())
-        final = await load_state(store, call_id)
-        reports = await store.verify(call_id)
-        if not quiet:
-            for rec in await store.read(call_id):
-                console.print(f"  {rec.version:3}  {rec.type:28} {rec.data_json}",
-                              markup=False, highlight=False)
-        unanswered = [c.call_id for c in final.unanswered()]
-        verdict = {"ok": not unanswered and all(r.ok for r in reports), "call": call_id,
-                   "violations": [f"unanswered call {c}" for c in unanswered],
-                   "events": final.version, "kills": 0,
-                   "chain_verified": all(r.ok for r in reports)}
-        if not quiet:
-            console.print(f"verdict: {'OK' if verdict['ok'] else 'FAILED'} — every call answered "
-                          f"exactly once: {not unanswered}; chain verified: "
-                          f"{verdict['chain_verified']}")
-        return verdict
+        records = await store.read(result.call_id)
+        chain_ok = all(r.ok for r in await store.verify(result.call_id))
     finally:
         await store.close()
+    verdict = {"ok": result.ok and chain_ok, "call": result.call_id,
+               "violations": result.violations, "events": len(records), "kills": result.kills,
+               "workers": result.workers, "chain_verified": chain_ok,
+               "takeover_s": [round(t, 3) for t in result.takeover_s]}
+    if not quiet:
+        from session_store.audit.text import timeline_view
+        from session_store.audit.timeline import build_timeline
+
+        console.print(timeline_view(build_timeline(records, call_id=result.call_id)))
+        takeover = f"{verdict['takeover_s'][0]:.2f} s" if verdict["takeover_s"] else "n/a"
+        console.print(f"workers: {result.workers}, killed: {result.kills}, takeover to first "
+                      f"action: {takeover}, events: {len(records)}")
+        if verdict["ok"]:
+            console.print("[bold green]verdict: OK[/bold green] — every tool call answered "
+                          "exactly once, no tool ran twice, hash chain verified "
+                          f"(`session-store verify {result.call_id}`)")
+        else:
+            console.print("[bold red]verdict: FAILED[/bold red]")
+            for v in verdict["violations"]:
+                console.print(f"  - {v}")
+    return verdict

@@ -23,9 +23,11 @@ from typing import Any, Literal
 
 from google.genai.types import Content, FunctionResponse, Part
 from loguru import logger
+from websockets.exceptions import ConnectionClosed
 from pipecat.adapters.llm.services.gemini_adapter import GeminiLLMAdapter
 from pipecat.frames.frames import (BotStartedSpeakingFrame, BotStoppedSpeakingFrame, EndFrame,
-                                   FunctionCallFromLLM, FunctionCallResultFrame)
+                                   FunctionCallFromLLM, FunctionCallResultFrame,
+                                   InterruptionFrame)
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSetup
 from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
@@ -90,6 +92,12 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         self._due_lock = asyncio.Lock()
         self._reconnect_task: asyncio.Task | None = None
         self._watchdog_task: asyncio.Task | None = None
+        # The output transport's own view: between its BotStarted and BotStoppedSpeakingFrame.
+        self._transport_speaking = False
+        # Model turns with output begun, and how many of them the transport finished playing:
+        # a transport stop ends the bot's speech only once it has played every turn begun.
+        self._model_turns = 0
+        self._turns_played = 0
         self._transcript: dict[str, list[str]] = {"user": [], "assistant": []}
 
     # ------------------------------------------------------------------ public helpers
@@ -120,6 +128,10 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
                 setattr(self._settings, key, state.settings[key])
         if isinstance(state.settings.get("system_instruction"), str):
             self._system_instruction_from_init = state.settings["system_instruction"]
+        # Calls a dead worker left in doubt are settled before the new session is seeded,
+        # so the model learns their outcome with its history instead of asking again.
+        await self._perform_due(lambda e: isinstance(e, (ResolveInDoubt, StartCall))
+                                and self._driver.state.calls[e.call_id].status == "started")
         # The first connection resumes from the newest handle the log allows (takeover).
         self._session_resumption_handle = self._driver.resumption_handle()
         await super().setup(setup)
@@ -195,6 +207,11 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         await self._driver.record(ev.Connected(
             state.generation + 1, self._connecting_handle,
             hashlib.sha256(str(self._system_instruction_from_init or "").encode()).hexdigest()))
+        if self._transport_speaking:
+            # A new session resets "speaking" in the projection, but the transport may still be
+            # playing the old session's audio (a reconnect that could not wait for the turn
+            # to end): deferred calls keep waiting for the transport to stop.
+            await self._driver.observe(SpeechStarted(self._driver.state.generation, "transport"))
         self._bot_is_responding = False
         await super()._handle_session_ready(session)
         await self._perform_due()
@@ -238,6 +255,12 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             return
         await self._log_initial_context()
         state = self._driver.state
+        current = state.generations.get(state.generation)
+        if current is not None and current.handle is not None:
+            # A resumed session already holds its history: seeding it again would put every
+            # earlier result into the model twice (upstream does, on its first context).
+            self._ready_for_realtime_input = True
+            return
         turns = seed_history(state)
         if not turns:
             self._ready_for_realtime_input = True
@@ -261,7 +284,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
                 await self._session.send_realtime_input(text=" ")
         except Exception as exc:  # noqa: BLE001 - the seed stays unconfirmed: resent next time
             logger.warning(f"{self}: seeding failed: {exc}")
-            self._schedule_reconnect("send_failed")
+            self._after_send_failure(exc)
             return
         if seeded:
             await self._driver.record(*(ev.ToolResultSent(c.call_id, generation, "seed")
@@ -321,6 +344,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         if sc is None:
             return
         if sc.interrupted:
+            self._turns_played = self._model_turns  # the transport drops the queued audio
             await self._observe(InterruptionObserved(gen))
         if sc.model_turn:
             self._last_speech_activity = time.monotonic()
@@ -385,6 +409,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
 
     # ------------------------------------------------------------------ speech
     async def _set_bot_is_responding(self, responding: bool):
+        if responding and not self._bot_is_responding:
+            self._model_turns += 1
         await super()._set_bot_is_responding(responding)
         if responding:
             self._last_speech_activity = time.monotonic()
@@ -392,19 +418,38 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
 
     async def process_frame(self, frame, direction: FrameDirection):
         await super().process_frame(frame, direction)
+        if isinstance(frame, InterruptionFrame):  # e.g. a local VAD barge-in, either way
+            self._turns_played = self._model_turns  # the transport drops what was queued
+            return
         if direction != FrameDirection.UPSTREAM:
             return
         if isinstance(frame, BotStartedSpeakingFrame):
+            self._transport_speaking = True
             self._last_speech_activity = time.monotonic()
             await self._observe(SpeechStarted(self._driver.state.generation, "transport"))
         elif isinstance(frame, BotStoppedSpeakingFrame):
-            await self._observe(SpeechStopped(self._driver.state.generation, "transport"))
+            self._transport_speaking = False
+            # Gemini streams faster than real time: when a turn's playback ends (its
+            # TTSStoppedFrame), the next turn's audio may already be queued behind it, and the
+            # transport starts again at once. That stop is not silence (seen on the wire: it
+            # let a goAway reconnect cut the next turn). A stop without a turnComplete (the
+            # transport's silence fallback while 3.x holds turnComplete) ends the current
+            # turn, so it counts too: no deadlock.
+            self._turns_played = min(self._turns_played + 1, self._model_turns)
+            if self._turns_played >= self._model_turns:
+                await self._observe(SpeechStopped(self._driver.state.generation, "transport"))
 
     async def _speech_watchdog(self) -> None:
+        """Silence safety net for speech the transport never reported (no output transport,
+        text-only turns). While the transport is playing it is not silence: Gemini sends audio
+        faster than real time, so the last chunk can arrive seconds before playback ends (seen
+        on the wire: a deferred call started 1.4 s before the audio finished). The transport
+        itself always ends its stretch (TTSStoppedFrame, or its own 3 s fallback)."""
         while True:
             await asyncio.sleep(0.25)
             silent_for = time.monotonic() - self._last_speech_activity
-            if self._driver.state.bot_speaking and silent_for > self._speaking_timeout_s:
+            if (self._driver.state.bot_speaking and not self._transport_speaking
+                    and silent_for > self._speaking_timeout_s):
                 await self._observe(SpeechStopped(self._driver.state.generation, "timeout"))
 
     # ------------------------------------------------------------------ settings
@@ -427,12 +472,14 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             return
         await self._perform_due()
 
-    async def _perform_due(self) -> None:
-        """Do what the log says is due now, until nothing more is."""
+    async def _perform_due(self, only=None) -> None:
+        """Do what the log says is due now (or the part `only` selects), until nothing is."""
         async with self._due_lock:
             for _ in range(100):
                 acted = False
                 for effect in self._driver.due():
+                    if only is not None and not only(effect):
+                        continue
                     try:
                         acted |= await self._perform(effect)
                     except Fenced:
@@ -483,10 +530,22 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
                     await self._session.send_realtime_input(text=" ")
         except Exception as exc:  # noqa: BLE001 - unconfirmed: the next session resends it
             logger.warning(f"{self}: sending the result of {call.call_id} failed: {exc}")
-            self._schedule_reconnect("send_failed")
+            self._after_send_failure(exc)
             return False
         await self._driver.record(ev.ToolResultSent(call.call_id, generation, via))
         return True
+
+    def _after_send_failure(self, exc: Exception) -> None:
+        """A send failed. If the socket is closed, leave the reconnect to the receive loop:
+        it still holds what the server sent before closing (a toolCall, a handle, ...) and
+        raises on the close only after handing all of it over. Reconnecting from here would
+        cancel the loop and silently lose those messages (seen on the wire: a toolCall right
+        before a 1011 close vanished, and its handle with it). Any other send failure leaves
+        a live socket we cannot trust: replace the session."""
+        if isinstance(exc, ConnectionClosed) and self._connection_task is not None \
+                and not self._connection_task.done():
+            return
+        self._schedule_reconnect("send_failed")
 
     async def _record_quietly(self, *events: ev.Event) -> None:
         try:

@@ -1,6 +1,10 @@
-"""`session-store`: migrate, inspect, verify and export call logs; run the demo.
+"""`session-store`: migrate, list and inspect calls, verify, export, replay, serve the viewer.
 
-Every command takes --db URL (default $SESSION_STORE_URL, else sqlite+aiosqlite:///sessions.db).
+Every command takes --db URL (default $SESSION_STORE_URL, else sqlite+aiosqlite:///sessions.db)
+and --schema (a PostgreSQL schema); every listing takes --json. The logic lives in
+`session_store.audit`; this module parses options and prints. Exit codes: 0 fine, 1 the check
+failed (verify found tampering, replay found divergences), 2 error (bad input, unknown call,
+unreachable database).
 """
 
 from __future__ import annotations
@@ -9,38 +13,90 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from .errors import SessionStoreError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Durable Gemini Live sessions: the call log and its tools.")
 console = Console()
+err_console = Console(stderr=True)
 DEFAULT_URL = "sqlite+aiosqlite:///sessions.db"
 
 DbOption = typer.Option(None, "--db", envvar="SESSION_STORE_URL",
                         help="Database URL (default sqlite+aiosqlite:///sessions.db).")
 SchemaOption = typer.Option(None, "--schema", help="PostgreSQL schema (search path).")
 JsonOption = typer.Option(False, "--json", help="Print JSON instead of a table.")
+RedactOption = typer.Option(False, "--redact", help="Mask transcripts, settings values, handles "
+                            "and the configured argument/result keys (secrets are always masked).")
+RedactKeysOption = typer.Option(None, "--redact-keys", help="Comma-separated argument/result "
+                                "keys to mask (implies --redact; also $SESSION_STORE_REDACT_KEYS).")
+RedactConfigOption = typer.Option(None, "--redact-config", help="Redaction config file, JSON or "
+                                  "TOML (also $SESSION_STORE_REDACT_CONFIG).")
+
+
+class UserError(Exception):
+    """Bad input or an unknown call: printed as one line, exit code 2."""
+
+
+def _fail(message: str, code: int = 2):
+    err_console.print(f"error: {message}", markup=False, highlight=False)
+    raise typer.Exit(code)
 
 
 def _run(coro_fn: Callable[..., Awaitable[Any]], *args) -> Any:
     try:
         return asyncio.run(coro_fn(*args))
-    except SessionStoreError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+    except (SessionStoreError, UserError) as exc:
+        _fail(str(exc))
 
 
 async def _open(db: str | None, schema: str | None):
     from .storage import open_store
 
     return await open_store(db or DEFAULT_URL, **({"schema": schema} if schema else {}))
+
+
+def _with_store(db: str | None, schema: str | None, fn: Callable[[Any], Awaitable[Any]]) -> Any:
+    async def go():
+        store = await _open(db, schema)
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    return _run(go)
+
+
+def _redactor(redact: bool, keys: str | None, config: str | None):
+    from .audit import Redactor, load_config
+
+    try:
+        return Redactor(load_config(redact=redact, keys=keys, path=config))
+    except (OSError, ValueError) as exc:
+        _fail(f"redaction config: {exc}")
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+async def _require_call(store, call: str) -> int:
+    from .audit.queries import valid_id
+
+    version = await store.stream_version(call) if valid_id(call) else 0
+    if version == 0:
+        raise UserError(f"call {call!r} not found")
+    return version
 
 
 @app.command()
@@ -53,104 +109,238 @@ def migrate(db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) 
 
 
 @app.command()
+def calls(since: Optional[str] = typer.Option(None, "--since", help="Started at or after "
+                                              "(ISO 8601, or an age like 2h)."),
+          until: Optional[str] = typer.Option(None, "--until", help="Started before."),
+          status: Optional[str] = typer.Option(None, "--status", help="open | closed | stale"),
+          search: Optional[str] = typer.Option(None, "--search", help="Call id contains."),
+          limit: int = typer.Option(50, "--limit", help="Calls per page (newest first)."),
+          after: Optional[str] = typer.Option(None, "--after", help="Continue after this call "
+                                              "(the last one of the previous page)."),
+          db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
+          as_json: bool = JsonOption) -> None:
+    """List calls: start, duration, status, counts of tool calls, reconnects, takeovers."""
+    from .audit import CallFilter, parse_time
+    from .audit.queries import list_calls
+    from .audit.text import calls_table
+
+    try:
+        flt = CallFilter(parse_time(since), parse_time(until), status, search, after, limit)
+    except ValueError as exc:
+        _fail(str(exc))
+    page = _with_store(db, schema, lambda store: list_calls(store, flt, _now_us()))
+    if as_json:
+        _print_json(page.to_json())
+    else:
+        console.print(calls_table(page.calls, page.next_after))
+
+
+@app.command()
+def timeline(call: str,
+             from_version: int = typer.Option(1, "--from", help="First version to show."),
+             limit: Optional[int] = typer.Option(None, "--limit", help="At most this many "
+                                                 "events (default: all)."),
+             redact: bool = RedactOption, redact_keys: Optional[str] = RedactKeysOption,
+             redact_config: Optional[str] = RedactConfigOption,
+             db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
+             as_json: bool = JsonOption) -> None:
+    """One ordered view of a call: speech, tool calls (wait, run, delivery), reconnects…"""
+    from .audit import build_timeline
+    from .audit.text import timeline_view
+    from .projection import fold
+
+    redactor = _redactor(redact, redact_keys, redact_config)
+
+    async def go(store):
+        head = await _require_call(store, call)
+        to = head if limit is None else min(head, from_version + max(limit, 1) - 1)
+        recs = await store.read(call, from_version=max(from_version, 1), to_version=to)
+        first = recs[:1] if from_version <= 1 else await store.read(call, to_version=1)
+        final = fold(recs) if from_version <= 1 and to == head else None
+        return build_timeline(redactor.redact_records(recs), call_id=call,
+                              t0_us=first[0].recorded_at_us if first else None,
+                              final_state=final)
+
+    tl = _with_store(db, schema, go)
+    if as_json:
+        _print_json(tl.to_json())
+    else:
+        console.print(timeline_view(tl))
+
+
+@app.command()
+def state(call: str, at: Optional[int] = typer.Option(None, "--at", help="Fold up to this version."),
+          redact: bool = RedactOption, redact_keys: Optional[str] = RedactKeysOption,
+          redact_config: Optional[str] = RedactConfigOption,
+          db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
+          as_json: bool = JsonOption) -> None:
+    """The projection of a call at any version: deferred, running, in doubt, undelivered."""
+    from .audit import state_view
+    from .audit.queries import state_at
+    from .audit.text import state_view_text
+
+    redactor = _redactor(redact, redact_keys, redact_config)
+
+    async def go(store):
+        await _require_call(store, call)
+        return await state_at(store, call, at)
+
+    view = redactor.redact_state(state_view(_with_store(db, schema, go), call))
+    if as_json:
+        _print_json(view)
+    else:
+        console.print(state_view_text(view))
+
+
+@app.command()
+def export(call: str, redact: bool = RedactOption,
+           redact_keys: Optional[str] = RedactKeysOption,
+           redact_config: Optional[str] = RedactConfigOption,
+           db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) -> None:
+    """Every event of a call as JSON Lines (one event a line; secrets always masked)."""
+    from .audit import export_line
+    from .audit.queries import iter_records
+
+    redactor = _redactor(redact, redact_keys, redact_config)
+
+    async def go(store):
+        await _require_call(store, call)
+        async for chunk in iter_records(store, call):
+            sys.stdout.write("".join(json.dumps(export_line(r, redactor), sort_keys=True,
+                                                ensure_ascii=False) + "\n" for r in chunk))
+
+    _with_store(db, schema, go)
+
+
+@app.command()
 def verify(call: Optional[str] = typer.Argument(None, help="Call id (all calls if omitted)."),
            db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
            as_json: bool = JsonOption) -> None:
     """Recompute hash chains; exit 1 and name the first bad event if anything was altered."""
+    from .audit.queries import valid_id
 
-    async def go():
-        store = await _open(db, schema)
-        try:
-            return await store.verify(call)
-        finally:
-            await store.close()
+    async def go(store):
+        if call is not None and not valid_id(call):
+            raise UserError(f"call {call!r} not found")
+        reports = await store.verify(call)
+        if call is not None and all(r.ok and r.events_checked == 0 for r in reports):
+            raise UserError(f"call {call!r} not found")
+        return reports
 
-    reports = _run(go)
+    reports = _with_store(db, schema, go)
     bad = [r for r in reports if not r.ok]
     if as_json:
-        print(json.dumps({"ok": not bad, "streams": [r.to_json() for r in reports]}, indent=2))
+        _print_json({"ok": not bad, "streams": [r.to_json() for r in reports]})
     else:
         for r in reports:
             if r.ok:
-                console.print(f"[green]ok[/green]   {r.stream_id}: {r.events_checked} events")
+                console.print(f"ok   {r.stream_id}: {r.events_checked} events", markup=False,
+                              highlight=False)
             else:
-                console.print(f"[red]BAD[/red]  {r.stream_id}: first bad event version "
-                              f"{r.first_bad_version} (position {r.first_bad_position}): {r.reason}")
+                console.print(f"BAD  {r.stream_id}: first bad event version "
+                              f"{r.first_bad_version} (position {r.first_bad_position}): "
+                              f"{r.reason}", markup=False, highlight=False, style="red")
     if bad:
         raise typer.Exit(1)
 
 
 @app.command()
-def state(call: str, at: Optional[int] = typer.Option(None, "--at", help="Fold up to this version."),
-          db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
-          as_json: bool = JsonOption) -> None:
-    """The projection of a call at any version: deferred, running, in doubt, undelivered."""
-    from .loading import load_state
+def replay(call: str,
+           defer: str = typer.Option("all", "--defer", help="Tools deferred while the bot "
+                                     "speaks: all | none | name,name"),
+           idempotent: str = typer.Option("", "--idempotent", help="Idempotent tools "
+                                          "(re-run when in doubt): name,name"),
+           reuse: str = typer.Option("all", "--reuse", help="Tools whose re-issued equivalent "
+                                     "call is answered from the record: all | none | name,name"),
+           go_away_margin: Optional[float] = typer.Option(None, "--go-away-margin",
+                                                          help="Seconds before a goAway "
+                                                          "deadline to reconnect anyway."),
+           db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
+           as_json: bool = JsonOption) -> None:
+    """Feed the log through today's decide/due and report every decision that differs."""
+    from .audit import Redactor, parse_policy
+    from .audit import replay as run_replay
+    from .audit.text import replay_text
 
-    async def go():
-        store = await _open(db, schema)
-        try:
-            return await load_state(store, call, to_version=at)
-        finally:
-            await store.close()
+    policy = parse_policy(defer, idempotent, reuse, go_away_margin)
 
-    s = _run(go)
-    summary = {
-        "call": call, "version": s.version, "epoch": s.epoch, "generation": s.generation,
-        "connected": s.connected, "bot_speaking": s.bot_speaking,
-        "reconnect_pending": s.reconnect_pending, "newest_handle": s.newest_handle,
-        "deferred": [c.call_id for c in s.pending()],
-        "running": [c.call_id for c in s.running()],
-        "in_doubt": [c.call_id for c in s.in_doubt()],
-        "undelivered": [c.call_id for c in s.undelivered()],
-        "calls": {c.call_id: {"name": c.name, "status": c.status,
-                              "delivered": s.in_model(c)} for c in s.calls.values()},
-    }
+    async def go(store):
+        await _require_call(store, call)
+        return run_replay(await store.read(call), policy, call_id=call)
+
+    report = _with_store(db, schema, go)
+    redactor = Redactor()
+    for d in report.divergences:  # logged/decided events may carry arguments and results
+        d.logged = [_redact_item(redactor, x) for x in d.logged]
+        d.decided = [_redact_item(redactor, x) for x in d.decided]
     if as_json:
-        print(json.dumps(summary, indent=2, sort_keys=True))
-        return
-    for key, value in summary.items():
-        if key != "calls":
-            console.print(f"[bold]{key:18}[/bold] {value}")
-    table = Table("call", "tool", "status", "delivered")
-    for cid, c in summary["calls"].items():
-        table.add_row(cid, c["name"], c["status"], str(c["delivered"]))
-    console.print(table)
+        _print_json(report.to_json())
+    else:
+        console.print(replay_text(report))
+    if report.error:
+        raise typer.Exit(2)
+    if report.divergences:
+        raise typer.Exit(1)
+
+
+def _redact_item(redactor, item: dict) -> dict:
+    if "type" in item and isinstance(item.get("data"), dict):
+        return {**item, "data": redactor.redact_data(item["type"], item["data"])[0]}
+    return redactor.redact_data("effect", item)[0]
 
 
 @app.command()
-def export(call: str, db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) -> None:
-    """Every event of a call as JSON Lines (one event a line)."""
-
-    async def go():
-        store = await _open(db, schema)
-        try:
-            return await store.read(call)
-        finally:
-            await store.close()
-
-    for rec in _run(go):
-        sys.stdout.write(json.dumps(rec.to_json(), sort_keys=True) + "\n")
-
-
-@app.command()
-def tail(call: Optional[str] = typer.Argument(None), db: Optional[str] = DbOption,
-         schema: Optional[str] = SchemaOption) -> None:
+def tail(call: Optional[str] = typer.Argument(None), redact: bool = RedactOption,
+         redact_keys: Optional[str] = RedactKeysOption,
+         redact_config: Optional[str] = RedactConfigOption,
+         db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
+         as_json: bool = typer.Option(False, "--json", help="One export-format JSON line "
+                                      "per event.")) -> None:
     """Follow new events live (Ctrl-C to stop)."""
+    from .audit import export_line
 
-    async def go():
-        store = await _open(db, schema)
-        try:
-            async for rec in store.subscribe(0, stream_id=call):
-                console.print(f"{rec.recorded_at:%H:%M:%S.%f} {rec.stream_id}@{rec.version} "
-                              f"{rec.type} {rec.data_json}", markup=False, highlight=False)
-        finally:
-            await store.close()
+    redactor = _redactor(redact, redact_keys, redact_config)
+
+    async def go(store):
+        async for rec in store.subscribe(0, stream_id=call):
+            if as_json:
+                sys.stdout.write(json.dumps(export_line(rec, redactor), sort_keys=True,
+                                            ensure_ascii=False) + "\n")
+                sys.stdout.flush()
+                continue
+            rec = redactor.redact_record(rec)
+            console.print(f"{rec.recorded_at:%H:%M:%S.%f} {rec.stream_id}@{rec.version} "
+                          f"{rec.type} {rec.data_json}", markup=False, highlight=False)
 
     try:
-        _run(go)
+        _with_store(db, schema, go)
     except KeyboardInterrupt:
         pass
+
+
+@app.command()
+def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but "
+                                   "loopback needs --token."),
+          port: int = typer.Option(8765, "--port"),
+          token: Optional[str] = typer.Option(None, "--token", envvar="SESSION_STORE_WEB_TOKEN",
+                                              help="Require this token on every request."),
+          redact: bool = RedactOption, redact_keys: Optional[str] = RedactKeysOption,
+          redact_config: Optional[str] = RedactConfigOption,
+          db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) -> None:
+    """Serve the read-only web viewer (call list, timelines, state inspector, export)."""
+    from .web.app import check_bind, create_app
+
+    try:
+        check_bind(host, token)
+    except ValueError as exc:
+        _fail(str(exc))
+    redactor = _redactor(redact, redact_keys, redact_config)
+    import uvicorn
+
+    web = create_app(db or DEFAULT_URL, schema=schema, token=token, redaction=redactor.config)
+    console.print(f"session-store viewer on http://{host}:{port}/"
+                  + (" (token required)" if token else ""), markup=False, highlight=False)
+    uvicorn.run(web, host=host, port=port, log_level="warning")
 
 
 @app.command()
@@ -161,7 +351,7 @@ def demo(db: str = typer.Option("sqlite+aiosqlite:///sessions.db", "--db"),
 
     verdict = _run(run_demo, db, as_json)
     if as_json:
-        print(json.dumps(verdict, indent=2))
+        _print_json(verdict)
     if not verdict["ok"]:
         raise typer.Exit(1)
 

@@ -227,8 +227,10 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
                 continue  # a send on this session is under way
             via = "tool_response" if state.session_knows_call(call) else "content"
             effects.append(SendResult(call.call_id, via))
-    to_start = [c for c in state.calls.values()
-                if c.status == "requested" or (c.status == "deferred" and not state.bot_speaking)]
+    # I4: nothing deferrable starts while the bot speaks, even a call recorded as "requested"
+    # (it arrived in silence, and the bot started speaking before it was started).
+    to_start = [c for c in state.calls.values() if c.status in ("requested", "deferred")
+                and not (state.bot_speaking and (c.status == "deferred" or policy.defers(c.name)))]
     for call in to_start:
         effects.append(StartCall(call.call_id, 1, idempotency_key(state, call)))
     waiting = any(c.status in ("requested", "deferred") for c in state.calls.values())
@@ -244,19 +246,36 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
 def choose_resumption(state: SessionState, policy: Policy, now_us: int) -> str | None:
     """The handle a new session should resume from, or None for a fresh, seeded session.
 
-    The newest persisted handle younger than its TTL, issued before any send whose success is
-    unconfirmed: that state provably lacks those results, so sending them again is exactly once.
+    The newest persisted handle younger than its TTL whose state cannot hold any send whose
+    success is unconfirmed (issued before it in its lineage, or in another lineage): that state
+    provably lacks those results, so sending them again is exactly once.
     """
-    limit = min((s.version for _c, s in state.unconfirmed_sends()), default=None)
+    unconfirmed = [s for _c, s in state.unconfirmed_sends()]
     best = None
     for h in state.handles.values():
         if now_us - h.issued_at_us > policy.handle_ttl_us:
             continue
-        if limit is not None and h.version > limit:
+        if any(_handle_may_hold(state, h, s) for s in unconfirmed):
             continue
         if best is None or h.version > best.version:
             best = h
     return best.handle if best else None
+
+
+def _handle_may_hold(state: SessionState, h, send) -> bool:
+    """Could the server state saved in handle `h` hold `send`? Only if the send was made in
+    that state's lineage (the handle's generation up to the handle, its parents up to the
+    handles they resumed from) before the cutoff: a send in another lineage never is."""
+    gen, cutoff, seen = h.generation, h.version, set()
+    while gen and gen not in seen:
+        seen.add(gen)
+        if send.generation == gen and send.version < cutoff:
+            return True
+        info = state.generations.get(gen)
+        if info is None or info.parent is None:
+            return False
+        gen, cutoff = info.parent, info.parent_cutoff
+    return False
 
 
 def seed_history(state: SessionState) -> list[tuple[str, str]]:

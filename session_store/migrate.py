@@ -1,12 +1,20 @@
-"""Run Alembic programmatically (the CLI's `migrate`, tests, the demo)."""
+"""Run Alembic programmatically (the CLI's `migrate`, tests, the demo).
+
+Alembic's commands are synchronous; they run here on a sync facade of one async connection
+(`run_sync`), handed to migrations/env.py as `config.attributes["connection"]`: no second
+event loop, no thread.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import pool
+from sqlalchemy.ext.asyncio import create_async_engine
 
 ALEMBIC_INI = Path(__file__).resolve().parent.parent / "alembic.ini"
 
@@ -22,12 +30,35 @@ def alembic_config(url: str, schema: str | None = None) -> Config:
     return cfg
 
 
+# Alembic commands install module-level proxies (alembic.context, alembic.op): two running at
+# once in one process corrupt each other. One at a time per event loop.
+_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+async def _run(url: str, schema: str | None, fn, revision: str) -> None:
+    lock = _locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+    async with lock:
+        await _run_locked(url, schema, fn, revision)
+
+
+async def _run_locked(url: str, schema: str | None, fn, revision: str) -> None:
+    connect_args = {"server_settings": {"search_path": schema}} if schema else {}
+    engine = create_async_engine(url, poolclass=pool.NullPool, connect_args=connect_args)
+    try:
+        async with engine.begin() as conn:
+            def migrate(sync_conn) -> None:
+                cfg = alembic_config(url, schema)
+                cfg.attributes["connection"] = sync_conn
+                fn(cfg, revision)
+
+            await conn.run_sync(migrate)
+    finally:
+        await engine.dispose()
 
 
 async def upgrade(url: str, revision: str = "head", *, schema: str | None = None) -> None:
-    # Alembic's env.py runs its own event loop: keep it off ours.
-    await asyncio.to_thread(command.upgrade, alembic_config(url, schema), revision)
+    await _run(url, schema, command.upgrade, revision)
 
 
 async def downgrade(url: str, revision: str = "base", *, schema: str | None = None) -> None:
-    await asyncio.to_thread(command.downgrade, alembic_config(url, schema), revision)
+    await _run(url, schema, command.downgrade, revision)

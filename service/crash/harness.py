@@ -51,10 +51,13 @@ class Kill:
     at_version: int | None = None
     in_tool: str | None = None
     after_s: float | None = None  # external SIGKILL after this many seconds
+    after_event: str | None = None  # right after the first append of this event type
 
     def label(self) -> str:
         if self.at_version is not None:
             return f"after v{self.at_version}"
+        if self.after_event:
+            return f"after {self.after_event}"
         if self.in_tool:
             return f"inside {self.in_tool}"
         return f"after {self.after_s:.2f}s" if self.after_s is not None else "none"
@@ -63,6 +66,7 @@ class Kill:
 @dataclass
 class CaseResult:
     scenario: str
+    call_id: str
     kills_planned: list[str]
     kills: int
     workers: int
@@ -96,6 +100,7 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
             cfg = WorkerConfig(db_url, call_id, scenario_name, server.base_url,
                                str(server.cert_path), str(ledger), schema=schema,
                                kill_at_version=kill.at_version, kill_in_tool=kill.in_tool,
+                               kill_after_event=kill.after_event,
                                timeout_s=timeout_s)
             proc = _context().Process(target=_worker_entry, args=(asdict(cfg),), daemon=True)
             t0, seen = time.time(), len(server.connections)
@@ -127,7 +132,7 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
         entries = [json.loads(line) for line in ledger.read_text().splitlines()] \
             if ledger.exists() else []
         problems = check_call(scenario, records, reports, server, entries)
-    return CaseResult(scenario_name, planned, killed, workers, len(records),
+    return CaseResult(scenario_name, call_id, planned, killed, workers, len(records),
                       problems, takeovers, time.monotonic() - started)
 
 
@@ -168,7 +173,11 @@ async def run_many(cases, new_db, workdir: Path, parallel: int = 3) -> list[Case
     async def one(scenario, kills):
         async with gate:
             url, schema = await new_db()
-            return await run_case(scenario, url, schema=schema, kills=kills, workdir=workdir)
+            try:
+                return await run_case(scenario, url, schema=schema, kills=kills, workdir=workdir)
+            except Exception as exc:  # noqa: BLE001 - a stuck or failed case is a finding
+                return CaseResult(scenario, "?", [k.label() for k in kills], 0, 0, 0,
+                                  [f"harness: {exc}"])
 
     return await asyncio.gather(*(one(s, k) for s, k in cases))
 

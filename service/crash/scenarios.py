@@ -100,4 +100,5 @@ def scenario_complete(scenario: Scenario, state) -> bool:
             return False
     if scenario.new_prompt and state.settings.get("system_instruction") != scenario.new_prompt:
         return False
-    return state.connected and not state.reconnect_pending and not state.bot_speaking
+    return (state.connected and not state.reconnect_pending and not state.bot_speaking
+            and not state.unanswered())

@@ -37,6 +37,7 @@ class WorkerConfig:
     schema: str | None = None
     kill_at_version: int | None = None  # SIGKILL right after the log reaches this version
     kill_in_tool: str | None = None  # SIGKILL after this tool's side effect, before its outcome
+    kill_after_event: str | None = None  # SIGKILL right after appending an event of this type
     timeout_s: float = 60.0
 
 
@@ -47,12 +48,14 @@ def _die() -> None:
 async def run_worker(cfg: WorkerConfig) -> None:
     scenario = SCENARIOS[cfg.scenario]
     store = await open_store(cfg.db_url, **({"schema": cfg.schema} if cfg.schema else {}))
-    if cfg.kill_at_version is not None:
+    if cfg.kill_at_version is not None or cfg.kill_after_event is not None:
         append = store.append
 
         async def append_then_maybe_die(stream_id, events, expected_version, **kw):
             version = await append(stream_id, events, expected_version, **kw)
-            if version >= cfg.kill_at_version:
+            if cfg.kill_at_version is not None and version >= cfg.kill_at_version:
+                _die()
+            if any(e.TYPE == cfg.kill_after_event for e in events):
                 _die()
             return version
 

@@ -119,10 +119,12 @@ class SqlEventStore:
         except (ProgrammingError, OperationalError) as exc:
             if "alembic_version" not in str(exc):
                 raise StoreUnavailable(f"cannot reach the database: {exc}") from exc
+            rows = []
+        found = [r[0] for r in rows]
+        if not found:  # no alembic_version table, or an empty one (downgraded to base)
             raise SchemaMismatch(
                 "the database has no session store schema; run `session-store migrate --db URL` "
-                "(alembic upgrade head) first") from None
-        found = [r[0] for r in rows]
+                "(alembic upgrade head) first")
         if found == [HEAD_REVISION]:
             return
         if len(found) == 1 and found[0] in KNOWN_REVISIONS:
@@ -144,6 +146,10 @@ class SqlEventStore:
             await asyncio.gather(*self._writers, return_exceptions=True)
         await self._close_dialect()
         await self._engine.dispose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("the store is closed")
 
     async def __aenter__(self):
         return self
@@ -284,7 +290,9 @@ class SqlEventStore:
             heads[r.stream_id] = (version + n, h, max(epoch, r.epoch or 0))
             touched[r.stream_id] = r.recorded_at_us
             plan.outcomes.append(version + n)
-        for sid, at in touched.items():
+        # Sorted: every batch creates new streams in one global order, so two batches that
+        # create the same streams cannot deadlock on their unique keys (PostgreSQL).
+        for sid, at in sorted(touched.items()):
             version, h, epoch = heads[sid]
             (plan.updated if sid in existed else plan.created).append((sid, version, h, epoch, at))
         return plan
@@ -293,6 +301,7 @@ class SqlEventStore:
     async def read(self, stream_id: str, from_version: int = 1, to_version: int | None = None,
                    *, limit: int | None = None) -> list[RecordedEvent]:
         """Events of one stream in version order, from `from_version` (inclusive)."""
+        self._check_open()
         stmt = (select(*_EVENT_COLUMNS)
                 .where(events.c.stream_id == stream_id, events.c.version >= from_version)
                 .order_by(events.c.version))
@@ -304,6 +313,7 @@ class SqlEventStore:
             return [RecordedEvent(*row) for row in await conn.execute(stmt)]
 
     async def stream_version(self, stream_id: str) -> int:
+        self._check_open()
         async with self._engine.connect() as conn:
             v = await conn.scalar(select(streams.c.version).where(streams.c.stream_id == stream_id))
         return v or 0
@@ -319,6 +329,7 @@ class SqlEventStore:
         continue. The order never changes once read: a tailing reader that continues from
         its last position never skips an event that commits later.
         """
+        self._check_open()
         cursor_order = select(events.c.tx_order).where(
             events.c.position == from_position).scalar_subquery()
         stmt = (select(*_EVENT_COLUMNS)
@@ -333,6 +344,7 @@ class SqlEventStore:
 
     async def list_streams(self, *, limit: int | None = None, after: str | None = None
                            ) -> list[StreamHead]:
+        self._check_open()
         stmt = select(streams.c.stream_id, streams.c.version, streams.c.epoch,
                       streams.c.created_at_us, streams.c.updated_at_us).order_by(
                           streams.c.stream_id)
@@ -376,6 +388,7 @@ class SqlEventStore:
     # ------------------------------------------------------------------ snapshots
     async def save_snapshot(self, snapshot: Snapshot) -> None:
         """Cache a folded state; it never changes an answer, only how fast it is found."""
+        self._check_open()
         stmt = self._insert(snapshots).values(
             stream_id=snapshot.stream_id, version=snapshot.version,
             projection_version=snapshot.projection_version, state=snapshot.state_json,
@@ -390,6 +403,7 @@ class SqlEventStore:
             await conn.execute(stmt)
 
     async def load_snapshot(self, stream_id: str) -> Snapshot | None:
+        self._check_open()
         async with self._engine.connect() as conn:
             row = (await conn.execute(
                 select(snapshots.c.stream_id, snapshots.c.version,
@@ -400,6 +414,7 @@ class SqlEventStore:
     # ------------------------------------------------------------------ audit
     async def verify(self, stream_id: str | None = None) -> list[StreamReport]:
         """Recompute hash chains; one report per stream, naming the first bad event."""
+        self._check_open()
         async with self._engine.connect() as conn:
             if stream_id is None:
                 ids = sorted(set((await conn.scalars(select(streams.c.stream_id))).all())

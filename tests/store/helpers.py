@@ -97,3 +97,39 @@ async def insert_raw_event(backend, stream_id: str, etype: str, schema_version: 
                 "created_at_us, updated_at_us) VALUES (:s, :v, :h, 0, :at, :at)"),
                 {"s": stream_id, "v": version, "h": rec.hash, "at": at_us})
     return rec
+
+
+class Log:
+    """A hand-built stream: add events (each gets the next version and a time), fold it."""
+
+    def __init__(self, stream_id: str = "call-1", t0_us: int = T0_US, step_us: int = 1000):
+        self.stream_id, self.step_us, self._next_at = stream_id, step_us, t0_us
+        self.events: list[Event] = []
+        self.times: list[int] = []
+
+    @property
+    def version(self) -> int:
+        return len(self.events)
+
+    @property
+    def now_us(self) -> int:
+        """The time of the last event."""
+        return self.times[-1] if self.times else self._next_at
+
+    def add(self, *events: Event, at_us: int | None = None) -> int:
+        """Append events (at `at_us`, else one step after the previous); returns the version."""
+        if at_us is not None:
+            self._next_at = at_us
+        for e in events:
+            self.events.append(e)
+            self.times.append(self._next_at)
+            self._next_at += self.step_us
+        return self.version
+
+    def records(self, start: int = 1) -> list[RecordedEvent]:
+        recs = record(self.stream_id, self.events, recorded_at_us=self.times)
+        return recs[start - 1:]
+
+    def state(self):
+        from session_store.projection import fold
+        return fold(self.records())

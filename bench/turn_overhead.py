@@ -1,0 +1,267 @@
+"""What the durable log costs a live call: our service against pipecat's stock one, same run.
+
+The same scripted call (N turns; each turn: model audio, a toolCall, the answer, more audio,
+turnComplete) goes through a real pipecat pipeline (user aggregator → service → AudioTap →
+PlaybackOutput → assistant aggregator) against the local Gemini Live server, once with the
+stock GeminiLiveLLMService and once with DurableGeminiLiveLLMService per database (SQLite file,
+and PostgreSQL when it is reachable). The tool answers at once.
+
+Printed per service:
+- turn: toolCall sent by the server → toolResponse received by the server (p50/p99 ms),
+  and ours minus stock (the log's added latency per tool call: it appends the request, the
+  start, the result and the send intent before the toolResponse leaves);
+- audio: a model audio chunk sent by the server → its TTSAudioRawFrame leaving the service
+  (p50/p99/max ms), ours minus stock (what the log adds on the audio path).
+
+Deferral is switched off for this comparison (Policy(defer="none")): with it on, ours waits
+for the bot to stop speaking before running a tool, which is the point of deferral and not
+overhead. The deferral wait is measured separately, with the default policy, on calls that
+arrive while the bot speaks: toolCall → tool start, and bot stopped (output transport) →
+tool start (the reaction time once speech ended).
+
+    python bench/turn_overhead.py            # 60 turns per service
+    python bench/turn_overhead.py --quick    # CI: 15 turns (< 60 s)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from loguru import logger  # noqa: E402
+from pipecat.frames.frames import (BotStoppedSpeakingFrame, EndFrame, LLMRunFrame,  # noqa: E402
+                                   TTSAudioRawFrame)
+from pipecat.pipeline.pipeline import Pipeline  # noqa: E402
+from pipecat.pipeline.runner import PipelineRunner  # noqa: E402
+from pipecat.pipeline.task import PipelineParams, PipelineTask  # noqa: E402
+from pipecat.processors.aggregators.llm_context import LLMContext  # noqa: E402
+from pipecat.processors.aggregators.llm_response_universal import (  # noqa: E402
+    LLMContextAggregatorPair)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor  # noqa: E402
+from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService  # noqa: E402
+from pipecat.services.llm_service import FunctionCallParams  # noqa: E402
+
+from service.gemini_live import DurableGeminiLiveLLMService  # noqa: E402
+from service.local_live import (Audio, Call, LocalLiveServer, Script, ToolCall,  # noqa: E402
+                                TurnComplete, WaitToolResponse)
+from service.testing.pipeline import MODEL, PlaybackOutput, tools_schema  # noqa: E402
+from session_store import Policy, open_store  # noqa: E402
+from session_store.migrate import upgrade  # noqa: E402
+
+PG_URL = os.environ.get("SESSION_STORE_BENCH_PG",
+                        "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+PG_DSN = PG_URL.replace("postgresql+asyncpg", "postgresql")
+TOOL = "lookup_order"
+AUDIO_BEFORE = 6   # chunks of 40 ms before each toolCall
+AUDIO_AFTER = 4    # chunks after the answer
+
+
+class AudioTap(FrameProcessor):
+    """Right after the service: when each audio frame left it, when the transport stopped."""
+
+    def __init__(self):
+        super().__init__()
+        self.audio_at: list[float] = []
+        self.stops: list[float] = []
+
+    async def process_frame(self, frame, direction):
+        await super().process_frame(frame, direction)
+        if isinstance(frame, TTSAudioRawFrame) and direction == FrameDirection.DOWNSTREAM:
+            self.audio_at.append(time.time())
+        elif isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.UPSTREAM:
+            self.stops.append(time.time())
+        await self.push_frame(frame, direction)
+
+
+def pct(values: list[float], q: int) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def overhead_script(turns: int) -> Script:
+    steps = []
+    for i in range(turns):
+        steps += [Audio(chunks=AUDIO_BEFORE), ToolCall(Call(f"t{i}", TOOL, {"id": i})),
+                  WaitToolResponse(f"t{i}"), Audio(chunks=AUDIO_AFTER), TurnComplete()]
+    return Script(steps, reply=())
+
+
+def deferral_script(turns: int) -> Script:
+    """Each call arrives mid-speech: 0.4 s of audio still to play after it."""
+    steps = []
+    for i in range(turns):
+        steps += [Audio(chunks=4), ToolCall(Call(f"d{i}", TOOL, {"id": i})), Audio(chunks=10),
+                  TurnComplete(), WaitToolResponse(f"d{i}", timeout=8), Audio(chunks=2),
+                  TurnComplete()]
+    return Script(steps, reply=())
+
+
+async def run_call(kind: str, script: Script, turns: int, store=None, policy=None) -> dict:
+    """One call; returns the server record, the audio tap and the tool start times."""
+    tool_started: dict[str, float] = {}
+    async with LocalLiveServer([script]) as server:
+        common = dict(api_key="bench", http_options=server.http_options(),
+                      settings=GeminiLiveLLMService.Settings(model=MODEL,
+                                                             system_instruction="Be brief."),
+                      tools=tools_schema([TOOL]))
+        if kind == "stock":
+            llm = GeminiLiveLLMService(**common)
+        else:
+            llm = DurableGeminiLiveLLMService(**common, store=store, policy=policy,
+                                              call_id=f"bench-{uuid.uuid4().hex[:8]}")
+
+        async def tool(params: FunctionCallParams):
+            tool_started[params.tool_call_id] = time.time()
+            await params.result_callback({"ok": True, "id": params.arguments.get("id")})
+
+        llm.register_function(TOOL, tool)
+        aggregators = LLMContextAggregatorPair(LLMContext(messages=[{"role": "user",
+                                                                     "content": "Hello"}]))
+        tap = AudioTap()
+        task = PipelineTask(Pipeline([aggregators.user(), llm, tap, PlaybackOutput(),
+                                      aggregators.assistant()]),
+                            params=PipelineParams(), cancel_on_idle_timeout=False)
+        runner = PipelineRunner(handle_sigint=False)
+        run = asyncio.create_task(runner.run(task))
+        await task.queue_frames([LLMRunFrame()])
+        await server.wait_until(lambda: len(server.tool_responses()) >= turns,
+                                timeout=30 + turns * 2)
+        await server.wait_until(lambda: server._sessions[0].steps_done, timeout=10)  # noqa: SLF001
+        await asyncio.sleep(0.3)
+        await task.queue_frame(EndFrame())
+        done, _ = await asyncio.wait({run}, timeout=30)
+        if not done:
+            await task.cancel()
+        server.assert_clean()
+    return {"server": server, "tap": tap, "tool_started": tool_started}
+
+
+def turn_latencies(result: dict) -> list[float]:
+    """Per call: toolCall sent by the server → its toolResponse received, in ms."""
+    conn = result["server"].connections[0]
+    sent = {s.message["toolCall"]["functionCalls"][0]["id"]: s.at for s in conn.sent
+            if isinstance(s.message, dict) and "toolCall" in s.message}
+    return [(r.at - sent[r.id]) * 1e3 for r in conn.results]
+
+
+def audio_latencies(result: dict) -> list[float]:
+    """Per audio chunk: sent by the server → pushed out of the service, in ms."""
+    conn = result["server"].connections[0]
+    sent = [s.at for s in conn.sent if isinstance(s.message, dict)
+            and "modelTurn" in s.message.get("serverContent", {})]
+    pushed = result["tap"].audio_at
+    if len(pushed) != len(sent):
+        raise RuntimeError(f"{len(sent)} audio chunks sent, {len(pushed)} reached the tap")
+    return [(p - s) * 1e3 for s, p in zip(sent, pushed)]
+
+
+async def open_backend(name: str, tmp: str):
+    if name == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp}/bench-{uuid.uuid4().hex[:6]}.db"
+        await upgrade(url)
+        return await open_store(url), None
+    import asyncpg
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(PG_DSN, timeout=3)
+    try:
+        await conn.execute(f"CREATE SCHEMA {schema}")
+    finally:
+        await conn.close()
+    await upgrade(PG_URL, schema=schema)
+    return await open_store(PG_URL, schema=schema), schema
+
+
+async def drop_schema(schema: str) -> None:
+    import asyncpg
+    conn = await asyncpg.connect(PG_DSN)
+    try:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    finally:
+        await conn.close()
+
+
+async def postgres_reachable() -> bool:
+    try:
+        import asyncpg
+        conn = await asyncpg.connect(PG_DSN, timeout=2)
+        await conn.close()
+        return True
+    except Exception:  # noqa: BLE001 - no PostgreSQL here: SQLite only
+        return False
+
+
+async def main(turns: int, deferral_turns: int) -> None:
+    backends = ["sqlite"] + (["postgres"] if await postgres_reachable() else [])
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        # Warm-up (imports, TLS, first pipeline): not measured.
+        await run_call("stock", overhead_script(2), 2)
+        results["stock"] = await run_call("stock", overhead_script(turns), turns)
+        for name in backends:
+            store, schema = await open_backend(name, tmp)
+            try:
+                results[f"ours/{name}"] = await run_call(
+                    "ours", overhead_script(turns), turns, store, Policy(defer="none"))
+                deferral = await run_call("ours", deferral_script(deferral_turns),
+                                          deferral_turns, store, Policy())
+            finally:
+                await store.close()
+                if schema:
+                    await drop_schema(schema)
+            results[f"deferral/{name}"] = deferral
+
+    print(f"\nTurn overhead: {turns} turns per service, tool answers at once, "
+          f"Policy(defer='none') for ours")
+    print(f"{'service':<16}{'turn p50':>10}{'turn p99':>10}{'+p50':>9}{'+p99':>9}"
+          f"{'audio p50':>11}{'audio p99':>11}{'audio max':>11}{'+p50':>8}{'+p99':>8}")
+    base_t = turn_latencies(results["stock"])
+    base_a = audio_latencies(results["stock"])
+    for key in ["stock"] + [f"ours/{n}" for n in backends]:
+        t, a = turn_latencies(results[key]), audio_latencies(results[key])
+        dt50, dt99 = pct(t, 50) - pct(base_t, 50), pct(t, 99) - pct(base_t, 99)
+        da50, da99 = pct(a, 50) - pct(base_a, 50), pct(a, 99) - pct(base_a, 99)
+        extra = ("" if key == "stock" else
+                 f"{dt50:>+9.2f}{dt99:>+9.2f}")
+        extra_a = ("" if key == "stock" else f"{da50:>+8.2f}{da99:>+8.2f}")
+        print(f"{key:<16}{pct(t, 50):>10.2f}{pct(t, 99):>10.2f}{extra:>18}"
+              f"{pct(a, 50):>11.2f}{pct(a, 99):>11.2f}{max(a):>11.2f}{extra_a:>16}")
+    print("(ms; turn = server sends toolCall → server receives toolResponse; audio = server "
+          "sends a chunk → the service pushes its frame; + = ours minus stock)")
+
+    print(f"\nDeferral wait (default Policy, calls arriving mid-speech, {deferral_turns} calls)")
+    for name in backends:
+        res = results[f"deferral/{name}"]
+        conn = res["server"].connections[0]
+        sent = {s.message["toolCall"]["functionCalls"][0]["id"]: s.at for s in conn.sent
+                if isinstance(s.message, dict) and "toolCall" in s.message}
+        waits, reactions = [], []
+        for call_id, started in res["tool_started"].items():
+            waits.append((started - sent[call_id]) * 1e3)
+            stop = next((t for t in res["tap"].stops if t >= sent[call_id]), None)
+            if stop is not None:
+                reactions.append((started - stop) * 1e3)
+        print(f"  ours/{name:<9} toolCall → tool start p50 {pct(waits, 50):7.1f} ms, "
+              f"p99 {pct(waits, 99):7.1f} ms (the bot's remaining speech); "
+              f"bot stopped → tool start p50 {pct(reactions, 50):5.2f} ms, "
+              f"p99 {pct(reactions, 99):5.2f} ms")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CI smoke run (< 60 s)")
+    parser.add_argument("--turns", type=int, default=None)
+    args = parser.parse_args()
+    logger.remove()
+    logger.add(sys.stderr, level="ERROR")
+    turns = args.turns or (15 if args.quick else 60)
+    asyncio.run(main(turns, 4 if args.quick else 10))

@@ -1,0 +1,306 @@
+"""Redaction of event data and projected state (pure; no I/O except reading a config file).
+
+Two levels:
+
+* **Always** (every output of the CLI and the web viewer, with or without --redact): any
+  value under a key whose name contains a secret word ("api_key", "token", "secret",
+  "password", "authorization", …, compared case-insensitively with `_`/`-`/`.` removed) is
+  masked at any depth, in any event, and substrings that look like credentials ("sk-…",
+  "AIza…", "Bearer …", JWTs, "api_key=…") are masked inside every string.
+* **Full** (`--redact`, `?redact=1`, or a config that turns it on): additionally the
+  configured fields — tool arguments and results by key name (or all of them), transcript
+  text (conversation.message), settings values — and resumption handles (replaced by a short
+  fingerprint, so the timeline still shows which handle a session resumed from).
+
+A masked value becomes the string "[REDACTED]"; containers keep their shape (a dict stays a
+dict, with its leaves masked), so a redacted event still decodes and folds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..events import canonical_json
+from ..records import RecordedEvent
+
+MASK = "[REDACTED]"
+
+#: Key names containing any of these (normalised: lower case, no `_ - . space`) are always masked.
+ALWAYS_SECRET_KEY_PARTS: tuple[str, ...] = (
+    "apikey", "token", "secret", "password", "passwd", "passphrase", "authorization",
+    "credential", "privatekey", "accesskey", "cookie", "bearer", "signature")
+
+#: Substrings that look like credentials wherever they occur in a string.
+ALWAYS_SECRET_PATTERNS: tuple[str, ...] = (
+    r"\bsk-[A-Za-z0-9_\-]{6,}",                       # sk-… style API keys
+    r"\bAIza[0-9A-Za-z_\-]{20,}",                      # Google API keys
+    r"(?i)\bbearer\s+[A-Za-z0-9._~+/=\-]{6,}",         # Authorization: Bearer …
+    r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{4,}",  # JWT
+    r"\bgh[pousr]_[A-Za-z0-9]{20,}",                   # GitHub tokens
+    r"\bxox[abprs]-[A-Za-z0-9\-]{10,}",                # Slack tokens
+    r"\bAKIA[0-9A-Z]{16}\b",                           # AWS access key ids
+    # key=value / key: value inside free text (error messages, prompts)
+    r"(?i)(?:api[_\-]?key|token|secret|password|passwd|authorization)[\"']?\s*[=:]\s*[\"']?"
+    r"[^\s\"',;}]{3,}",
+)
+
+#: Argument/result keys masked by default when full redaction is on (personal data).
+DEFAULT_REDACT_KEYS: tuple[str, ...] = (
+    "email", "phone", "phone_number", "mobile", "address", "street", "postcode", "zip",
+    "card_number", "card", "cvv", "iban", "account_number", "ssn", "date_of_birth", "dob",
+    "pin", "otp")
+
+ENV_CONFIG = "SESSION_STORE_REDACT_CONFIG"
+ENV_KEYS = "SESSION_STORE_REDACT_KEYS"
+
+
+def _norm(key: str) -> str:
+    return re.sub(r"[\s_\-.]", "", key.lower())
+
+
+@dataclass(frozen=True)
+class RedactionConfig:
+    """What to mask. `enabled` turns on full redaction (the always-level is never off)."""
+
+    enabled: bool = False
+    #: Key names (fnmatch patterns, case-insensitive) masked at any depth when enabled.
+    keys: tuple[str, ...] = DEFAULT_REDACT_KEYS
+    transcripts: bool = True
+    settings_values: bool = True
+    tool_args: str = "keys"  # "keys": only configured keys | "all": every leaf
+    tool_results: str = "keys"
+    handles: bool = True
+    #: Extra key-name parts and regexes added to the always-level.
+    secret_keys: tuple[str, ...] = ()
+    secret_patterns: tuple[str, ...] = ()
+
+    def with_enabled(self, enabled: bool = True) -> "RedactionConfig":
+        return dataclasses.replace(self, enabled=enabled)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_config(*, redact: bool = False, keys: str | None = None, path: str | None = None,
+                env: dict[str, str] | None = None) -> RedactionConfig:
+    """Combine a config file (--redact-config or $SESSION_STORE_REDACT_CONFIG, JSON or TOML),
+    $SESSION_STORE_REDACT_KEYS and --redact-keys. Giving keys implies full redaction; a file
+    with `enabled = true` forces it for every output."""
+    env = os.environ if env is None else env
+    cfg = RedactionConfig()
+    path = path or env.get(ENV_CONFIG) or None
+    if path:
+        cfg = _from_file(Path(path))
+    extra: list[str] = []
+    for source in (env.get(ENV_KEYS), keys):
+        if source:
+            extra += [k.strip() for k in source.split(",") if k.strip()]
+    if extra:
+        cfg = dataclasses.replace(cfg, keys=tuple(dict.fromkeys(cfg.keys + tuple(extra))),
+                                  enabled=True)
+    if redact:
+        cfg = cfg.with_enabled()
+    return cfg
+
+
+def _from_file(path: Path) -> RedactionConfig:
+    text = path.read_text(encoding="utf-8")
+    data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a redaction config is a JSON/TOML object")
+    data = dict(data.get("redaction", data))
+    replace_defaults = bool(data.pop("replace_default_keys", False))
+    allowed = {f.name for f in dataclasses.fields(RedactionConfig)}
+    unknown = set(data) - allowed
+    if unknown:
+        raise ValueError(f"{path}: unknown redaction setting(s) {sorted(unknown)}; "
+                         f"known: {sorted(allowed)}")
+    for mode in ("tool_args", "tool_results"):
+        if data.get(mode, "keys") not in ("keys", "all"):
+            raise ValueError(f"{path}: {mode} must be 'keys' or 'all'")
+    conv = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    if "keys" in conv and not replace_defaults:
+        conv["keys"] = tuple(dict.fromkeys(DEFAULT_REDACT_KEYS + conv["keys"]))
+    return RedactionConfig(**conv)
+
+
+@dataclass
+class _Pass:
+    """One redaction pass: the config compiled, and the JSON paths it masked."""
+    config: RedactionConfig
+    secret_parts: tuple[str, ...]
+    patterns: tuple[re.Pattern, ...]
+    masked: list[str] = field(default_factory=list)
+
+
+class Redactor:
+    """Applies a RedactionConfig to event data, recorded events and projected state."""
+
+    def __init__(self, config: RedactionConfig | None = None):
+        self.config = config or RedactionConfig()
+        self._parts = tuple(_norm(p) for p in ALWAYS_SECRET_KEY_PARTS + self.config.secret_keys)
+        self._patterns = tuple(re.compile(p) for p in
+                               ALWAYS_SECRET_PATTERNS + self.config.secret_patterns)
+        self._keys = tuple(k.lower() for k in self.config.keys)
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.enabled
+
+    # ------------------------------------------------------------------ key tests
+    def is_secret_key(self, key: str) -> bool:
+        n = _norm(key)
+        return any(p in n for p in self._parts)
+
+    def is_configured_key(self, key: str) -> bool:
+        k = key.lower()
+        return self.config.enabled and any(fnmatch.fnmatchcase(k, p) for p in self._keys)
+
+    # ------------------------------------------------------------------ values
+    def scrub_text(self, text: str) -> str:
+        """Mask credential-looking substrings of a string (always applied)."""
+        for pat in self._patterns:
+            text = pat.sub(MASK, text)
+        return text
+
+    def _walk(self, value: Any, path: str, masked: list[str], *, all_leaves: bool = False) -> Any:
+        if isinstance(value, dict):
+            out = {}
+            for k, v in value.items():
+                sub = f"{path}.{k}"
+                if isinstance(k, str) and (self.is_secret_key(k) or self.is_configured_key(k)):
+                    out[k] = self._mask(v, sub, masked)
+                else:
+                    out[k] = self._walk(v, sub, masked, all_leaves=all_leaves)
+            return out
+        if isinstance(value, list):
+            return [self._walk(v, f"{path}[{i}]", masked, all_leaves=all_leaves)
+                    for i, v in enumerate(value)]
+        if all_leaves and value is not None:
+            masked.append(path)
+            return MASK
+        if isinstance(value, str):
+            scrubbed = self.scrub_text(value)
+            if scrubbed != value:
+                masked.append(path)
+            return scrubbed
+        return value
+
+    def _mask(self, value: Any, path: str, masked: list[str]) -> Any:
+        """Mask a whole value but keep a container's shape."""
+        if isinstance(value, dict):
+            return {k: self._mask(v, f"{path}.{k}", masked) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._mask(v, f"{path}[{i}]", masked) for i, v in enumerate(value)]
+        if value is None:
+            return None
+        masked.append(path)
+        return MASK
+
+    def fingerprint(self, handle: Any) -> Any:
+        if not isinstance(handle, str) or not (self.config.enabled and self.config.handles):
+            return handle
+        return f"handle:{hashlib.sha256(handle.encode()).hexdigest()[:12]}"
+
+    # ------------------------------------------------------------------ events
+    def redact_data(self, event_type: str, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """(redacted copy of an event's data, JSON paths masked)."""
+        masked: list[str] = []
+        cfg = self.config
+        out = dict(data)
+        if cfg.enabled:
+            out = self._full(event_type, out, masked)
+        out = self._walk(out, "data", masked)
+        return out, sorted(set(masked))
+
+    def _full(self, event_type: str, d: dict[str, Any], masked: list[str]) -> dict[str, Any]:
+        cfg = self.config
+        if event_type in ("session.opened", "settings.changed"):
+            key = "settings" if event_type == "session.opened" else "values"
+            if cfg.settings_values and isinstance(d.get(key), dict):
+                d[key] = {k: self._mask(v, f"data.{key}.{k}", masked) for k, v in d[key].items()}
+        elif event_type == "tool.call_requested":
+            d["args"] = self._walk(d.get("args"), "data.args", masked,
+                                   all_leaves=cfg.tool_args == "all")
+        elif event_type == "tool.call_completed":
+            d["result"] = self._walk(d.get("result"), "data.result", masked,
+                                     all_leaves=cfg.tool_results == "all")
+        elif event_type == "tool.call_failed" and cfg.tool_results == "all":
+            d["error"] = self._mask(d.get("error"), "data.error", masked)
+        elif event_type == "conversation.message" and cfg.transcripts:
+            d["text"] = self._mask(d.get("text"), "data.text", masked)
+        elif event_type == "anomaly.recorded" and isinstance(d.get("detail"), dict):
+            detail = dict(d["detail"])
+            if "args" in detail:
+                detail["args"] = self._walk(detail["args"], "data.detail.args", masked,
+                                            all_leaves=cfg.tool_args == "all")
+            d["detail"] = detail
+        if event_type in ("connection.connected", "connection.handle_issued"):
+            if d.get("handle") is not None and cfg.handles:
+                d["handle"] = self.fingerprint(d["handle"])
+                masked.append("data.handle")
+        return d
+
+    def redact_record(self, rec: RecordedEvent) -> RecordedEvent:
+        """The same record with redacted data (its hash still the stored one)."""
+        try:
+            data = rec.data
+        except Exception:  # noqa: BLE001 - corrupt payloads are shown scrubbed, never raw
+            return dataclasses.replace(rec, data_json=canonical_json(
+                {"_unreadable": self.scrub_text(rec.data_json)}))
+        new, masked = self.redact_data(rec.type, data)
+        if not masked:
+            return rec
+        return dataclasses.replace(rec, data_json=canonical_json(new))
+
+    def redact_records(self, recs: Iterable[RecordedEvent]) -> list[RecordedEvent]:
+        return [self.redact_record(r) for r in recs]
+
+    # ------------------------------------------------------------------ state
+    def redact_state(self, state_json: dict[str, Any]) -> dict[str, Any]:
+        """Redact a projected state (SessionState.to_json() or a view of it)."""
+        masked: list[str] = []
+        s = json.loads(json.dumps(state_json))  # deep copy, JSON types only
+        cfg = self.config
+        if cfg.enabled:
+            if cfg.settings_values and isinstance(s.get("settings"), dict):
+                s["settings"] = {k: self._mask(v, "settings", masked)
+                                 for k, v in s["settings"].items()}
+            for c in (s.get("calls") or {}).values():
+                if not isinstance(c, dict):
+                    continue
+                if "args" in c:
+                    c["args"] = self._walk(c["args"], "args", masked,
+                                           all_leaves=cfg.tool_args == "all")
+                if "result" in c:
+                    c["result"] = self._walk(c["result"], "result", masked,
+                                             all_leaves=cfg.tool_results == "all")
+                if cfg.tool_results == "all" and c.get("error") is not None:
+                    c["error"] = MASK
+            if cfg.transcripts and isinstance(s.get("conversation"), list):
+                s["conversation"] = [[m[0], MASK] if m and m[0] != "tool" else m
+                                     for m in s["conversation"]]
+            if cfg.handles:
+                self._fingerprint_handles(s)
+        return self._walk(s, "state", masked)
+
+    def _fingerprint_handles(self, s: dict[str, Any]) -> None:
+        if isinstance(s.get("handles"), dict):
+            s["handles"] = {self.fingerprint(k): {**h, "handle": self.fingerprint(h.get("handle"))}
+                            for k, h in s["handles"].items()}
+        for key in ("newest_handle",):
+            if key in s:
+                s[key] = self.fingerprint(s[key])
+        for g in (s.get("generations") or {}).values():
+            if isinstance(g, dict) and g.get("handle"):
+                g["handle"] = self.fingerprint(g["handle"])

@@ -1,0 +1,130 @@
+"""Call summaries for listings: one row per call from a few SQL aggregates (pure part).
+
+A call's status: `closed` (a session.closed event exists), `open` (not closed, an event within
+the last `STALE_AFTER_US`), `stale` (not closed and silent for longer: the worker probably
+died and nobody took the call over). Counts come from event types: tool calls requested,
+deferred, failed, cancelled; anomalies; reconnects (connections after the first); takeovers
+(session.worker_attached: a new worker after a crash or a deploy).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from .fmt import EPOCH, iso
+
+STALE_AFTER_US = 2 * 3600 * 1_000_000  # a resumption handle's lifetime: after it, nothing resumes
+STATUSES = ("open", "closed", "stale")
+
+#: Event types counted per call, and the counter each one feeds.
+COUNTED_TYPES: dict[str, str] = {
+    "tool.call_requested": "tool_calls",
+    "tool.call_deferred": "deferred",
+    "tool.call_failed": "failures",
+    "tool.call_cancelled": "cancelled",
+    "anomaly.recorded": "anomalies",
+    "connection.connected": "connects",
+    "session.worker_attached": "takeovers",
+    "session.closed": "closes",
+}
+
+
+@dataclass
+class CallSummary:
+    call_id: str
+    events: int
+    epoch: int
+    started_at_us: int
+    last_event_at_us: int
+    closed: bool
+    status: str
+    tool_calls: int = 0
+    deferred: int = 0
+    failures: int = 0
+    cancelled: int = 0
+    anomalies: int = 0
+    reconnects: int = 0
+    takeovers: int = 0
+
+    @property
+    def duration_s(self) -> float:
+        return round((self.last_event_at_us - self.started_at_us) / 1e6, 3)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"call": self.call_id, "status": self.status, "start": iso(self.started_at_us),
+                "last_event": iso(self.last_event_at_us), "duration_s": self.duration_s,
+                "events": self.events, "epoch": self.epoch, "tool_calls": self.tool_calls,
+                "deferred": self.deferred, "failures": self.failures,
+                "cancelled": self.cancelled, "anomalies": self.anomalies,
+                "reconnects": self.reconnects, "takeovers": self.takeovers}
+
+
+def status_of(closed: bool, last_event_at_us: int, now_us: int,
+              stale_after_us: int = STALE_AFTER_US) -> str:
+    if closed:
+        return "closed"
+    return "stale" if last_event_at_us < now_us - stale_after_us else "open"
+
+
+def summarise(head: tuple, counts: dict[str, int], now_us: int,
+              stale_after_us: int = STALE_AFTER_US) -> CallSummary:
+    """One summary from a stream head (id, version, epoch, created, updated) and type counts."""
+    call_id, version, epoch, created, updated = head
+    closed = counts.get("session.closed", 0) > 0
+    c = {COUNTED_TYPES[t]: n for t, n in counts.items() if t in COUNTED_TYPES}
+    return CallSummary(
+        call_id, version, epoch, created, updated, closed,
+        status_of(closed, updated, now_us, stale_after_us),
+        tool_calls=c.get("tool_calls", 0), deferred=c.get("deferred", 0),
+        failures=c.get("failures", 0), cancelled=c.get("cancelled", 0),
+        anomalies=c.get("anomalies", 0), reconnects=max(c.get("connects", 0) - 1, 0),
+        takeovers=c.get("takeovers", 0))
+
+
+@dataclass(frozen=True)
+class CallFilter:
+    """Which calls a listing shows: newest first, `limit` per page, after call `after`."""
+    since_us: int | None = None  # started at or after
+    until_us: int | None = None  # started before
+    status: str | None = None
+    search: str | None = None  # substring of the call id
+    after: str | None = None  # the last call id of the previous page
+    limit: int = 50
+
+    def __post_init__(self):
+        if self.status is not None and self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}; use one of {', '.join(STATUSES)}")
+        if not 1 <= self.limit <= 10_000:
+            raise ValueError("limit must be between 1 and 10000")
+
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
+
+
+def parse_time(text: str | None, now: datetime | None = None) -> int | None:
+    """ISO 8601 (naive = UTC), or a relative age such as `90m`, `2h`, `7d`: microseconds."""
+    if text is None or text == "":
+        return None
+    text = text.strip()
+    m = _RELATIVE.match(text)
+    if m:
+        unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[m.group(2)]
+        now = now or datetime.now(timezone.utc)
+        return (now - timedelta(**{unit: float(m.group(1))}) - EPOCH) // timedelta(microseconds=1)
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not a time: {text!r} (use ISO 8601 like 2026-01-31T14:00:00Z, "
+                         "or an age like 2h)") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return (dt - EPOCH) // timedelta(microseconds=1)
+
+
+def like_pattern(search: str) -> str:
+    """A LIKE pattern matching `search` literally anywhere (escape char: backslash)."""
+    escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"

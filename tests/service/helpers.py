@@ -1,0 +1,320 @@
+"""Harness for the wire scenarios: one scripted call through a real pipecat pipeline.
+
+`run_call(flavour, scripts, drive)` starts a LocalLiveServer with `scripts`, builds the
+service (ours on a store, or pipecat's stock GeminiLiveLLMService), runs
+`user aggregator → service → PlaybackOutput → Tap → assistant aggregator` with pipecat's own
+runner, lets `drive(ctl)` steer the call (queue frames, wait for server conditions), ends the
+pipeline and returns everything a test asserts on: the server's record, the tool ledger (with
+times), what the output transport did (Tap), and — for our service — the call's event log and
+its projection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipecat.frames.frames import (BotStartedSpeakingFrame, BotStoppedSpeakingFrame, EndFrame,
+                                   Frame, LLMRunFrame, TTSAudioRawFrame)
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.runner import PipelineRunner
+from pipecat.pipeline.task import PipelineParams, PipelineTask
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
+from pipecat.services.llm_service import FunctionCallParams
+
+from service.gemini_live import DurableGeminiLiveLLMService
+from service.local_live import LocalLiveServer, Script, ToolResult
+from service.testing.pipeline import MODEL, PlaybackOutput, ToolLedger, tools_schema
+from session_store import Policy, RecordedEvent, SessionState, load_state
+from session_store.storage import SqlEventStore
+
+PROMPT = "Be brief."
+TOOLS = ("lookup_order", "get_weather")
+
+
+# --------------------------------------------------------------------------- service flavours
+
+@dataclass
+class Flavour:
+    """Which service a scenario runs: ours on a database, or pipecat's stock service."""
+
+    name: str  # sqlite | postgres | stock
+    store: SqlEventStore | None = None
+
+    @property
+    def durable(self) -> bool:
+        return self.store is not None
+
+    def make_llm(self, server: LocalLiveServer, *, call_id: str, system_instruction: str,
+                 tools: Sequence[str], policy: Policy | None,
+                 **extra: Any) -> GeminiLiveLLMService:
+        common = dict(
+            api_key="local-test-key",
+            settings=GeminiLiveLLMService.Settings(model=MODEL,
+                                                   system_instruction=system_instruction),
+            tools=tools_schema(list(tools)), http_options=server.http_options())
+        if not self.durable:
+            return GeminiLiveLLMService(**common)
+        return DurableGeminiLiveLLMService(**common, store=self.store, call_id=call_id,
+                                           policy=policy, **extra)
+
+
+# --------------------------------------------------------------------------- observation
+
+class Tap(FrameProcessor):
+    """Sits right after the output transport: when it said the bot started/stopped speaking,
+    and when each audio frame came out of it (wall-clock times, comparable with the log's)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.speech: list[tuple[str, float]] = []  # ("start" | "stop", time)
+        self.audio_at: list[float] = []
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection):
+        await super().process_frame(frame, direction)
+        if direction == FrameDirection.DOWNSTREAM:
+            now = time.time()
+            if isinstance(frame, BotStartedSpeakingFrame):
+                self.speech.append(("start", now))
+            elif isinstance(frame, BotStoppedSpeakingFrame):
+                self.speech.append(("stop", now))
+            elif isinstance(frame, TTSAudioRawFrame):
+                self.audio_at.append(now)
+        await self.push_frame(frame, direction)
+
+    @property
+    def speaking(self) -> bool:
+        return bool(self.speech) and self.speech[-1][0] == "start"
+
+    def intervals(self) -> list[tuple[float, float | None]]:
+        """(start, stop) of each stretch of bot speech; stop None if it never ended."""
+        out: list[tuple[float, float | None]] = []
+        for kind, at in self.speech:
+            if kind == "start":
+                out.append((at, None))
+            elif out and out[-1][1] is None:
+                out[-1] = (out[-1][0], at)
+        return out
+
+    def speaking_at(self, t: float) -> bool:
+        return any(start <= t and (stop is None or t < stop) for start, stop in self.intervals())
+
+    def first_stop_after(self, t: float) -> float | None:
+        return next((at for kind, at in self.speech if kind == "stop" and at >= t), None)
+
+
+class TimedLedger(ToolLedger):
+    def write(self, entry: dict[str, Any]) -> None:
+        super().write({**entry, "t": time.time()})
+
+
+def make_tool(name: str, ledger: ToolLedger, delay: float):
+    """A tool that records its side effect (with the start time) in the ledger, then answers."""
+
+    async def handler(params: FunctionCallParams) -> None:
+        ledger.write({"tool": name, "call_id": params.tool_call_id, "args": params.arguments})
+        await asyncio.sleep(delay)
+        await params.result_callback({"ok": True, "tool": name, "args": params.arguments})
+
+    return handler
+
+
+@dataclass
+class Ctl:
+    """What a scenario's `drive` gets: the live call, to steer and watch it."""
+
+    server: LocalLiveServer
+    task: PipelineTask
+    llm: GeminiLiveLLMService
+    tap: Tap
+    ledger: TimedLedger
+    marks: dict[str, float] = field(default_factory=dict)
+
+    async def wait(self, condition: Callable[[], bool], timeout: float = 8.0) -> bool:
+        """Wait for a condition; False on timeout, or as soon as the server saw a violation
+        (the stock service often never gets there: the assertions afterwards, not a
+        timeout, then say what went wrong, and the xfail runs stay short)."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() >= deadline or self.server.violations:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    async def settle(self, seconds: float = 0.4) -> None:
+        await asyncio.sleep(seconds)
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = time.time()
+
+    def results(self, call_id: str | None = None) -> list[ToolResult]:
+        return [r for r in self.server.tool_responses() if call_id is None or r.id == call_id]
+
+    def script_done(self, connection: int) -> bool:
+        """The connection's scripted steps have all been sent (it may still be open)."""
+        session = self.server._sessions.get(connection)  # noqa: SLF001 - test harness
+        return (session is not None and session.steps_done) or (
+            len(self.server.connections) > connection
+            and not self.server.connections[connection].is_open)
+
+
+@dataclass
+class CallRun:
+    """Everything a scenario asserts on, after the call ended."""
+
+    flavour: Flavour
+    call_id: str
+    server: LocalLiveServer
+    ledger: TimedLedger
+    tap: Tap
+    marks: dict[str, float]
+    events: list[RecordedEvent] = field(default_factory=list)
+    state: SessionState | None = None
+
+    # ---- server side
+    def results(self, call_id: str | None = None) -> list[ToolResult]:
+        return [r for r in self.server.tool_responses() if call_id is None or r.id == call_id]
+
+    def results_named(self, name: str) -> list[ToolResult]:
+        return [r for r in self.server.tool_responses() if r.name == name]
+
+    @property
+    def connections(self):
+        return self.server.connections
+
+    # ---- ledger
+    def runs(self, call_id: str | None = None) -> list[dict[str, Any]]:
+        return [r for r in self.ledger.runs if call_id is None or r["call_id"] == call_id]
+
+    # ---- log
+    def types(self) -> list[str]:
+        return [e.type for e in self.events]
+
+    def find(self, type_: str, **match: Any) -> list[RecordedEvent]:
+        return [e for e in self.events if e.type == type_
+                and all(e.data.get(k) == v for k, v in match.items())]
+
+    def at(self, type_: str, **match: Any) -> int:
+        """Version of the first event of that type matching `match` (KeyError if none)."""
+        found = self.find(type_, **match)
+        if not found:
+            raise KeyError(f"no {type_} {match} in the log:\n{self.timeline()}")
+        return found[0].version
+
+    def timeline(self) -> str:
+        return "\n".join(f"  {e.version:3d} {e.type} {e.data_json[:140]}" for e in self.events)
+
+
+async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script,
+                   drive: Callable[[Ctl], Awaitable[None]], *,
+                   tool_delay: float | dict[str, float] = 0.05,
+                   tools: Sequence[str] = TOOLS, policy: Policy | None = None,
+                   system_instruction: str = PROMPT, timeout: float = 40.0,
+                   end_timeout: float = 3.0, **llm_extra: Any) -> CallRun:
+    call_id = f"call-{uuid.uuid4().hex[:10]}"
+    ledger = TimedLedger()
+    tap = Tap()
+    async with LocalLiveServer(list(scripts) if not isinstance(scripts, Script) else scripts
+                               ) as server:
+        llm = flavour.make_llm(server, call_id=call_id, system_instruction=system_instruction,
+                               tools=tools, policy=policy, **llm_extra)
+        for name in tools:
+            delay = tool_delay.get(name, 0.05) if isinstance(tool_delay, dict) else tool_delay
+            llm.register_function(name, make_tool(name, ledger, delay))
+        context = LLMContext(messages=[{"role": "user", "content": "Hello"}])
+        aggregators = LLMContextAggregatorPair(context)
+        pipeline = Pipeline([aggregators.user(), llm, PlaybackOutput(), tap,
+                             aggregators.assistant()])
+        task = PipelineTask(pipeline, params=PipelineParams(), cancel_on_idle_timeout=False)
+        runner = PipelineRunner(handle_sigint=False)
+        ctl = Ctl(server, task, llm, tap, ledger)
+        run = asyncio.create_task(runner.run(task))
+        try:
+            await task.queue_frames([LLMRunFrame()])
+            await asyncio.wait_for(drive(ctl), timeout)
+        finally:
+            await task.queue_frame(EndFrame())
+            done, _ = await asyncio.wait({run}, timeout=end_timeout)
+            if not done:  # e.g. the stock service waits 30 s for a turn that never completes
+                await task.cancel()
+                await asyncio.gather(run, return_exceptions=True)
+    result = CallRun(flavour, call_id, server, ledger, tap, ctl.marks)
+    if flavour.durable:
+        result.events = await flavour.store.read(call_id)
+        result.state = await load_state(flavour.store, call_id, use_snapshot=False)
+    return result
+
+
+# --------------------------------------------------------------------------- common checks
+
+def assert_server_clean(run: CallRun, allow: Sequence[str] = ()) -> None:
+    run.server.assert_clean(allow=allow)
+    rejected = [r for r in run.results() if not r.accepted]
+    assert not rejected, f"results the server did not take in: {rejected}"
+
+
+def assert_answered_once(run: CallRun, call_id: str, name: str, *, via: str | None = None,
+                         connection: int | None = None) -> ToolResult:
+    """Exactly one result for the call reached the server, under the right function name."""
+    got = run.results(call_id)
+    assert len(got) == 1, f"{call_id}: expected one result, the server got {got}"
+    result = got[0]
+    assert result.name == name, f"{call_id}: answered as {result.name!r}, not {name!r}"
+    assert result.accepted, f"{call_id}: the server rejected {result}"
+    if via is not None:
+        assert result.via == via, f"{call_id}: delivered by {result.via}, expected {via}"
+    if connection is not None:
+        assert result.connection == connection, (
+            f"{call_id}: delivered on connection {result.connection}, expected {connection}")
+    return result
+
+
+def assert_ran_once(run: CallRun, call_id: str) -> dict[str, Any]:
+    runs = run.runs(call_id)
+    assert len(runs) == 1, f"{call_id}: the tool ran {len(runs)} times: {run.ledger.runs}"
+    return runs[0]
+
+
+def assert_no_fallback_names(run: CallRun) -> None:
+    bad = run.results_named("tool_call_result")
+    assert not bad, f"results sent under pipecat's fallback name 'tool_call_result': {bad}"
+
+
+def assert_log_settled(run: CallRun, *, anomalies: int = 0) -> None:
+    """The projection of our log at the end of the call: nothing left to do, nothing odd."""
+    if not run.flavour.durable:
+        return
+    state = run.state
+    assert state is not None and state.closed, f"call not closed:\n{run.timeline()}"
+    assert state.undelivered() == [], f"undelivered results:\n{run.timeline()}"
+    assert state.unanswered() == [], f"calls never settled:\n{run.timeline()}"
+    assert not state.pending(), f"deferred calls never started:\n{run.timeline()}"
+    assert state.anomalies == anomalies, f"anomalies in the log:\n{run.timeline()}"
+    assert not [c for c in state.calls.values() if c.status in ("requested", "started")], (
+        f"calls still open:\n{run.timeline()}")
+    versions = [e.version for e in run.events]
+    assert versions == list(range(1, len(versions) + 1)), "gap in the stream"
+
+
+async def assert_chain_ok(run: CallRun) -> None:
+    if run.flavour.durable:
+        (report,) = await run.flavour.store.verify(run.call_id)
+        assert report.ok, report
+
+
+def in_order(run: CallRun, *versions: int) -> bool:
+    return all(a < b for a, b in itertools.pairwise(versions))
+
+
+def handles_of(server: LocalLiveServer, connection: int) -> list[str]:
+    """Handles the server issued on a connection, oldest first."""
+    return [h.handle for h in sorted(server.handles.values(), key=lambda h: h.at)
+            if h.connection == connection]

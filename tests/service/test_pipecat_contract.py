@@ -1,0 +1,158 @@
+"""The private pipecat surface DurableGeminiLiveLLMService depends on, pinned.
+
+service/gemini_live.py overrides or calls private hooks of pipecat's GeminiLiveLLMService and
+reads its private attributes. None of that is a public API: an upgrade may rename, re-type or
+re-wire any of it without notice, and the subclass would then fail quietly (a hook that is
+never called again is not an error). This file fails loudly instead. When it fails after an
+upgrade: re-read the new llm.py, re-check every point of /work/shared/FACTS.md and
+tests/service/test_scenarios.py on both services, then update the pins here.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+import re
+
+import pytest
+from pipecat.services.google.gemini_live import llm as gemini_live_module
+from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
+
+from service.gemini_live import DurableGeminiLiveLLMService
+
+PIPECAT_VERSION = "1.14.0"
+
+_G = "pipecat.services.google.gemini_live.llm.GeminiLiveLLMService"
+_LLM = "pipecat.services.llm_service.LLMService"
+
+# name -> (class that defines it, signature, is a coroutine function)
+METHODS = {
+    # overridden
+    "_connect": (_G, "(self, session_resumption_handle: str | None = None)", True),
+    "_connection_task_handler": (_G, "(self, config: google.genai.types.LiveConnectConfig)", True),
+    "_handle_session_ready": (_G, "(self, session: google.genai.live.AsyncSession)", True),
+    "_reconnect": (_G, "(self)", True),
+    "_create_initial_response": (_G, "(self, for_reconnect: bool = False)", True),
+    "_handle_server_message": (
+        _G, "(self, message: google.genai.types.LiveServerMessage)", True),
+    "_handle_msg_tool_call": (_G, "(self, message: google.genai.types.LiveServerMessage)", True),
+    "_handle_function_call_result": (
+        _G, "(self, frame: pipecat.frames.frames.FunctionCallResultFrame)", True),
+    "_tool_result": (
+        _G, "(self, tool_call_id: str, tool_name: str, tool_result_message: dict[str, "
+            "typing.Any], *, is_final: bool = True, spoken: bool = True)", True),
+    "_process_completed_function_calls": (_G, "(self, send_new_results: bool)", True),
+    "_set_bot_is_responding": (_G, "(self, responding: bool)", True),
+    "_update_settings": (
+        _G, "(self, delta: pipecat.services.settings.LLMSettings) -> dict[str, typing.Any]", True),
+    "setup": (_G, "(self, setup: pipecat.processors.frame_processor.FrameProcessorSetup)", True),
+    "stop": (_G, "(self, frame: pipecat.frames.frames.EndFrame)", True),
+    "cleanup": (_G, "(self)", True),
+    "process_frame": (
+        _G, "(self, frame: pipecat.frames.frames.Frame, "
+            "direction: pipecat.processors.frame_processor.FrameDirection)", True),
+    # called
+    "_disconnect": (_G, "(self)", True),
+    "_handle_connection_error": (_G, "(self, error: Exception) -> bool", True),
+    "_cancel_function_calls_by_tool_call_id": (_LLM, "(self, tool_call_id: 'str')", True),
+    "run_function_calls": (
+        _LLM, "(self, function_calls: 'Sequence[FunctionCallFromLLM]')", True),
+    "push_frame": (
+        _G, "(self, frame: pipecat.frames.frames.Frame, direction: "
+            "pipecat.processors.frame_processor.FrameDirection = <FrameDirection.DOWNSTREAM: 1>)",
+        True),
+}
+
+# Instance attributes the subclass reads or writes, and what a fresh service holds.
+ATTRIBUTES = {
+    "_session": None,
+    "_connection_task": None,
+    "_disconnecting": False,
+    "_system_instruction_from_init": "Be brief.",
+    "_session_resumption_handle": None,
+    "_run_llm_when_session_ready": False,
+    "_ready_for_realtime_input": False,
+    "_bot_is_responding": False,
+    "_context": None,
+    "_tools_from_init": None,
+    "_inference_on_context_initialization": True,
+    "_consecutive_failures": 0,
+}
+
+# Call edges inside pipecat that the subclass relies on: (method, what its body must mention).
+WIRING = [
+    ("push_frame", "_handle_function_call_result"),  # results reach our override
+    ("_handle_function_call_result", "_tool_result"),
+    ("_connection_task_handler", "_handle_session_ready"),
+    ("_connection_task_handler", "_handle_server_message"),
+    ("_connection_task_handler", "_handle_connection_error"),
+    ("_connection_task_handler", "_reconnect"),  # receive errors go through our _reconnect
+    ("_handle_server_message", "_handle_msg_tool_call"),
+    ("_handle_session_ready", "_create_initial_response"),
+    ("_handle_session_ready", "_session_resumption_handle"),
+    ("_handle_context", "_process_completed_function_calls"),
+    ("_reconnect", "_disconnect"),
+    ("_reconnect", "_connect"),
+    ("_connect", "_system_instruction_from_init"),  # the new prompt travels through it
+    ("_connect", "_connection_task_handler"),
+    ("setup", "_connect"),
+]
+
+
+def test_pipecat_version_is_the_pinned_one():
+    assert importlib.metadata.version("pipecat-ai") == PIPECAT_VERSION, (
+        "pipecat changed: re-check every private hook (see this file's docstring)")
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_private_method_signature(name):
+    owner, signature, is_async = METHODS[name]
+    defined_in = next(f"{c.__module__}.{c.__qualname__}" for c in GeminiLiveLLMService.__mro__
+                      if name in c.__dict__)
+    method = getattr(GeminiLiveLLMService, name)
+    assert defined_in == owner, f"{name} moved from {owner} to {defined_in}"
+    assert str(inspect.signature(method)) == signature, f"{name} changed its signature"
+    assert inspect.iscoroutinefunction(method) == is_async
+
+
+@pytest.mark.parametrize("name", sorted(n for n in METHODS
+                                        if n in DurableGeminiLiveLLMService.__dict__))
+def test_override_accepts_what_pipecat_passes(name):
+    """Each override takes the same parameters (names, kinds, defaults) as pipecat's."""
+    ours = inspect.signature(DurableGeminiLiveLLMService.__dict__[name])
+    theirs = inspect.signature(getattr(GeminiLiveLLMService, name))
+    shape = [(p.name, p.kind, p.default) for p in theirs.parameters.values()]
+    assert [(p.name, p.kind, p.default) for p in ours.parameters.values()] == shape
+    assert inspect.iscoroutinefunction(DurableGeminiLiveLLMService.__dict__[name])
+
+
+def test_private_attributes_exist_with_their_initial_values():
+    llm = GeminiLiveLLMService(api_key="x", settings=GeminiLiveLLMService.Settings(
+        model="models/gemini-2.5-flash-native-audio-preview", system_instruction="Be brief."))
+    for name, initial in ATTRIBUTES.items():
+        assert hasattr(llm, name), f"GeminiLiveLLMService no longer has {name}"
+        assert getattr(llm, name) == initial, f"{name} starts as {getattr(llm, name)!r}"
+    assert llm._settings.system_instruction == "Be brief."
+    assert isinstance(inspect.getattr_static(GeminiLiveLLMService, "_is_gemini_3"), property)
+    assert llm._is_gemini_3 is False
+    assert GeminiLiveLLMService(api_key="x")._is_gemini_3 is True  # the 3.8 default model
+    assert gemini_live_module.MAX_CONSECUTIVE_FAILURES == 3
+
+
+@pytest.mark.parametrize("method,mentions", WIRING)
+def test_pipecat_wiring_we_rely_on(method, mentions):
+    source = inspect.getsource(getattr(GeminiLiveLLMService, method))
+    assert re.search(rf"\b{re.escape(mentions)}\b", source), (
+        f"GeminiLiveLLMService.{method} no longer uses {mentions}")
+
+
+def test_what_upstream_still_ignores():
+    """We handle goAway and toolCallCancellation ourselves, before upstream's dispatcher; if
+    upstream starts handling them, both would act. _handle_msg_resumption_update is called
+    without await: it must stay synchronous (we read the handle in _handle_server_message)."""
+    source = inspect.getsource(GeminiLiveLLMService._handle_server_message)
+    assert "go_away" not in source
+    assert "tool_call_cancellation" not in source
+    assert not inspect.iscoroutinefunction(GeminiLiveLLMService._handle_msg_resumption_update)
+    # _update_settings only warns: the reconnect for a new prompt is ours.
+    assert "_reconnect" not in inspect.getsource(GeminiLiveLLMService._update_settings)

@@ -1,0 +1,117 @@
+"""Durable on return: an acknowledged append survives the writer process being SIGKILLed.
+
+A child process appends to a few streams in a loop and prints each acknowledged version; the
+parent kills it mid-stream, then checks the log from a fresh store and lets another process
+carry on where the dead one stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from session_store import events as ev
+
+CHILD = textwrap.dedent('''
+    import asyncio, sys
+    from session_store import events as ev, open_store
+
+    async def main(url, schema, streams, limit):
+        store = await open_store(url, **({"schema": schema} if schema else {}))
+
+        async def writer(sid):
+            v = await store.stream_version(sid)
+            while limit < 0 or v < limit:
+                v = await store.append(sid, [ev.ConversationMessage("user", f"{sid}:{v + 1}")], v)
+                print(sid, v, flush=True)
+
+        print("ready", flush=True)
+        await asyncio.gather(*(writer(sid) for sid in streams.split(",")))
+        await store.close()
+
+    url, schema, streams, limit = sys.argv[1:5]
+    asyncio.run(main(url, schema, streams, int(limit)))
+''')
+
+STREAMS = ["d0", "d1", "d2", "d3"]
+
+
+async def _spawn(tmp_path: Path, backend, limit: int) -> asyncio.subprocess.Process:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    return await asyncio.create_subprocess_exec(
+        sys.executable, str(script), backend.url, backend.options.get("schema", ""),
+        ",".join(STREAMS), str(limit),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        cwd=str(Path(__file__).resolve().parents[2]))
+
+
+def _ack(line: bytes, acked: dict[str, int]) -> None:
+    sid, version = line.decode().split()
+    assert int(version) == acked.get(sid, 0) + 1, "the child's acks are not consecutive"
+    acked[sid] = int(version)
+
+
+@pytest.mark.timeout(90)
+async def test_acknowledged_appends_survive_sigkill(migrated, tmp_path):
+    child = await _spawn(tmp_path, migrated, limit=-1)
+    acked: dict[str, int] = {}
+    try:
+        first = await asyncio.wait_for(child.stdout.readline(), 30)
+        assert first == b"ready\n", first + await child.stderr.read()
+        while sum(acked.values()) < 120:
+            line = await asyncio.wait_for(child.stdout.readline(), 30)
+            assert line, (await child.stderr.read()).decode()
+            _ack(line, acked)
+        child.send_signal(signal.SIGKILL)  # mid-stream: appends are in flight
+        # Acks already written to the pipe count as acknowledged too.
+        for line in (await asyncio.wait_for(child.stdout.read(), 30)).splitlines():
+            _ack(line + b"\n", acked)
+        assert await asyncio.wait_for(child.wait(), 30) == -signal.SIGKILL
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+
+    store = await migrated.open()
+    try:
+        for sid in STREAMS:
+            got = await store.read(sid)
+            versions = [r.version for r in got]
+            assert versions == list(range(1, len(got) + 1)), f"{sid}: gap or reorder"
+            # Every acknowledged append is there; at most the one in flight went further.
+            assert acked.get(sid, 0) <= len(got) <= acked.get(sid, 0) + 1, (sid, acked)
+            assert [r.event.text for r in got] == [f"{sid}:{v}" for v in versions]
+            assert await store.stream_version(sid) == len(got)
+        reports = await store.verify()
+        assert sorted(r.stream_id for r in reports) == STREAMS
+        assert all(r.ok for r in reports), reports
+        before = {sid: await store.stream_version(sid) for sid in STREAMS}
+    finally:
+        await store.close()
+
+    # A new process carries on where the dead one stopped.
+    goal = max(before.values()) + 10
+    child = await _spawn(tmp_path, migrated, limit=goal)
+    out, err = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert lines[0] == "ready"
+    assert sorted(lines[1:]) == sorted(f"{sid} {v}" for sid in STREAMS
+                                       for v in range(before[sid] + 1, goal + 1))
+
+    store = await migrated.open()
+    try:
+        for sid in STREAMS:
+            got = await store.read(sid)
+            assert [r.version for r in got] == list(range(1, goal + 1))
+            assert [r.event for r in got] == [ev.ConversationMessage("user", f"{sid}:{v}")
+                                              for v in range(1, goal + 1)]
+        assert all(r.ok for r in await store.verify())
+    finally:
+        await store.close()

@@ -1,0 +1,213 @@
+"""Event serialisation: round trip of the whole catalogue, upcasting of old schema versions,
+tolerant reading of newer fields, and loud, named errors for what this code cannot read
+(never skipped: skipping would silently change the projection)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from session_store import events as ev
+from session_store.errors import (CorruptEvent, EventDecodeError, SchemaVersionTooNew,
+                                  SessionStoreError, UnknownEventType)
+from session_store.events import canonical_json, catalogue, decode
+from session_store.loading import load_state
+
+from .helpers import insert_raw_event, msg, opened, raw_record
+
+SAMPLES: list[ev.Event] = [
+    opened(), ev.WorkerAttached("w2", 2, "deploy"), ev.SessionClosed("hangup"),
+    ev.Connected(2, handle="h1", system_instruction_sha256="ab" * 32),
+    ev.Disconnected(1, "go_away", "deadline"), ev.HandleIssued(1, "h1", 12),
+    ev.GoAwayReceived(1, 58.5), ev.ReconnectRequested("settings", ["system_instruction"]),
+    ev.BotStartedSpeaking(1), ev.BotStoppedSpeaking(1, "transport"), ev.Interrupted(1),
+    ev.SettingsChanged(["voice"], {"voice": "Puck"}, True),
+    ev.ToolCallRequested("c1", "lookup", {"q": "x", "n": [1, {"k": None}]}, 1),
+    ev.ToolCallReissued("c2", original="c1"), ev.ToolCallDeferred("c1"), ev.ToolCallStarted("c1", 1, "call:c1", 1),
+    ev.ToolCallCompleted("c1", {"ok": True, "items": [1.5, "é"]}, reused_from="c0"),
+    ev.ToolCallFailed("c1", "boom", outcome_unknown=True), ev.ToolCallCancelled("c1", "server"),
+    ev.ToolResultSending("c1", 1, "tool_response"), ev.ToolResultSent("c1", 1, "content"),
+    ev.ConversationMessage("assistant", "hello", 1),
+    ev.AnomalyRecorded("duplicate_tool_call_id", {"call_id": "c1"}, 1),
+]
+
+
+# --------------------------------------------------------------------------- round trip
+
+def test_every_catalogue_type_round_trips():
+    assert {type(e).TYPE for e in SAMPLES} == set(catalogue()), "add a sample for new types"
+    for e in SAMPLES:
+        text = canonical_json(e.to_data())
+        assert decode(e.TYPE, e.SCHEMA, json.loads(text)) == e
+        rec = raw_record("s", 1, e.TYPE, e.SCHEMA, text)
+        assert rec.event == e and rec.data == e.to_data()
+        assert rec.to_json()["data"] == e.to_data()
+
+
+def test_canonical_json_is_one_spelling():
+    assert canonical_json({"b": 1, "a": [1, "é"]}) == '{"a":[1,"é"],"b":1}'
+    with pytest.raises(ValueError):
+        canonical_json({"x": math.nan})
+
+
+def test_events_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        msg(1).text = "changed"
+
+
+async def test_append_rejects_non_json_values_and_writes_nothing(store):
+    with pytest.raises(ValueError):
+        await store.append("s", [ev.ToolCallCompleted("c1", {"x": math.inf})], 0)
+    assert await store.stream_version("s") == 0
+
+
+# --------------------------------------------------------------------------- upcasting
+
+def test_handle_issued_schema_1_upcasts_without_index():
+    rec = raw_record("s", 3, "connection.handle_issued", 1, '{"generation":2,"handle":"h-old"}')
+    assert rec.event == ev.HandleIssued(2, "h-old", last_consumed_client_message_index=None)
+    assert ev.HandleIssued.SCHEMA == 2
+
+
+def test_upcasting_goes_through_the_registered_upcaster(monkeypatch):
+    monkeypatch.setattr(ev, "_UPCASTERS", {})
+    with pytest.raises(CorruptEvent, match="no upcaster from schema 1"):
+        decode("connection.handle_issued", 1, {"generation": 2, "handle": "h"})
+
+
+def test_upcasters_chain_from_old_schema_to_current(monkeypatch):
+    monkeypatch.setattr(ev, "_CATALOGUE", dict(ev._CATALOGUE))
+    monkeypatch.setattr(ev, "_UPCASTERS", dict(ev._UPCASTERS))
+
+    @ev.event_type("test.renamed", schema=3)
+    class Renamed(ev.Event):
+        call_id: str
+        tries: int
+
+    @ev.upcaster("test.renamed", 1)
+    def _v1(data):  # schema 1 called it "id"
+        data["call_id"] = data.pop("id")
+        return data
+
+    @ev.upcaster("test.renamed", 2)
+    def _v2(data):  # schema 3 added "tries"
+        data.setdefault("tries", 1)
+        return data
+
+    assert decode("test.renamed", 1, {"id": "c9"}) == Renamed("c9", 1)
+    assert decode("test.renamed", 2, {"call_id": "c9"}) == Renamed("c9", 1)
+    assert decode("test.renamed", 3, {"call_id": "c9", "tries": 4}) == Renamed("c9", 4)
+    with pytest.raises(ValueError, match="registered twice"):
+        ev.event_type("test.renamed")(type("Again", (ev.Event,), {"__annotations__": {}}))
+
+
+async def test_old_schema_row_in_the_log_loads_upcast(store, migrated):
+    await store.append("call", [opened(), ev.Connected(1)], 0)
+    await insert_raw_event(migrated, "call", "connection.handle_issued", 1,
+                           '{"generation":1,"handle":"h-v1"}')
+    rec = (await store.read("call"))[-1]
+    assert (rec.version, rec.schema_version) == (3, 1)
+    assert rec.event == ev.HandleIssued(1, "h-v1", None)
+    state = await load_state(store, "call")
+    assert state.handles["h-v1"].last_consumed_client_message_index is None
+    assert state.newest_handle == "h-v1"
+    report, = await store.verify("call")
+    assert report.ok  # the hand-written row is a proper part of the chain
+    assert await store.append("call", [msg(1)], 3) == 4
+
+
+# --------------------------------------------------------------------------- tolerant reader
+
+def test_tolerant_reader_ignores_unknown_fields():
+    data = {"reason": "hangup", "added_by_newer_code": {"x": 1}}
+    assert decode("session.closed", 1, data) == ev.SessionClosed("hangup")
+    rec = raw_record("s", 1, "tool.call_requested", 1, json.dumps(
+        {"call_id": "c1", "name": "n", "args": {}, "generation": 1, "priority": "high"}))
+    assert rec.event == ev.ToolCallRequested("c1", "n", {}, 1)
+
+
+async def test_tolerant_reader_in_the_log(store, migrated):
+    await insert_raw_event(migrated, "s", "session.closed", 1,
+                           '{"reason":"done","future_field":[1,2]}')
+    state = await load_state(store, "s")
+    assert state.closed and state.version == 1
+
+
+# --------------------------------------------------------------------------- what cannot be read
+
+def _names_the_event(err: EventDecodeError, rec, etype: str) -> None:
+    assert (err.stream_id, err.version, err.position, err.event_type) == (
+        rec.stream_id, rec.version, rec.position, etype)
+    text = str(err)
+    assert f"{rec.stream_id}@{rec.version}" in text and etype in text
+
+
+def test_decode_errors_are_session_store_errors():
+    for cls in (UnknownEventType, SchemaVersionTooNew, CorruptEvent):
+        assert issubclass(cls, EventDecodeError) and issubclass(cls, SessionStoreError)
+
+
+def test_unknown_event_type_names_stream_version_and_type():
+    rec = raw_record("call-7", 4, "tool.call_teleported", 1, '{"call_id":"c1"}', position=40)
+    with pytest.raises(UnknownEventType) as err:
+        rec.event
+    _names_the_event(err.value, rec, "tool.call_teleported")
+    assert "newer version" in str(err.value)
+
+
+def test_schema_version_newer_than_code():
+    rec = raw_record("call-7", 2, "connection.handle_issued", 3,
+                     '{"generation":1,"handle":"h","last_consumed_client_message_index":1}')
+    with pytest.raises(SchemaVersionTooNew) as err:
+        rec.event
+    _names_the_event(err.value, rec, "connection.handle_issued")
+    assert "schema version 3" in str(err.value) and "upgrade the code" in str(err.value)
+
+
+@pytest.mark.parametrize("payload,why", [
+    ('{"role":"user","text":', "not valid JSON"),
+    ("[1,2]", "must be a JSON object"),
+    ('{"role":"user"}', "lacks field(s) ['text']"),
+    ("null", "must be a JSON object"),
+])
+def test_corrupt_payload(payload, why):
+    rec = raw_record("call-7", 5, "conversation.message", 1, payload, position=9)
+    with pytest.raises(CorruptEvent) as err:
+        rec.event
+    _names_the_event(err.value, rec, "conversation.message")
+    assert why in str(err.value)
+    with pytest.raises(CorruptEvent):  # errors are not cached away
+        rec.event
+
+
+@pytest.mark.parametrize("etype,schema,payload,error", [
+    ("conversation.message", 1, '{"role":"user","text":"hi"', CorruptEvent),
+    ("conversation.message", 1, '"just a string"', CorruptEvent),
+    ("speech.bot_sang", 1, '{"generation":1}', UnknownEventType),
+    ("speech.bot_started", 9, '{"generation":1}', SchemaVersionTooNew),
+])
+async def test_unreadable_row_in_the_log_is_never_skipped(store, migrated, etype, schema,
+                                                          payload, error):
+    await store.append("call", [opened(), msg(1)], 0)
+    bad = await insert_raw_event(migrated, "call", etype, schema, payload)
+    await store.append("call", [msg(2)], 3)
+
+    rows = await store.read("call")  # reading rows works: an auditor can still see them
+    assert [r.version for r in rows] == [1, 2, 3, 4]
+    assert rows[2].data_json == payload
+    with pytest.raises(error) as err:
+        rows[2].event
+    _names_the_event(err.value, rows[2], etype)
+    assert bad.version == 3
+
+    for use_snapshot in (True, False):
+        with pytest.raises(error) as err:
+            await load_state(store, "call", use_snapshot=use_snapshot)
+        assert (err.value.stream_id, err.value.version) == ("call", 3)
+    before = await load_state(store, "call", to_version=2)  # the state before it still loads
+    assert before.version == 2 and before.conversation == [("user", "turn 1")]
+    everything = await store.read_all()
+    assert any(r.version == 3 and r.stream_id == "call" for r in everything)

@@ -1,0 +1,117 @@
+"""Alembic owns the schema: upgrade/downgrade work on both dialects, the migrated database
+matches session_store.schema exactly, and the store refuses a schema it does not know."""
+
+from __future__ import annotations
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect
+
+from session_store import events as ev
+from session_store.errors import SchemaMismatch
+from session_store.migrate import alembic_config, downgrade, upgrade
+from session_store.schema import HEAD_REVISION, KNOWN_REVISIONS, metadata
+from session_store.storage import base as storage_base
+
+from .helpers import raw_db, sql
+
+TABLES = {"session_streams", "session_events", "session_snapshots"}
+
+
+async def _tables(backend) -> set[str]:
+    async with raw_db(backend) as conn:
+        return set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+
+
+async def _upgrade(backend, revision="head"):
+    await upgrade(backend.url, revision, schema=backend.options.get("schema"))
+
+
+async def _downgrade(backend, revision="base"):
+    await downgrade(backend.url, revision, schema=backend.options.get("schema"))
+
+
+def test_known_revisions_match_the_migration_scripts():
+    script = ScriptDirectory.from_config(alembic_config("sqlite+aiosqlite:///unused.db"))
+    history = [rev.revision for rev in reversed(list(script.walk_revisions()))]
+    assert tuple(history) == KNOWN_REVISIONS, "update schema.KNOWN_REVISIONS"
+    assert script.get_heads() == [HEAD_REVISION]
+
+
+@pytest.mark.timeout(60)
+async def test_upgrade_downgrade_upgrade(backend):
+    assert await _tables(backend) == set()
+    await _upgrade(backend)
+    assert TABLES | {"alembic_version"} <= await _tables(backend)
+    assert await sql(backend, "SELECT version_num FROM alembic_version") == [(HEAD_REVISION,)]
+    store = await backend.open()
+    await store.append("s", [ev.SessionClosed()], 0)
+    await store.close()
+
+    await _downgrade(backend)
+    assert not (TABLES & await _tables(backend))
+    assert await sql(backend, "SELECT version_num FROM alembic_version") == []
+
+    await _upgrade(backend)
+    assert TABLES <= await _tables(backend)
+    store = await backend.open()
+    try:
+        assert await store.read_all() == []  # a new, empty log
+        assert await store.append("s", [ev.SessionClosed()], 0) == 1
+    finally:
+        await store.close()
+    await _upgrade(backend)  # already at head: a no-op
+    assert await sql(backend, "SELECT version_num FROM alembic_version") == [(HEAD_REVISION,)]
+
+
+@pytest.mark.timeout(60)
+async def test_migrated_database_matches_the_metadata(migrated):
+    def diff(sync_conn):
+        ctx = MigrationContext.configure(sync_conn, opts={"compare_type": True,
+                                                          "compare_server_default": True})
+        return compare_metadata(ctx, metadata)
+
+    async with raw_db(migrated) as conn:
+        changes = await conn.run_sync(diff)
+    assert changes == [], f"the migrations and session_store.schema disagree: {changes}"
+
+
+async def test_unmigrated_database_is_refused_with_what_to_run(backend):
+    with pytest.raises(SchemaMismatch) as err:
+        await backend.open()
+    assert "session-store migrate" in str(err.value)
+
+
+async def test_database_downgraded_to_base_is_refused_with_what_to_run(migrated):
+    await _downgrade(migrated)
+    with pytest.raises(SchemaMismatch) as err:
+        await migrated.open()
+    assert "session-store migrate" in str(err.value)
+    assert "newer" not in str(err.value)
+
+
+async def test_database_migrated_by_newer_code_is_refused(migrated):
+    await sql(migrated, "UPDATE alembic_version SET version_num = '0099_from_the_future'")
+    with pytest.raises(SchemaMismatch) as err:
+        await migrated.open()
+    message = str(err.value)
+    assert "0099_from_the_future" in message and "newer code" in message
+    assert "upgrade this code" in message
+
+
+async def test_database_older_than_the_code_is_refused(migrated, monkeypatch):
+    """Simulate the next release (one more revision) running on today's schema."""
+    monkeypatch.setattr(storage_base, "KNOWN_REVISIONS", KNOWN_REVISIONS + ("0002_next",))
+    monkeypatch.setattr(storage_base, "HEAD_REVISION", "0002_next")
+    with pytest.raises(SchemaMismatch) as err:
+        await migrated.open()
+    message = str(err.value)
+    assert f"revision {HEAD_REVISION}, older than" in message
+    assert "session-store migrate" in message
+
+
+async def test_store_opens_on_head(migrated):
+    store = await migrated.open()
+    await store.close()

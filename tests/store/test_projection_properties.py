@@ -1,0 +1,275 @@
+"""Properties of the fold on random valid streams (Hypothesis), and snapshots in the log.
+
+Streams come from a small state machine that only emits events valid at that point (calls
+referenced exist, results are sent for calls with outcomes, ...), so every generated stream
+is one a real shell could have written.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from session_store import events as ev
+from session_store.decide import Policy, StartCall, due
+from session_store.loading import load_state, save_snapshot
+from session_store.projection import (PROJECTION_VERSION, SessionState, evolve, fold,
+                                      from_snapshot, to_snapshot)
+from session_store.storage import Snapshot
+
+from .helpers import T0_US, record
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=5)
+    | st.floats(allow_nan=False, allow_infinity=False, width=32),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                max_size=3),
+    max_leaves=6)
+
+
+@st.composite
+def streams(draw, max_events: int = 40):
+    """(events, recorded_at_us) of one valid stream."""
+    events: list[ev.Event] = [ev.SessionOpened("m", ["lookup", "book"], "w1", 1)]
+    gen, connected, epoch = 0, False, 1
+    calls: dict[str, dict] = {}  # id -> {"status", "outcome", "unconfirmed": [gen], "order"}
+    handles: list[str] = []
+    for _ in range(draw(st.integers(0, max_events))):
+        options = ["speak", "stop", "interrupt", "settings", "message", "anomaly", "attach",
+                   "reconnect_req", "close"]
+        options += ["disconnect", "handle", "goaway", "request"] if connected else ["connect"]
+        live_calls = [c for c, d in calls.items() if d["status"] != "cancelled"]
+        requested = [c for c, d in calls.items() if d["status"] == "requested"]
+        if requested:
+            options.append("defer")
+        # Re-issue: a requested call re-asks for an older one (links point backwards: no cycle).
+        reissuable = [(n, o) for n in requested for o, d in calls.items()
+                      if d["order"] < calls[n]["order"] and not d["superseded"]
+                      and not calls[n]["superseded"]]
+        if reissuable:
+            options.append("reissue")
+        if [c for c, d in calls.items() if d["status"] in ("requested", "deferred", "started")]:
+            options.append("start")
+        if [c for c, d in calls.items() if d["status"] == "started"]:
+            options += ["complete", "fail"]
+        if live_calls:
+            options.append("cancel")
+        if connected and [c for c, d in calls.items() if d["outcome"]]:
+            options.append("sending")
+        if [c for c, d in calls.items() if d["unconfirmed"]]:
+            options.append("sent")
+        action = draw(st.sampled_from(sorted(options)))
+
+        def pick(statuses=None, pred=lambda d: True):
+            return draw(st.sampled_from(sorted(
+                c for c, d in calls.items()
+                if (statuses is None or d["status"] in statuses) and pred(d))))
+
+        if action == "connect":
+            gen += 1
+            connected = True
+            events.append(ev.Connected(gen, draw(st.sampled_from([None] + handles))))
+        elif action == "disconnect":
+            connected = False
+            events.append(ev.Disconnected(gen, draw(st.sampled_from(["settings", "error"]))))
+        elif action == "handle":
+            handles.append(f"h{len(handles)}")
+            events.append(ev.HandleIssued(gen, handles[-1],
+                                          draw(st.none() | st.integers(0, 50))))
+        elif action == "goaway":
+            events.append(ev.GoAwayReceived(gen, draw(st.floats(0, 120))))
+        elif action == "reconnect_req":
+            events.append(ev.ReconnectRequested("settings", draw(st.lists(st.text(max_size=3),
+                                                                          max_size=2))))
+        elif action == "speak":
+            events.append(ev.BotStartedSpeaking(gen))
+        elif action == "stop":
+            events.append(ev.BotStoppedSpeaking(gen))
+        elif action == "interrupt":
+            events.append(ev.Interrupted(gen))
+        elif action == "settings":
+            values = draw(st.dictionaries(st.sampled_from(["voice", "temperature"]), JSONISH,
+                                          max_size=2))
+            events.append(ev.SettingsChanged(sorted(values), values, draw(st.booleans())))
+        elif action == "message":
+            events.append(ev.ConversationMessage(draw(st.sampled_from(["user", "assistant"])),
+                                                 draw(st.text(max_size=8)), gen))
+        elif action == "anomaly":
+            events.append(ev.AnomalyRecorded("odd", {"x": draw(JSONISH)}, gen))
+        elif action == "attach":
+            epoch += 1
+            connected = False
+            events.append(ev.WorkerAttached(f"w{epoch}", epoch))
+        elif action == "close":
+            connected = False
+            events.append(ev.SessionClosed())
+        elif action == "request":
+            cid = f"c{len(calls)}"
+            calls[cid] = {"status": "requested", "outcome": False, "unconfirmed": [],
+                          "order": len(calls), "superseded": False}
+            events.append(ev.ToolCallRequested(
+                cid, draw(st.sampled_from(["lookup", "book"])),
+                draw(st.dictionaries(st.sampled_from("ab"), JSONISH, max_size=2)), gen))
+        elif action == "defer":
+            cid = pick({"requested"})
+            calls[cid]["status"] = "deferred"
+            events.append(ev.ToolCallDeferred(cid))
+        elif action == "reissue":
+            new, original = draw(st.sampled_from(reissuable))
+            calls[original]["superseded"] = True
+            calls[new]["status"] = "awaiting"
+            events.append(ev.ToolCallReissued(new, original))
+        elif action == "start":
+            cid = pick({"requested", "deferred", "started"})
+            calls[cid]["status"] = "started"
+            events.append(ev.ToolCallStarted(cid, draw(st.integers(1, 3)), f"k-{cid}", epoch))
+        elif action in ("complete", "fail"):
+            cid = pick({"started"})
+            calls[cid].update(status="done", outcome=True)
+            events.append(ev.ToolCallCompleted(cid, draw(JSONISH)) if action == "complete"
+                          else ev.ToolCallFailed(cid, "boom", draw(st.booleans())))
+        elif action == "cancel":
+            cid = draw(st.sampled_from(sorted(live_calls)))
+            calls[cid].update(status="cancelled")
+            events.append(ev.ToolCallCancelled(cid, "server"))
+        elif action == "sending":
+            cid = pick(pred=lambda d: d["outcome"])
+            calls[cid]["unconfirmed"].append(gen)
+            events.append(ev.ToolResultSending(cid, gen, "tool_response"))
+        elif action == "sent":
+            cid = pick(pred=lambda d: d["unconfirmed"])
+            g = calls[cid]["unconfirmed"].pop(draw(st.integers(0, len(
+                calls[cid]["unconfirmed"]) - 1)))
+            events.append(ev.ToolResultSent(cid, g, "tool_response"))
+    times, t = [], T0_US
+    for _ in events:
+        t += draw(st.integers(0, 20_000_000))
+        times.append(t)
+    return events, times
+
+
+def _records(drawn):
+    events, times = drawn
+    return record("call-p", events, recorded_at_us=times)
+
+
+PROPS = settings(max_examples=150, deadline=None, database=None,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@PROPS
+@given(streams(), st.data())
+def test_fold_from_a_snapshot_equals_fold_from_zero(drawn, data):
+    recs = _records(drawn)
+    full = fold(recs)
+    cut = data.draw(st.integers(0, len(recs)))
+    prefix = fold(recs[:cut])
+    text = to_snapshot(prefix)
+    restored = from_snapshot(text)
+    assert restored.to_json() == prefix.to_json()
+    assert to_snapshot(restored) == text
+    assert fold(recs[cut:], restored).to_json() == full.to_json()
+    assert fold(recs[cut:], from_snapshot(json.dumps(json.loads(text)))).to_json() == \
+        full.to_json()
+
+
+@PROPS
+@given(streams())
+def test_evolve_step_by_step_equals_fold_and_never_mutates(drawn):
+    recs = _records(drawn)
+    s = SessionState()
+    for r in recs:
+        before = copy.deepcopy(s.to_json())
+        new = evolve(s, r)
+        assert s.to_json() == before, f"evolve mutated its input at {r.type}"
+        assert new is not s and new.version == r.version
+        s = new
+    assert s.to_json() == fold(recs).to_json()
+    mid = fold(recs[: len(recs) // 2])
+    snapshot_of_mid = copy.deepcopy(mid.to_json())
+    fold(recs[len(recs) // 2:], mid)
+    assert mid.to_json() == snapshot_of_mid  # fold onto a state does not modify it
+
+
+@PROPS
+@given(streams())
+def test_due_never_starts_a_deferrable_call_while_the_bot_speaks(drawn):
+    """I4 on every reachable state; and nothing cancelled is ever started or sent."""
+    recs = _records(drawn)
+    s = SessionState()
+    for r in recs:
+        s = evolve(s, r)
+        effects = due(s, Policy(), r.recorded_at_us)
+        if s.bot_speaking:
+            assert not [e for e in effects if isinstance(e, StartCall) and e.attempt == 1]
+        for e in effects:
+            call = s.calls.get(getattr(e, "call_id", None))
+            assert call is None or call.status != "cancelled"
+
+
+def test_fold_rejects_gaps_and_reorders():
+    recs = record("s", [ev.SessionOpened("m", [], "w"), ev.Connected(1), ev.Connected(2)])
+    with pytest.raises(ValueError, match="expected version 1, got 2"):
+        fold(recs[1:])
+    with pytest.raises(ValueError, match="gap or reorder"):
+        fold([recs[0], recs[2], recs[1]])
+    assert fold(recs[2:], fold(recs[:2])).version == 3
+
+
+# --------------------------------------------------------------------------- snapshots in the log
+
+async def test_load_state_with_snapshot_equals_full_fold(store):
+    stream = [ev.SessionOpened("m", ["lookup"], "w1", 1), ev.Connected(1),
+              ev.HandleIssued(1, "h0")]
+    for i in range(12):
+        stream += [ev.ToolCallRequested(f"c{i}", "lookup", {"i": i}, 1),
+                   ev.ToolCallStarted(f"c{i}", 1, f"k{i}", 1),
+                   ev.ToolCallCompleted(f"c{i}", {"r": i}),
+                   ev.ToolResultSending(f"c{i}", 1, "tool_response")]
+    await store.append("call", stream[:25], 0)
+    await save_snapshot(store, await load_state(store, "call", use_snapshot=False))
+    snap = await store.load_snapshot("call")
+    assert (snap.version, snap.projection_version) == (25, PROJECTION_VERSION)
+    await store.append("call", stream[25:], 25)
+
+    with_snapshot = await load_state(store, "call")
+    without = await load_state(store, "call", use_snapshot=False)
+    assert with_snapshot.version == without.version == len(stream)
+    assert with_snapshot.to_json() == without.to_json()
+    assert (await load_state(store, "call", to_version=10)).to_json() == fold(
+        (await store.read("call"))[:10]).to_json()
+
+
+async def test_snapshot_is_used_only_when_its_projection_version_matches(store):
+    await store.append("call", [ev.SessionOpened("m", [], "w1"), ev.Connected(1)], 0)
+    state = await load_state(store, "call")
+    marked = copy.deepcopy(state)
+    marked.anomalies = 999  # a marker only the snapshot has: shows whether it was used
+    await store.save_snapshot(Snapshot("call", 2, PROJECTION_VERSION + 1, to_snapshot(marked)))
+    assert (await load_state(store, "call")).anomalies == 0  # other version: ignored
+    await store.append("call", [ev.ConversationMessage("user", "hi")], 2)
+    await store.save_snapshot(Snapshot("call", 3, PROJECTION_VERSION - 1, to_snapshot(
+        evolve(marked, (await store.read("call"))[2]))))
+    assert (await load_state(store, "call")).anomalies == 0
+    await store.append("call", [ev.ConversationMessage("user", "again")], 3)
+    marked = evolve(evolve(marked, (await store.read("call"))[2]), (await store.read("call"))[3])
+    await save_snapshot(store, marked)
+    assert (await load_state(store, "call")).anomalies == 999  # this version: used
+    assert (await load_state(store, "call", use_snapshot=False)).anomalies == 0
+    await store.append("call", [ev.ConversationMessage("user", "more")], 4)
+    loaded = await load_state(store, "call")
+    assert loaded.anomalies == 999 and loaded.version == 5
+    assert loaded.conversation == [("user", "hi"), ("user", "again"), ("user", "more")]
+
+
+async def test_an_older_snapshot_never_replaces_a_newer_one(store):
+    await store.append("call", [ev.SessionOpened("m", [], "w1"), ev.Connected(1),
+                                ev.Connected(2)], 0)
+    await save_snapshot(store, await load_state(store, "call", use_snapshot=False))
+    old = fold((await store.read("call"))[:1])
+    await save_snapshot(store, old)
+    assert (await store.load_snapshot("call")).version == 3

@@ -1,0 +1,304 @@
+"""Following the log: subscribe() and tailing readers that continue from their last position.
+
+The property: a reader that continues from the last position it saw never skips an event,
+even one that commits later with a lower position (PostgreSQL identity positions commit out of
+order; see session_store/storage/postgres.py). The race tests prove the race really happened
+(a naive position-ordered reader, run alongside as a control, does skip events).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import asyncpg
+import pytest
+
+from ..conftest import PG_DSN
+from .helpers import msg
+
+pytestmark = pytest.mark.tails
+
+
+@contextlib.asynccontextmanager
+async def following(store, from_position=0, **kwargs):
+    """Run store.subscribe() in a task; yields the list it fills."""
+    got: list = []
+
+    async def run():
+        async for rec in store.subscribe(from_position, **kwargs):
+            got.append(rec)
+
+    task = asyncio.create_task(run())
+    try:
+        yield got
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def wait_for_count(got: list, n: int, timeout: float) -> float:
+    """Wait until `got` holds n items; returns the time it took."""
+    start = time.perf_counter()
+    while len(got) < n:
+        if time.perf_counter() - start > timeout:
+            raise AssertionError(f"got {len(got)} of {n} events within {timeout}s: {got}")
+        await asyncio.sleep(0.005)
+    return time.perf_counter() - start
+
+
+# --------------------------------------------------------------------------- subscribe
+
+@pytest.mark.timeout(30)
+async def test_subscribe_yields_existing_then_new_events(store):
+    for i in range(3):
+        await store.append("s", [msg(i)], i)
+    # Polling so slow it cannot explain a fast delivery: only the in-process wake-up can.
+    store.poll_interval = 10
+    async with following(store) as got:
+        await wait_for_count(got, 3, timeout=5)
+        assert [r.event.text for r in got] == ["turn 0", "turn 1", "turn 2"]
+        for i in range(3, 6):
+            await store.append("s", [msg(i)], i)
+            took = await wait_for_count(got, i + 1, timeout=2)
+            assert took < 1.0
+        await store.append("other", [msg(99)], 0)
+        await wait_for_count(got, 7, timeout=2)
+    assert [(r.stream_id, r.version) for r in got] == [("s", v) for v in range(1, 7)] + [
+        ("other", 1)]
+    assert [r.position for r in got] == sorted(r.position for r in got)
+
+
+@pytest.mark.timeout(30)
+async def test_subscribe_from_position_and_stream_filter(store):
+    await store.append("a", [msg(0), msg(1)], 0)
+    await store.append("b", [msg(2)], 0)
+    start = (await store.read("a"))[0].position
+    store.poll_interval = 10
+    async with following(store, start, stream_id="a") as got:
+        await wait_for_count(got, 1, timeout=5)
+        await store.append("b", [msg(3)], 1)
+        await store.append("a", [msg(4)], 2)
+        await wait_for_count(got, 2, timeout=2)
+        await asyncio.sleep(0.05)
+    assert [(r.stream_id, r.version) for r in got] == [("a", 2), ("a", 3)]
+
+
+@pytest.mark.timeout(30)
+async def test_subscribe_is_woken_by_another_process_on_postgres(migrated):
+    """Another store instance (as another process would) commits: NOTIFY wakes the follower
+    long before its poll interval."""
+    if migrated.name != "postgres":
+        pytest.skip("SQLite followers poll; only PostgreSQL has cross-process notification")
+    follower, writer = await migrated.open(), await migrated.open()
+    follower.poll_interval = 10
+    try:
+        async with following(follower) as got:
+            await asyncio.sleep(0.2)  # let the follower LISTEN
+            for i in range(3):
+                await writer.append("x", [msg(i)], i)
+                assert await wait_for_count(got, i + 1, timeout=3) < 2.0
+    finally:
+        await writer.close()
+        await follower.close()
+
+
+# --------------------------------------------------------------------------- PostgreSQL race
+
+class _GatedConnection:
+    """Wraps a writer's asyncpg connection: after the batch inserting `stream_id`'s events,
+    it waits for `release` before the transaction may commit."""
+
+    def __init__(self, conn, stream_id: str, reached: asyncio.Event, release: asyncio.Event):
+        self._conn, self._sid, self._reached, self._release = conn, stream_id, reached, release
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    async def execute(self, query, *args):
+        result = await self._conn.execute(query, *args)
+        if "INSERT INTO session_events" in query and self._sid in args[0]:
+            self._reached.set()
+            await self._release.wait()
+        return result
+
+
+def _gate(store, stream_id: str):
+    reached, release = asyncio.Event(), asyncio.Event()
+    inner = store._writer_connection
+
+    @contextlib.asynccontextmanager
+    async def gated():
+        async with inner() as conn:
+            yield _GatedConnection(conn, stream_id, reached, release)
+
+    store._writer_connection = gated  # instance attribute: the real _run_batch uses it
+    return reached, release
+
+
+@pytest.mark.timeout(60)
+async def test_reader_never_skips_an_event_committed_later_with_lower_position(migrated):
+    """Deterministic: transaction A inserts (gets position pA) and is held open; B appends and
+    commits with pB > pA. The reader must not return B's event before A's commits, or a reader
+    continuing from pB would never see pA."""
+    if migrated.name != "postgres":
+        pytest.skip("SQLite has one writer: positions commit in order")
+    slow, fast = await migrated.open(), await migrated.open()
+    raw = await asyncpg.connect(PG_DSN, server_settings={"search_path":
+                                                          migrated.options["schema"]})
+    reached, release = _gate(slow, "x")
+    try:
+        await fast.append("warm", [msg(0)], 0)
+        last = (await fast.read_all())[-1].position
+        async with following(fast, last) as followed:
+            slow_append = asyncio.create_task(slow.append("x", [msg(1)], 0))
+            await asyncio.wait_for(reached.wait(), 10)  # A has inserted, not committed
+            assert await fast.append("y", [msg(2)], 0) == 1  # B commits first
+            p_b = (await fast.read("y"))[0].position
+
+            assert await fast.read_all(last) == []
+            # Control: ordering by position alone returns B's event now ...
+            naive = [r["position"] for r in await raw.fetch(
+                "SELECT position FROM session_events WHERE position > $1 ORDER BY position",
+                last)]
+            assert naive == [p_b]
+            await asyncio.sleep(0.3)
+            assert followed == []  # the follower is held back too
+
+            release.set()
+            assert await asyncio.wait_for(slow_append, 10) == 1
+            await wait_for_count(followed, 2, timeout=5)
+
+        p_a = (await fast.read("x"))[0].position
+        assert p_a < p_b, "the scenario needs A's position below B's"
+        after = await fast.read_all(last)
+        assert [(r.stream_id, r.position) for r in after] == [("x", p_a), ("y", p_b)]
+        assert [(r.stream_id, r.position) for r in followed] == [("x", p_a), ("y", p_b)]
+        # ... and a naive reader continuing from pB would have skipped A's event for good.
+        naive_rest = [r["position"] for r in await raw.fetch(
+            "SELECT position FROM session_events WHERE position > $1 ORDER BY position", p_b)]
+        assert p_a not in naive_rest and naive_rest == []
+    finally:
+        release.set()  # never leave the held transaction open (close() would wait on it)
+        await raw.close()
+        await slow.close()
+        await fast.close()
+
+
+@pytest.mark.timeout(60)
+async def test_an_open_older_transaction_holds_tailing_readers_back(migrated):
+    """Any transaction that already has an id may still write a row that sorts first, so a
+    commit behind it is not shown to tailing readers until it ends (nothing is lost; readers
+    wait). The price: one long transaction anywhere in the cluster stalls every follower."""
+    if migrated.name != "postgres":
+        pytest.skip("SQLite has one writer: positions commit in order")
+    store = await migrated.open()
+    raw = await asyncpg.connect(PG_DSN)
+    tx = raw.transaction()
+    open_tx = False
+    try:
+        await store.append("a", [msg(0)], 0)
+        last = (await store.read_all())[-1].position
+        await tx.start()
+        open_tx = True
+        await raw.fetchval("SELECT pg_current_xact_id()")  # takes an xid, writes nothing
+        assert await store.append("a", [msg(1)], 1) == 2
+        assert await store.read_all(last) == []
+        assert [r.version for r in await store.read("a")] == [1, 2]  # stream reads: at once
+        await tx.rollback()
+        open_tx = False
+        assert [r.version for r in await store.read_all(last)] == [2]
+    finally:
+        if open_tx:
+            await tx.rollback()
+        await raw.close()
+        await store.close()
+
+
+@pytest.mark.timeout(90)
+async def test_concurrent_writers_and_tailing_reader_race(migrated):
+    """4 stores (own connections) x 16 appenders for ~1.5 s while a reader tails with
+    read_all(from_position=last): it sees every row exactly once, each stream in version
+    order. A naive position-ordered reader runs alongside as the control and must have missed
+    rows, proving out-of-order commits happened."""
+    if migrated.name != "postgres":
+        pytest.skip("SQLite has one writer: positions commit in order")
+    stores = [await migrated.open() for _ in range(4)]
+    reader_store = await migrated.open()
+    raw = await asyncpg.connect(PG_DSN, server_settings={"search_path":
+                                                          migrated.options["schema"]})
+    stop = asyncio.Event()
+    writers_done = asyncio.Event()
+    seen: list = []
+    naive_seen: list[int] = []
+
+    async def appender(store, sid: str):
+        v = 0
+        while not stop.is_set():
+            v = await store.append(sid, [msg(v)], v)  # each appender owns its stream
+
+    async def reader():
+        last, idle = 0, 0
+        while True:
+            page = await reader_store.read_all(last, limit=500)
+            seen.extend(page)
+            if page:
+                last, idle = page[-1].position, 0
+            elif writers_done.is_set():
+                idle += 1
+                if idle > 3:
+                    return
+                await asyncio.sleep(0.05)
+            else:
+                await asyncio.sleep(0)
+
+    async def naive_reader():
+        last = 0
+        while True:
+            done = writers_done.is_set()  # after this, one last pass drains the rest
+            rows = await raw.fetch("SELECT position FROM session_events WHERE position > $1 "
+                                   "ORDER BY position LIMIT 500", last)
+            if rows:
+                naive_seen.extend(r["position"] for r in rows)
+                last = rows[-1]["position"]
+            elif done:
+                return
+            else:
+                await asyncio.sleep(0)
+
+    try:
+        tasks = [asyncio.create_task(appender(s, f"s{k}-{j}"))
+                 for k, s in enumerate(stores) for j in range(16)]
+        readers = [asyncio.create_task(reader()), asyncio.create_task(naive_reader())]
+        await asyncio.sleep(1.5)
+        stop.set()
+        await asyncio.gather(*tasks)
+        writers_done.set()
+        await asyncio.wait_for(asyncio.gather(*readers), 30)
+
+        all_rows = await raw.fetch("SELECT position, stream_id, version FROM session_events")
+        assert len(all_rows) > 500, "too little traffic to test anything"
+        positions = [r.position for r in seen]
+        assert len(positions) == len(set(positions)), "the reader saw an event twice"
+        assert set(positions) == {r["position"] for r in all_rows}, "the reader skipped events"
+        by_stream: dict[str, list[int]] = {}
+        for r in seen:
+            by_stream.setdefault(r.stream_id, []).append(r.version)
+        assert all(vs == list(range(1, len(vs) + 1)) for vs in by_stream.values())
+
+        # The race happened: the tailing reader got positions out of numeric order ...
+        inversions, high = 0, 0
+        for p in positions:
+            inversions += p < high
+            high = max(high, p)
+        assert inversions > 0, "no out-of-order commit happened: the test proved nothing"
+        # ... and a reader ordering by position alone skipped rows that committed late.
+        missed = {r["position"] for r in all_rows} - set(naive_seen)
+        assert missed, "the naive control skipped nothing: no late commit was observed"
+    finally:
+        stop.set()
+        await raw.close()
+        for s in stores + [reader_store]:
+            await s.close()

@@ -1,0 +1,151 @@
+"""The audit trail is tamper-evident (I7): edits made behind the log's back with plain SQL are
+found by verify(), which names the first bad event and says why; other streams stay ok."""
+
+from __future__ import annotations
+
+import pytest
+
+from session_store import events as ev
+from session_store.records import chain_hash
+
+from .helpers import msg, opened, sql
+
+N = 6  # events in the tampered stream "t"
+
+
+@pytest.fixture
+async def log(store):
+    """Stream "t" with N events (separate appends) and an untouched neighbour "u"."""
+    await store.append("u", [opened(), msg(100)], 0)
+    await store.append("t", [opened()], 0)
+    for v in range(1, N):
+        await store.append("t", [msg(v)], v)
+    await store.append("u", [msg(101)], 2)
+    reports = await store.verify()
+    assert [(r.stream_id, r.ok, r.events_checked) for r in reports] == [("t", True, N),
+                                                                       ("u", True, 3)]
+    return store
+
+
+def _pos(rows, version):
+    return next(r.position for r in rows if r.version == version)
+
+
+async def edit_data(backend, rows):
+    await sql(backend, "UPDATE session_events SET data = :d WHERE stream_id = 't' AND version = 3",
+              d='{"generation":0,"role":"user","text":"I never said that"}')
+    return 3, _pos(rows, 3), "hash mismatch"
+
+
+async def edit_recorded_at(backend, rows):
+    await sql(backend, "UPDATE session_events SET recorded_at_us = recorded_at_us + 1 "
+                       "WHERE stream_id = 't' AND version = 4")
+    return 4, _pos(rows, 4), "hash mismatch"
+
+
+async def edit_type(backend, rows):
+    await sql(backend, "UPDATE session_events SET type = 'anomaly.recorded' "
+                       "WHERE stream_id = 't' AND version = 2")
+    return 2, _pos(rows, 2), "hash mismatch"
+
+
+async def delete_middle(backend, rows):
+    await sql(backend, "DELETE FROM session_events WHERE stream_id = 't' AND version = 3")
+    return 3, _pos(rows, 4), "version 3 is missing"
+
+
+async def delete_last(backend, rows):
+    await sql(backend, f"DELETE FROM session_events WHERE stream_id = 't' AND version = {N}")
+    return N, None, f"head says version {N} but {N - 1} events"
+
+
+async def delete_last_and_fix_head(backend, rows):
+    """Truncate the tail and move the head back too: the head's hash gives it away."""
+    await sql(backend, f"DELETE FROM session_events WHERE stream_id = 't' AND version = {N}")
+    await sql(backend, f"UPDATE session_streams SET version = {N - 1} WHERE stream_id = 't'")
+    return N - 1, _pos(rows, N - 1), "does not match the head"
+
+
+async def swap_payloads(backend, rows):
+    """Swap type and data of versions 1 and 4 (the rows keep their versions and hashes)."""
+    a, b = [(await sql(backend, "SELECT type, data FROM session_events WHERE stream_id = 't' "
+                                f"AND version = {v}"))[0] for v in (1, 4)]
+    assert a[0] != b[0] and a[1] != b[1]
+    for (t, d), v in ((b, 1), (a, 4)):
+        await sql(backend, "UPDATE session_events SET type = :t, data = :d "
+                           "WHERE stream_id = 't' AND version = :v", t=t, d=d, v=v)
+    return 1, _pos(rows, 1), "hash mismatch"
+
+
+async def swap_versions(backend, rows):
+    """Renumber rows 2 and 4 into each other's place (whole rows, hashes included)."""
+    for old, new in ((2, -2), (4, 2), (-2, 4)):
+        await sql(backend, "UPDATE session_events SET version = :n "
+                           "WHERE stream_id = 't' AND version = :o", n=new, o=old)
+    return 2, _pos(rows, 4), "hash mismatch"
+
+
+async def append_behind_the_back(backend, rows):
+    """A well-chained extra event inserted without moving the head."""
+    last = rows[-1]
+    data = '{"generation":0,"role":"user","text":"added later"}'
+    h = chain_hash(last.hash, "t", N + 1, "conversation.message", 1, last.recorded_at_us + 1,
+                   data)
+    await sql(backend, "INSERT INTO session_events (tx_order, stream_id, version, type, "
+                       "schema_version, data, recorded_at_us, hash) VALUES (0, 't', :v, "
+                       "'conversation.message', 1, :d, :at, :h)",
+              v=N + 1, d=data, at=last.recorded_at_us + 1, h=h)
+    return N + 1, None, f"head says version {N} but {N + 1} events"
+
+
+async def drop_head_row(backend, rows):
+    await sql(backend, "DELETE FROM session_streams WHERE stream_id = 't'")
+    return N, None, "no head row"
+
+
+SCENARIOS = [edit_data, edit_recorded_at, edit_type, delete_middle, delete_last,
+             delete_last_and_fix_head, swap_payloads, swap_versions, append_behind_the_back,
+             drop_head_row]
+
+
+@pytest.mark.parametrize("tamper", SCENARIOS, ids=[f.__name__ for f in SCENARIOS])
+async def test_verify_finds_the_first_bad_event(log, migrated, tamper):
+    rows = await log.read("t")
+    bad_version, bad_position, reason = await tamper(migrated, rows)
+
+    report, = await log.verify("t")
+    assert not report.ok
+    assert report.first_bad_version == bad_version, report
+    assert report.first_bad_position == bad_position, report
+    assert reason in report.reason, report
+    assert report.to_json()["ok"] is False
+
+    by_id = {r.stream_id: r for r in await log.verify()}
+    assert set(by_id) == {"t", "u"}
+    assert by_id["t"] == report
+    assert by_id["u"].ok and by_id["u"].events_checked == 3
+    untouched, = await log.verify("u")
+    assert untouched.ok
+
+
+async def test_verify_detects_rewritten_hash_of_one_row(log, migrated):
+    """Re-hashing only the edited row moves the break to the next row, which names it."""
+    rows = await log.read("t")
+    r3 = rows[2]
+    data = '{"generation":0,"role":"user","text":"forged"}'
+    forged = chain_hash(rows[1].hash, "t", 3, r3.type, r3.schema_version, r3.recorded_at_us,
+                        data)
+    await sql(migrated, "UPDATE session_events SET data = :d, hash = :h "
+                        "WHERE stream_id = 't' AND version = 3", d=data, h=forged)
+    report, = await log.verify("t")
+    assert (report.ok, report.first_bad_version, report.events_checked) == (False, 4, 3)
+    assert "altered, or the one before it" in report.reason
+
+
+async def test_untampered_stream_verifies_and_empty_store_has_no_reports(store):
+    assert await store.verify() == []
+    assert await store.append("x", [opened(), ev.Connected(1)], 0) == 2
+    report, = await store.verify("x")
+    assert report.ok and report.events_checked == 2 and report.first_bad_version is None
+    nothing, = await store.verify("missing")
+    assert nothing.ok and nothing.events_checked == 0

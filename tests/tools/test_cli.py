@@ -1,0 +1,226 @@
+"""Every CLI command on SQLite and PostgreSQL, with golden --json outputs built here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from session_store.audit import MASK
+from session_store.events import canonical_json
+from session_store.records import GENESIS_HASH, chain_hash
+
+from .helpers import HOUR_US, SECRET, T0, acli, at
+
+
+def out_json(result):
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def summary(call, status, start, last, duration, events, **counts):
+    base = {"call": call, "status": status, "start": start, "last_event": last,
+            "duration_s": duration, "events": events, "epoch": 1, "tool_calls": 0,
+            "deferred": 0, "failures": 0, "cancelled": 0, "anomalies": 0, "reconnects": 0,
+            "takeovers": 0}
+    return {**base, **counts}
+
+
+async def test_migrate_creates_the_schema(backend):
+    r = await acli("migrate", backend=backend)
+    assert r.exit_code == 0 and "schema is at head" in r.stdout
+    assert out_json(await acli("calls", "--json", backend=backend)) == {
+        "calls": [], "next_after": None}
+
+
+async def test_calls_json_golden(loaded):
+    live = loaded.live_t0
+    expected = [
+        summary("live-1", "open", at(0, live), at(0, live), 0.0, 2),
+        summary("failing-1", "stale", at(0, T0 + HOUR_US), at(1000, T0 + HOUR_US), 1.0, 8,
+                tool_calls=1, failures=1, anomalies=1),
+        summary("support-1", "closed", at(0), at(5000), 5.0, 25, tool_calls=1, deferred=1,
+                reconnects=2, takeovers=1),
+    ]
+    assert out_json(await acli("calls", "--json", backend=loaded)) == {
+        "calls": expected, "next_after": None}
+
+
+async def test_calls_filters_and_paging(loaded):
+    async def ids(*args):
+        data = out_json(await acli("calls", "--json", *args, backend=loaded))
+        return [c["call"] for c in data["calls"]], data["next_after"]
+
+    assert await ids("--status", "closed") == (["support-1"], None)
+    assert await ids("--status", "stale") == (["failing-1"], None)
+    assert await ids("--status", "open") == (["live-1"], None)
+    assert await ids("--since", "2026-01-01T00:30:00Z") == (["live-1", "failing-1"], None)
+    assert await ids("--until", "2026-01-01T00:30:00") == (["support-1"], None)
+    assert await ids("--since", "1h") == (["live-1"], None)
+    assert await ids("--search", "ail") == (["failing-1"], None)
+    assert await ids("--limit", "2") == (["live-1", "failing-1"], "failing-1")
+    assert await ids("--limit", "2", "--after", "failing-1") == (["support-1"], None)
+    table = await acli("calls", backend=loaded)
+    assert table.exit_code == 0 and "support-1" in table.stdout and "stale" in table.stdout
+    bad = await acli("calls", "--status", "crashed", backend=loaded)
+    assert bad.exit_code == 2 and "unknown status" in bad.stderr
+
+
+SUPPORT_ENTRIES = [
+    (1, 0, "session", "info", "session opened: model gemini-live, tools ['lookup_order', "
+                              "'send_email'], worker w1, epoch 1"),
+    (2, 0, "connection", "info", "connected: generation 1, fresh (seeded history)"),
+    (3, 100, "connection", "info", "resumption handle h-1 issued on generation 1 "
+                                   "(last consumed message 0)"),
+    (4, 200, "conversation", "info", "user: Where is my order 42? I am bob@example.com"),
+    (5, 300, "speech", "info", "bot started speaking (generation 1)"),
+    (6, 400, "tools", "info", 'c1: lookup_order({"auth_token": "[REDACTED]", "email": '
+                              '"bob@example.com", "order_id": 42}) requested on generation 1'),
+    (7, 400, "tools", "info", "c1: deferred until the bot stops speaking"),
+    (8, 500, "settings", "info", 'settings changed: system_instruction = {"system_instruction":'
+                                 ' "Be brief."}; needs a reconnect'),
+    (9, 500, "connection", "info", "reconnect requested: settings (system_instruction); "
+                                   "buffered until turn end"),
+    (10, 1500, "speech", "info", "bot stopped speaking (turn_complete) after 1.2 s"),
+    (11, 1520, "tools", "info", "c1: lookup_order started after waiting 1120 ms"),
+    (12, 1820, "tools", "info", 'c1: completed in 300 ms: {"password": "[REDACTED]", '
+                                '"status": "shipped"}'),
+    (13, 1830, "tools", "info", "c1: sending result via tool_response on generation 1"),
+    (14, 1840, "tools", "info", "c1: result delivered via tool_response on generation 1, "
+                                "20 ms after the outcome"),
+    (15, 1900, "connection", "warn", "disconnected generation 1: settings"),
+    (16, 2100, "connection", "info", "reconnected: generation 2, resumed from handle h-1 "
+                                     "(reason: settings)"),
+    (17, 2200, "tools", "info", "c1: sending result via content on generation 2"),
+    (18, 2210, "tools", "info", "c1: result delivered via content on generation 2 (sent again)"),
+    (19, 2300, "speech", "info", "bot started speaking (generation 2)"),
+    (20, 3000, "speech", "info", "bot stopped speaking (turn_complete) after 0.7 s"),
+    (21, 3100, "conversation", "info", "assistant: Your order 42 has shipped."),
+    (22, 3200, "connection", "info", "resumption handle h-2 issued on generation 2 "
+                                     "(last consumed message 3)"),
+    (23, 4000, "session", "warn", "worker w2 took the call over (epoch 2, takeover)"),
+    (24, 4300, "connection", "info", "reconnected: generation 3, resumed from handle h-2 "
+                                     "(reason: takeover)"),
+    (25, 5000, "session", "info", "session closed: ended"),
+]
+
+
+async def test_timeline_json_golden(loaded):
+    tl = out_json(await acli("timeline", "support-1", "--json", backend=loaded))
+    assert [(e["version"], e["offset_ms"], e["lane"], e["level"], e["summary"])
+            for e in tl["entries"]] == [(v, float(o), lane, lvl, s)
+                                        for v, o, lane, lvl, s in SUPPORT_ENTRIES]
+    assert [e["at"] for e in tl["entries"]] == [at(o) for _v, o, *_ in SUPPORT_ENTRIES]
+    assert tl["tool_calls"] == [{
+        "call_id": "c1", "name": "lookup_order",
+        "args": {"auth_token": MASK, "email": "bob@example.com", "order_id": 42},
+        "generation": 1, "requested_version": 6, "requested_at": at(400), "deferred": True,
+        "attempts": [{"attempt": 1, "version": 11, "at_us": T0 + 1_520_000, "epoch": 1,
+                      "idempotency_key": "support-1:c1"}],
+        "started_at": at(1520), "wait_ms": 1120.0, "finished_version": 12,
+        "finished_at": at(1820), "run_ms": 300.0, "outcome": "completed",
+        "result": {"password": MASK, "status": "shipped"}, "error": None,
+        "outcome_unknown": False, "reused_from": None, "reissue_of": None,
+        "superseded_by": None, "cancel_reason": None,
+        "sends": [{"generation": 1, "via": "tool_response", "version": 13, "confirmed": True,
+                   "confirmed_version": 14, "at": at(1830), "confirmed_at": at(1840)},
+                  {"generation": 2, "via": "content", "version": 17, "confirmed": True,
+                   "confirmed_version": 18, "at": at(2200), "confirmed_at": at(2210)}],
+        "delivered_at": at(1840), "delivered_via": "tool_response", "delivered_generation": 1,
+        "delivery_ms": 20.0, "in_model": True, "clipped": False}]
+    assert tl["reconnects"] == [
+        {"reason": "settings", "keys": ["system_instruction"], "requested_version": 9,
+         "requested_at": at(500), "go_away_time_left_s": None, "disconnected_version": 15,
+         "disconnected_at": at(1900), "disconnect_reason": "settings", "detail": "",
+         "from_generation": 1, "connected_version": 16, "connected_at": at(2100),
+         "generation": 2, "resumed_handle": "h-1", "waited_ms": 1400.0, "downtime_ms": 200.0},
+        {"reason": "takeover", "keys": [], "requested_version": None, "requested_at": None,
+         "go_away_time_left_s": None, "disconnected_version": None, "disconnected_at": None,
+         "disconnect_reason": None, "detail": "", "from_generation": 2,
+         "connected_version": 24, "connected_at": at(4300), "generation": 3,
+         "resumed_handle": "h-2", "waited_ms": None, "downtime_ms": None}]
+    assert tl["takeovers"] == [{"version": 23, "at": at(4000), "worker": "w2", "epoch": 2,
+                                "reason": "takeover"}]
+    assert tl["problems"] == []
+    assert SECRET not in json.dumps(tl)
+    window = out_json(await acli("timeline", "support-1", "--from", "10", "--limit", "3",
+                                 "--json", backend=loaded))
+    assert [e["version"] for e in window["entries"]] == [10, 11, 12]
+    assert window["entries"][0]["offset_ms"] == 1500.0
+    text = await acli("timeline", "support-1", "--redact", backend=loaded)
+    assert text.exit_code == 0 and "bob@example.com" not in text.stdout
+    assert "tool calls" in text.stdout and "reconnects" in text.stdout
+
+
+async def test_state_json(loaded):
+    mid = out_json(await acli("state", "support-1", "--at", "7", "--json", backend=loaded))
+    assert {k: mid[k] for k in ("call", "version", "bot_speaking", "deferred", "undelivered",
+                                "unanswered", "generation", "connected", "newest_handle")} == {
+        "call": "support-1", "version": 7, "bot_speaking": True, "deferred": ["c1"],
+        "undelivered": [], "unanswered": ["c1"], "generation": 1, "connected": True,
+        "newest_handle": "h-1"}
+    assert mid["calls"]["c1"]["status"] == "deferred"
+    assert mid["settings"] == {"voice": "Puck", "api_key": MASK}
+    end = out_json(await acli("state", "support-1", "--json", backend=loaded))
+    assert (end["version"], end["closed"], end["epoch"], end["takeovers"]) == (25, True, 2, 1)
+    assert end["calls"]["c1"]["delivered"] and end["calls"]["c1"]["times_in_model"] == 1
+    assert SECRET not in json.dumps(end)
+    red = out_json(await acli("state", "support-1", "--json", "--redact", backend=loaded))
+    assert "bob@example.com" not in json.dumps(red) and "Be brief." not in json.dumps(red)
+    table = await acli("state", "support-1", backend=loaded)
+    assert table.exit_code == 0 and "lookup_order" in table.stdout
+
+
+async def test_export_is_stable_json_lines(loaded):
+    r = await acli("export", "support-1", backend=loaded)
+    assert r.exit_code == 0
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(lines) == 25
+    assert lines[1] == {"export_schema": 1, "stream_id": "support-1", "version": 2,
+                        "position": lines[1]["position"], "type": "connection.connected",
+                        "schema_version": 1, "recorded_at": at(0), "recorded_at_us": T0,
+                        "data": {"generation": 1, "handle": None,
+                                 "system_instruction_sha256": None},
+                        "hash": lines[1]["hash"], "redacted": []}
+    assert [x["version"] for x in lines] == list(range(1, 26))
+    # unredacted lines re-hash to the stored chain: an auditor can check an export offline
+    prev = GENESIS_HASH
+    for x in lines:
+        if not x["redacted"]:
+            assert chain_hash(prev, x["stream_id"], x["version"], x["type"],
+                              x["schema_version"], x["recorded_at_us"],
+                              canonical_json(x["data"])) == x["hash"]
+        prev = x["hash"]
+    assert [x["redacted"] for x in lines if x["redacted"]] == [
+        ["data.settings.api_key"], ["data.args.auth_token"], ["data.result.password"]]
+
+
+async def test_verify_json_golden(loaded):
+    assert out_json(await acli("verify", "--json", backend=loaded)) == {"ok": True, "streams": [
+        {"stream_id": s, "ok": True, "events_checked": n, "first_bad_version": None,
+         "first_bad_position": None, "reason": ""}
+        for s, n in (("failing-1", 8), ("live-1", 2), ("support-1", 25))]}
+    one = await acli("verify", "support-1", backend=loaded)
+    assert one.exit_code == 0 and "ok   support-1: 25 events" in one.stdout
+
+
+async def test_replay_json_golden(loaded):
+    assert out_json(await acli("replay", "support-1", "--json", backend=loaded)) == {
+        "call": "support-1", "ok": True, "events": 25, "decisions_checked": 6,
+        "effects_checked": 7, "error": None, "divergences": []}
+    other = await acli("replay", "support-1", "--defer", "none", "--json", backend=loaded)
+    assert other.exit_code == 1
+    [d] = json.loads(other.stdout)["divergences"]
+    assert (d["version"], d["to_version"], d["kind"]) == (6, 7, "decide")
+    assert d["logged"][0]["data"]["args"]["auth_token"] == MASK  # reports never leak either
+    text = await acli("replay", "support-1", "--defer", "none", backend=loaded)
+    assert text.exit_code == 1 and "v6–7 [decide]" in text.stdout
+
+
+@pytest.mark.parametrize("command", [["timeline"], ["state"], ["export"], ["replay"],
+                                     ["verify"], ["state", "--at", "3"]])
+async def test_unknown_call_is_a_clean_not_found(migrated, command):
+    r = await acli(command[0], "no-such-call", *command[1:], backend=migrated)
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "error: call 'no-such-call' not found"
+    assert r.stdout == ""

@@ -1,0 +1,124 @@
+"""End to end: tampering is caught, the tools read what the real store writes, tail follows."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from session_store import events as ev
+
+from .conftest import sql
+from .helpers import SECRET, acli, support_call
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def test_an_edited_row_fails_verify_and_is_named(loaded):
+    await sql(loaded, "UPDATE session_events SET data = :d WHERE stream_id = :s AND version = :v",
+              d='{"call_id":"c1","result":{"status":"cancelled"}}', s="support-1", v=12)
+    r = await acli("verify", "support-1", backend=loaded)
+    assert r.exit_code == 1
+    assert "BAD  support-1: first bad event version 12" in r.stdout
+    assert "hash mismatch" in r.stdout
+    data = json.loads((await acli("verify", "--json", backend=loaded)).stdout)
+    assert data["ok"] is False
+    bad = {s["stream_id"]: s for s in data["streams"]}
+    assert bad["support-1"]["first_bad_version"] == 12 and not bad["support-1"]["ok"]
+    assert bad["failing-1"]["ok"] and bad["live-1"]["ok"]
+    assert (await acli("verify", backend=loaded)).exit_code == 1
+    assert (await acli("verify", "failing-1", backend=loaded)).exit_code == 0
+
+
+async def test_a_deleted_row_fails_verify(loaded):
+    await sql(loaded, "DELETE FROM session_events WHERE stream_id = :s AND version = 5",
+              s="support-1")
+    r = await acli("verify", "support-1", "--json", backend=loaded)
+    assert r.exit_code == 1
+    [report] = json.loads(r.stdout)["streams"]
+    assert report["first_bad_version"] == 5 and "missing" in report["reason"]
+
+
+async def test_tools_read_what_the_store_writes(store, migrated):
+    """The real append path (group commit, real clock): one append per decision or effect."""
+    groups: list[list] = []
+    for (offset, e) in support_call():
+        same = groups and e.TYPE in ("tool.call_deferred", "connection.reconnect_requested")
+        (groups[-1].append(e) if same else groups.append([e]))
+    version = 0
+    for group in groups:
+        version = await store.append("support-1", group, version)
+    r = await acli("replay", "support-1", "--json", backend=migrated)
+    assert r.exit_code == 0, r.stdout
+    assert json.loads(r.stdout)["divergences"] == []
+    assert (await acli("verify", "support-1", backend=migrated)).exit_code == 0
+    [row] = json.loads((await acli("calls", "--json", backend=migrated)).stdout)["calls"]
+    assert (row["call"], row["events"], row["tool_calls"], row["reconnects"], row["takeovers"],
+            row["status"]) == ("support-1", 25, 1, 2, 1, "closed")
+    tl = json.loads((await acli("timeline", "support-1", "--json", backend=migrated)).stdout)
+    assert tl["tool_calls"][0]["in_model"] is True and tl["problems"] == []
+
+
+async def test_the_demo_call_through_every_command(tmp_path):
+    url = f"sqlite+aiosqlite:///{tmp_path / 'demo.db'}"
+    r = await acli("demo", "--db", url, "--json")
+    assert r.exit_code == 0, r.output
+    call = json.loads(r.stdout)["call"]
+    db = ["--db", url]
+    [row] = json.loads((await acli("calls", "--json", *db)).stdout)["calls"]
+    assert row["call"] == call and row["status"] == "closed" and row["tool_calls"] >= 1
+    assert (await acli("verify", call, *db)).exit_code == 0
+    replayed = await acli("replay", call, "--json", *db)
+    assert replayed.exit_code == 0 and json.loads(replayed.stdout)["ok"]
+    assert (await acli("timeline", call, *db)).exit_code == 0
+    assert (await acli("state", call, "--at", "5", *db)).exit_code == 0
+    assert len((await acli("export", call, "--redact", *db)).stdout.splitlines()) == row["events"]
+
+
+def test_tail_follows_new_events_with_secrets_masked(tmp_path):
+    """`tail` in its own process; events appended afterwards show up."""
+    import asyncio
+
+    from session_store import open_store
+    from session_store.migrate import upgrade
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'tail.db'}"
+
+    async def write(events, expected):
+        await upgrade(url)
+        store = await open_store(url)
+        try:
+            return await store.append("tailed", events, expected)
+        finally:
+            await store.close()
+
+    asyncio.run(write([ev.SessionOpened("m", ["t"], "w1", 1, {"api_key": SECRET})], 0))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "300"}
+    proc = subprocess.Popen([sys.executable, "-c", "from session_store.cli import main; main()",
+                             "tail", "tailed", "--db", url], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env=env, cwd=REPO)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
+    try:
+        first = lines.get(timeout=20)
+        assert "tailed@1 session.opened" in first and SECRET not in first
+        asyncio.run(write([ev.Connected(1)], 1))
+        second = lines.get(timeout=20)
+        assert "tailed@2 connection.connected" in second
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    proc = subprocess.Popen([sys.executable, "-c", "from session_store.cli import main; main()",
+                             "tail", "--json", "--db", url], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env=env, cwd=REPO)
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert (first["version"], first["type"]) == (1, "session.opened")
+        assert first["data"]["settings"]["api_key"] == "[REDACTED]"
+    finally:
+        proc.terminate()
+        proc.wait(10)

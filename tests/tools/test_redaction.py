@@ -1,0 +1,124 @@
+"""Redaction (pure): secrets are always masked; configured fields when redaction is on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from session_store import events as ev
+from session_store.audit import MASK, Redactor, export_line, load_config, state_view
+from session_store.projection import fold
+
+from .helpers import SECRET, chain, support_call
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("key", ["api_key", "API-Key", "x_apikey", "access_token", "authToken",
+                                 "client_secret", "password", "db.passwd", "Authorization",
+                                 "private_key", "aws_credentials", "refresh_token"])
+def test_secret_keys_are_always_masked_at_any_depth(key):
+    data = {"settings": {"nested": [{key: "s3cr3t-value", "fine": "kept"}]}}
+    out, masked = Redactor().redact_data("session.opened", data)
+    assert "s3cr3t-value" not in dumps(out)
+    assert out["settings"]["nested"][0]["fine"] == "kept"
+    assert masked == [f"data.settings.nested[0].{key}"]
+
+
+@pytest.mark.parametrize("text", [
+    f"key is {SECRET} ok", "AIzaSyA-1234567890abcdefghijklmnop", "Bearer abc.def.ghi-123",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "failed: api_key=abcd1234 rejected", "token: 'xyz98765'", "ghp_abcdefghijklmnopqrstuvwxyz0123",
+    "AKIAABCDEFGHIJKLMNOP"])
+def test_credential_looking_strings_are_always_scrubbed(text):
+    out, masked = Redactor().redact_data("tool.call_failed", {"call_id": "c1", "error": text})
+    assert MASK in out["error"] and masked == ["data.error"]
+    for secret in ("sk-SECRET", "AIzaSy", "abc.def", "eyJhbG", "abcd1234", "xyz98765", "ghp_",
+                   "AKIAAB"):
+        assert secret not in out["error"]
+
+
+def test_without_redaction_only_secrets_go():
+    recs = chain("support-1", support_call())
+    r = Redactor()
+    out = [export_line(x, r) for x in recs]
+    text = dumps(out)
+    assert SECRET not in text and "tok-SECRET" not in text and "hunter2" not in text
+    # the rest is what support needs to read
+    assert "bob@example.com" in text and "Be brief." in text and '"h-1"' in text
+    assert out[0]["redacted"] == ["data.settings.api_key"]
+
+
+def test_full_redaction_masks_transcripts_settings_handles_and_configured_keys():
+    recs = chain("support-1", support_call())
+    r = Redactor(load_config(redact=True, env={}))
+    out = [export_line(x, r) for x in recs]
+    text = dumps(out)
+    for gone in (SECRET, "tok-SECRET", "hunter2", "bob@example.com", "Be brief.", "Puck",
+                 "Where is my order", "has shipped", '"h-1"', '"h-2"'):
+        assert gone not in text, gone
+    requested = out[5]["data"]
+    assert requested["args"] == {"order_id": 42, "email": MASK, "auth_token": MASK}
+    assert requested["name"] == "lookup_order"  # what was called stays visible
+    # handles become fingerprints: still comparable, not usable
+    assert out[2]["data"]["handle"] == out[15]["data"]["handle"] != "h-1"
+    assert out[2]["data"]["handle"].startswith("handle:")
+    assert out[11]["data"]["result"] == {"status": "shipped", "password": MASK}
+
+
+def test_keys_from_option_env_and_file(tmp_path):
+    cfg_file = tmp_path / "redact.toml"
+    cfg_file.write_text('[redaction]\nkeys = ["order_*"]\ntool_results = "all"\n'
+                        'transcripts = false\n')
+    cfg = load_config(path=str(cfg_file), keys="status", env={})
+    assert cfg.enabled  # keys imply redaction
+    r = Redactor(cfg)
+    args, _ = r.redact_data("tool.call_requested",
+                            {"call_id": "c", "name": "n", "args": {"order_id": 1, "x": 2},
+                             "generation": 1})
+    assert args["args"] == {"order_id": MASK, "x": 2}
+    result, _ = r.redact_data("tool.call_completed", {"call_id": "c", "result": {"a": [1, "b"]}})
+    assert result["result"] == {"a": [MASK, MASK]}
+    text, _ = r.redact_data("conversation.message", {"role": "user", "text": "hello"})
+    assert text["text"] == "hello"
+    env = load_config(env={"SESSION_STORE_REDACT_KEYS": "sku"})
+    assert env.enabled and "sku" in env.keys and "email" in env.keys
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"tool_args": "some"}')
+    with pytest.raises(ValueError, match="tool_args"):
+        load_config(path=str(bad), env={})
+    bad.write_text('{"nonsense": 1}')
+    with pytest.raises(ValueError, match="unknown redaction setting"):
+        load_config(path=str(bad), env={})
+
+
+def test_redacted_records_still_decode_and_fold():
+    recs = chain("support-1", support_call())
+    r = Redactor(load_config(redact=True, env={}))
+    state = fold(r.redact_records(recs))
+    assert state.calls["c1"].status == "completed" and state.in_model(state.calls["c1"])
+
+
+def test_state_view_is_redacted_too():
+    recs = chain("support-1", support_call())
+    view = state_view(fold(recs))
+    plain = Redactor().redact_state(view)
+    assert SECRET not in dumps(plain) and "hunter2" not in dumps(plain)
+    assert "bob@example.com" in dumps(plain)
+    full = Redactor(load_config(redact=True, env={})).redact_state(view)
+    text = dumps(full)
+    for gone in (SECRET, "hunter2", "bob@example.com", "Be brief.", "has shipped", '"h-2"'):
+        assert gone not in text, gone
+    assert full["calls"]["c1"]["status"] == "completed"
+    assert ["tool", "c1"] in full["conversation"]
+
+
+def test_unreadable_payload_is_scrubbed_not_leaked():
+    rec = chain("x", [(0, ev.SessionOpened("m", [], "w"))])[0]
+    from dataclasses import replace
+    broken = replace(rec, data_json='{"api_key": "' + SECRET + '", oops')
+    line = export_line(broken, Redactor())
+    assert SECRET not in dumps(line) and line["redacted"] == ["data"]

@@ -1,0 +1,250 @@
+"""Replay (pure): today's decide/due against logged decisions; every divergence is found."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from session_store import events as ev
+from session_store.audit import parse_policy, replay
+from session_store.decide import Policy
+
+from .helpers import chain, reissued_call, support_call
+
+OPEN = [(0, ev.SessionOpened("gemini-live", ["lookup_order", "book"], "w1", 1)),
+        (0, ev.Connected(1))]
+
+
+def run(timed, policy: Policy | None = None, call_id: str = "r"):
+    return replay(chain(call_id, timed), policy, call_id=call_id)
+
+
+def test_a_correct_call_replays_without_divergence():
+    report = replay(chain("support-1", support_call()))
+    assert report.ok, report.to_json()
+    assert (report.events, report.decisions_checked, report.effects_checked) == (25, 6, 7)
+
+
+def test_a_call_not_deferred_while_the_bot_spoke_is_reported():
+    timed = OPEN + [
+        (100, ev.BotStartedSpeaking(1)),
+        (200, ev.ToolCallRequested("c1", "lookup_order", {"id": 1}, 1)),  # old code: no defer
+        (210, ev.ToolCallStarted("c1", 1, "r:c1", 1)),
+        (400, ev.ToolCallCompleted("c1", {"ok": True})),
+        (900, ev.BotStoppedSpeaking(1)),
+    ]
+    report = run(timed)
+    assert not report.ok
+    d, start = report.divergences
+    assert (d.version, d.to_version, d.kind) == (4, 4, "decide")
+    assert d.logged == [{"type": "tool.call_requested", "data": {
+        "call_id": "c1", "name": "lookup_order", "args": {"id": 1}, "generation": 1}}]
+    assert d.decided == d.logged + [{"type": "tool.call_deferred", "data": {"call_id": "c1"}}]
+    assert "tool.call_deferred for c1 (the bot was speaking)" in d.message
+    assert d.observation["observation"] == "ToolCallsArrived"
+    # and it was started while the bot still spoke (I4)
+    assert (start.version, start.kind) == (5, "due")
+    assert "the bot is speaking and the tool is deferrable" in start.message
+
+
+def test_another_policy_shows_where_decisions_would_change():
+    recs = chain("support-1", support_call())
+    report = replay(recs, parse_policy(defer="none"))
+    [d] = report.divergences
+    assert (d.version, d.to_version, d.kind) == (6, 7, "decide")
+    assert "the log has tool.call_deferred for c1, today's code does not" in d.message
+    # deferring only another tool is the same as "none" for lookup_order
+    assert len(replay(recs, parse_policy(defer="book")).divergences) == 1
+    assert replay(recs, parse_policy(defer="lookup_order,book")).ok
+
+
+def test_a_settings_change_without_its_reconnect_is_reported():
+    timed = OPEN + [(100, ev.SettingsChanged(["system_instruction"], {}, True))]
+    [d] = run(timed).divergences
+    assert d.kind == "decide" and d.version == 3
+    assert d.decided[1] == {"type": "connection.reconnect_requested",
+                            "data": {"reason": "settings", "keys": ["system_instruction"]}}
+
+
+def test_a_reconnect_mid_turn_is_reported():
+    timed = OPEN + [
+        (100, ev.BotStartedSpeaking(1)),
+        (200, ev.SettingsChanged(["voice"], {"voice": "Kore"}, True)),
+        (200, ev.ReconnectRequested("settings", ["voice"])),
+        (300, ev.Disconnected(1, "settings")),  # still speaking: cuts the audio (I5)
+        (400, ev.Connected(2)),
+    ]
+    [d] = run(timed).divergences
+    assert (d.version, d.kind) == (6, "due")
+    assert "today's code would wait: the bot is still speaking" in d.message
+
+
+def test_a_reconnect_before_deferred_calls_started_is_reported():
+    timed = OPEN + [
+        (100, ev.BotStartedSpeaking(1)),
+        (150, ev.ToolCallRequested("c1", "book", {}, 1)), (150, ev.ToolCallDeferred("c1")),
+        (200, ev.SettingsChanged(["voice"], {}, True)),
+        (200, ev.ReconnectRequested("settings", ["voice"])),
+        (300, ev.BotStoppedSpeaking(1)),
+        (310, ev.Disconnected(1, "settings")),
+    ]
+    [d] = run(timed).divergences
+    assert d.version == 9 and "tool calls are still waiting to start" in d.message
+
+
+def test_a_duplicate_send_is_reported():
+    timed = OPEN + [
+        (100, ev.ToolCallRequested("c1", "book", {}, 1)),
+        (110, ev.ToolCallStarted("c1", 1, "r:c1", 1)),
+        (200, ev.ToolCallCompleted("c1", "done")),
+        (210, ev.ToolResultSending("c1", 1, "tool_response")),
+        (220, ev.ToolResultSent("c1", 1, "tool_response")),
+        (300, ev.ToolResultSending("c1", 1, "tool_response")),  # again: I2 broken
+        (310, ev.ToolResultSent("c1", 1, "tool_response")),
+    ]
+    [d] = run(timed).divergences
+    assert (d.version, d.kind) == (8, "due")
+    assert "already in the model's state: this is a duplicate" in d.message
+
+
+def test_the_wrong_delivery_channel_is_reported():
+    timed = OPEN + [
+        (100, ev.ToolCallRequested("c1", "book", {}, 1)),
+        (110, ev.ToolCallStarted("c1", 1, "r:c1", 1)),
+        (150, ev.Disconnected(1, "error", "socket closed")),
+        (160, ev.Connected(2)),
+        (200, ev.ToolCallCompleted("c1", "done")),
+        # generation 2 never issued c1: a toolResponse would leave the model stuck
+        (210, ev.ToolResultSending("c1", 2, "tool_response")),
+    ]
+    [d] = run(timed).divergences
+    assert d.version == 8 and "today's code: via content on generation 2" in d.message
+
+
+def test_in_doubt_resolution_depends_on_the_idempotent_policy():
+    timed = OPEN + [
+        (100, ev.ToolCallRequested("c1", "book", {"room": 1}, 1)),
+        (110, ev.ToolCallStarted("c1", 1, "r:c1", 1)),
+        (500, ev.WorkerAttached("w2", 2)),
+        (510, ev.ToolCallFailed("c1", "outcome unknown", outcome_unknown=True)),
+    ]
+    assert run(timed).ok
+    [d] = run(timed, parse_policy(idempotent="book")).divergences
+    assert d.version == 6 and "today's code would re-run it (idempotent tool)" in d.message
+    assert {"effect": "StartCall", "call_id": "c1", "attempt": 2,
+            "idempotency_key": "r:c1"} in d.decided
+
+
+def test_calls_must_start_in_request_order():
+    timed = OPEN + [
+        (100, ev.BotStartedSpeaking(1)),
+        (150, ev.ToolCallRequested("c1", "book", {}, 1)), (150, ev.ToolCallDeferred("c1")),
+        (160, ev.ToolCallRequested("c2", "book", {"x": 1}, 1)), (160, ev.ToolCallDeferred("c2")),
+        (300, ev.BotStoppedSpeaking(1)),
+        (310, ev.ToolCallStarted("c2", 1, "r:c2", 1)),
+        (311, ev.ToolCallStarted("c1", 1, "r:c1", 1)),
+    ]
+    [d] = run(timed).divergences
+    assert d.version == 9 and "c2 started before c1" in d.message
+
+
+def test_starting_a_deferred_call_while_the_bot_speaks_is_reported():
+    timed = OPEN + [
+        (100, ev.BotStartedSpeaking(1)),
+        (150, ev.ToolCallRequested("c1", "book", {}, 1)), (150, ev.ToolCallDeferred("c1")),
+        (200, ev.ToolCallStarted("c1", 1, "r:c1", 1)),
+    ]
+    [d] = run(timed).divergences
+    assert "deferred and the bot is still speaking" in d.message
+
+
+def test_resumption_choice_is_compared():
+    timed = OPEN + [
+        (100, ev.HandleIssued(1, "h-1")),
+        (200, ev.Disconnected(1, "error", "reset")),
+        (300, ev.Connected(2)),  # fresh, though h-1 was usable
+    ]
+    [d] = run(timed).divergences
+    assert d.kind == "resumption" and "today's code would resume from handle 'h-1'" in d.message
+    # after a refused resumption the shell may fall back to a fresh session
+    refused = timed[:-1] + [(250, ev.Disconnected(1, "handshake_failed")), (300, ev.Connected(2))]
+    assert run(refused).ok
+
+
+def test_reuse_of_a_recorded_result_and_the_reuse_policy():
+    timed = OPEN + [
+        (50, ev.HandleIssued(1, "h-1")),
+        (100, ev.ToolCallRequested("c1", "book", {"room": 1}, 1)),
+        (110, ev.ToolCallStarted("c1", 1, "r:c1", 1)),
+        (200, ev.ToolCallCompleted("c1", "booked")),
+        (210, ev.ToolResultSending("c1", 1, "tool_response")),
+        (220, ev.ToolResultSent("c1", 1, "tool_response")),
+        (300, ev.Disconnected(1, "error")),
+        (310, ev.Connected(2, "h-1")),  # state before c1: Gemini asks again
+        (400, ev.ToolCallRequested("c9", "book", {"room": 1}, 2)),
+        (400, ev.ToolCallCompleted("c9", "booked", reused_from="c1")),
+    ]
+    report = run(timed)
+    assert report.ok, report.to_json()
+    [d] = run(timed, parse_policy(reuse="none")).divergences
+    assert (d.version, d.to_version) == (11, 12)
+    assert d.decided == [d.logged[0]]
+
+
+def test_cancellations_and_grouped_tool_calls():
+    timed = OPEN + [
+        (100, ev.ToolCallRequested("c1", "book", {}, 1)),
+        (100, ev.ToolCallRequested("c2", "book", {"b": 1}, 1)),
+        (100, ev.AnomalyRecorded("tool_call_without_name", {"call_id": "c3", "args": {}}, 1)),
+        (200, ev.ToolCallCancelled("c1", "server")),
+        (200, ev.AnomalyRecorded("cancellation_for_unknown_call", {"call_id": "zz"}, 1)),
+    ]
+    report = run(timed)
+    assert report.ok and report.decisions_checked == 2
+    # a cancellation of a call whose result the model already has: today's code ignores it
+    late = OPEN + [
+        (100, ev.ToolCallRequested("c1", "book", {}, 1)),
+        (110, ev.ToolCallStarted("c1", 1, "r:c1", 1)),
+        (200, ev.ToolCallCompleted("c1", "ok")),
+        (210, ev.ToolResultSending("c1", 1, "tool_response")),
+        (220, ev.ToolResultSent("c1", 1, "tool_response")),
+        (300, ev.ToolCallCancelled("c1", "server")),
+    ]
+    [d] = run(late).divergences
+    assert d.version == 8 and d.decided == []
+
+
+def test_a_log_that_cannot_be_read_is_an_error_not_a_pass():
+    recs = chain("r", OPEN)
+    broken = recs + [replace(recs[1], version=3, type="from.the.future")]
+    report = replay(broken)
+    assert not report.ok and "cannot replay past version 3" in report.error
+
+
+def test_a_reissued_call_replays_and_its_link_is_a_decision():
+    recs = chain("reissue-1", reissued_call())
+    report = replay(recs)
+    assert report.ok, report.to_json()
+    assert report.decisions_checked == 2  # c1 arrived; c2 arrived and was linked to c1
+    [d] = replay(recs, parse_policy(reuse="none")).divergences
+    assert (d.version, d.to_version) == (7, 8)
+    assert d.logged[1] == {"type": "tool.call_reissued", "data": {"call_id": "c2",
+                                                                   "original": "c1"}}
+
+
+def test_seeded_results_are_checked_against_what_seeding_means():
+    timed = OPEN + [
+        (100, ev.ToolCallRequested("c1", "book", {}, 1)),
+        (110, ev.ToolCallStarted("c1", 1, "r:c1", 1)),
+        (200, ev.ToolCallCompleted("c1", "ok")),
+        (300, ev.WorkerAttached("w2", 2)),
+        (400, ev.Connected(2)),  # fresh: the history is seeded, c1's result with it
+        (410, ev.ToolResultSending("c1", 2, "seed")),
+        (420, ev.ToolResultSent("c1", 2, "seed")),
+    ]
+    report = run(timed)
+    assert report.ok, report.to_json()
+    early = OPEN + [(100, ev.ToolCallRequested("c1", "book", {}, 1)),
+                    (300, ev.WorkerAttached("w2", 2)), (400, ev.Connected(2)),
+                    (410, ev.ToolResultSending("c1", 2, "seed"))]
+    [d] = run(early).divergences
+    assert d.version == 6 and "it has no outcome yet" in d.message

@@ -1,0 +1,176 @@
+"""The timeline builder and summaries (pure): what support reads about a call."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from session_store import events as ev
+from session_store.audit import build_timeline, parse_time
+from session_store.audit.summaries import CallFilter, like_pattern, status_of, summarise
+from session_store.projection import fold
+
+from .helpers import T0, at, chain, failing_call, reissued_call, support_call
+
+
+def test_entries_lanes_and_summaries_of_the_support_call():
+    recs = chain("support-1", support_call())
+    tl = build_timeline(recs, call_id="support-1", final_state=fold(recs))
+    got = [(e.version, e.lane, e.level, e.summary) for e in tl.entries]
+    assert got[:4] == [
+        (1, "session", "info", "session opened: model gemini-live, tools ['lookup_order', "
+                               "'send_email'], worker w1, epoch 1"),
+        (2, "connection", "info", "connected: generation 1, fresh (seeded history)"),
+        (3, "connection", "info", "resumption handle h-1 issued on generation 1 "
+                                  "(last consumed message 0)"),
+        (4, "conversation", "info", "user: Where is my order 42? I am bob@example.com"),
+    ]
+    by_version = {v: (lane, level, s) for v, lane, level, s in got}
+    assert by_version[7] == ("tools", "info", "c1: deferred until the bot stops speaking")
+    assert by_version[10] == ("speech", "info", "bot stopped speaking (turn_complete) after 1.2 s")
+    assert by_version[11] == ("tools", "info", "c1: lookup_order started after waiting 1120 ms")
+    assert by_version[12][2].startswith("c1: completed in 300 ms")
+    assert by_version[14][2] == ("c1: result delivered via tool_response on generation 1, "
+                                 "20 ms after the outcome")
+    assert by_version[15] == ("connection", "warn", "disconnected generation 1: settings")
+    assert by_version[16][2] == ("reconnected: generation 2, resumed from handle h-1 "
+                                 "(reason: settings)")
+    assert by_version[18][2] == "c1: result delivered via content on generation 2 (sent again)"
+    assert by_version[23] == ("session", "warn", "worker w2 took the call over (epoch 2, takeover)")
+    assert by_version[24][2] == "reconnected: generation 3, resumed from handle h-2 (reason: takeover)"
+    assert [e.offset_ms for e in tl.entries][-1] == 5000.0
+
+
+def test_tool_call_wait_run_and_delivery():
+    recs = chain("support-1", support_call())
+    c1 = build_timeline(recs, final_state=fold(recs)).tool_calls["c1"]
+    assert (c1.name, c1.deferred, c1.wait_ms, c1.run_ms, c1.outcome) == (
+        "lookup_order", True, 1120.0, 300.0, "completed")
+    assert (c1.delivered_via, c1.delivered_generation, c1.delivery_ms) == ("tool_response", 1, 20.0)
+    assert [(s.generation, s.via, s.confirmed) for s in c1.sends] == [
+        (1, "tool_response", True), (2, "content", True)]
+    assert c1.in_model is True
+    assert c1.requested_at_us == T0 + 400_000 and c1.delivered_at_us == T0 + 1_840_000
+
+
+def test_reconnects_speech_takeovers():
+    recs = chain("support-1", support_call())
+    tl = build_timeline(recs)
+    first, second = tl.reconnects
+    assert (first.reason, first.keys, first.requested_version, first.disconnected_version,
+            first.connected_version, first.waited_ms, first.downtime_ms,
+            first.resumed_handle, first.from_generation, first.generation) == (
+        "settings", ["system_instruction"], 9, 15, 16, 1400.0, 200.0, "h-1", 1, 2)
+    assert (second.reason, second.resumed_handle, second.generation) == ("takeover", "h-2", 3)
+    assert [(s.generation, s.duration_ms, s.end_source) for s in tl.speech] == [
+        (1, 1200.0, "turn_complete"), (2, 700.0, "turn_complete")]
+    assert tl.takeovers == [{"version": 23, "at_us": T0 + 4_000_000, "worker": "w2",
+                             "epoch": 2, "reason": "takeover"}]
+    assert tl.problems == []
+
+
+def test_problems_failures_anomalies_and_unanswered_calls():
+    timed = failing_call() + [(1100, ev.ToolCallRequested("c2", "lookup_order", {"x": 1}, 1))]
+    recs = chain("failing-1", timed)
+    tl = build_timeline(recs, final_state=fold(recs))
+    kinds = [(p["version"], p["kind"]) for p in tl.problems]
+    assert kinds == [(5, "tool_failed"), (8, "anomaly:duplicate_tool_call_id"), (9, "unanswered")]
+    assert tl.problems[2]["detail"]["call_id"] == "c2"
+    assert tl.entries[4].level == "error"
+
+
+def test_a_window_clips_what_began_before_it():
+    recs = chain("support-1", support_call())[9:14]  # versions 10..14
+    tl = build_timeline(recs, t0_us=T0)
+    c1 = tl.tool_calls["c1"]
+    assert c1.clipped and c1.requested_at_us is None and c1.wait_ms is None
+    assert c1.run_ms == 300.0
+    assert tl.speech[0].start_us is None and tl.speech[0].end_version == 10
+    assert tl.entries[0].offset_ms == 1500.0
+
+
+def test_to_json_has_iso_times():
+    recs = chain("support-1", support_call())
+    data = build_timeline(recs, call_id="support-1").to_json()
+    assert data["start"] == at(0) and data["end"] == at(5000)
+    assert data["entries"][10]["at"] == at(1520)
+    assert data["tool_calls"][0]["delivered_at"] == at(1840)
+    assert data["speech"][0] == {"generation": 1, "start": at(300), "end": at(1500),
+                                 "start_version": 5, "end_version": 10,
+                                 "end_source": "turn_complete", "duration_ms": 1200.0}
+
+
+def test_unknown_and_unreadable_events_are_shown_as_problems():
+    recs = chain("x", [(0, ev.SessionOpened("m", [], "w"))])
+    from dataclasses import replace
+    bad = [replace(recs[0], type="future.event"), replace(recs[0], version=2, data_json="{nope")]
+    tl = build_timeline(bad)
+    assert [p["kind"] for p in tl.problems] == ["unknown_event_type", "unreadable_event"]
+
+
+def test_status_and_summaries():
+    now = T0 + 10 * 3600 * 1_000_000
+    assert status_of(True, 0, now) == "closed"
+    assert status_of(False, now - 1000, now) == "open"
+    assert status_of(False, T0, now) == "stale"
+    s = summarise(("a", 9, 2, T0, T0 + 2_500_000),
+                  {"connection.connected": 3, "tool.call_requested": 2, "session.closed": 1,
+                   "session.worker_attached": 1}, now)
+    assert (s.status, s.reconnects, s.tool_calls, s.takeovers, s.duration_s) == (
+        "closed", 2, 2, 1, 2.5)
+
+
+def test_parse_time_and_like_pattern():
+    assert parse_time("2026-01-01T00:00:00Z") == T0
+    assert parse_time("2026-01-01T00:00:00.000001") == T0 + 1
+    now = datetime(2026, 1, 1, 2, tzinfo=timezone.utc)
+    assert parse_time("2h", now) == T0
+    assert parse_time(None) is None
+    with pytest.raises(ValueError, match="not a time"):
+        parse_time("yesterday'; DROP TABLE x")
+    assert like_pattern("50%_off\\") == "%50\\%\\_off\\\\%"
+    with pytest.raises(ValueError):
+        CallFilter(status="'; DROP TABLE session_events; --")
+
+
+def test_fast_delivery_view_agrees_with_the_projection():
+    """state_view computes the lineage once; it must say exactly what in_model says."""
+    from session_store.audit import state_view
+
+    from .test_scale import big_call
+    from session_store.records import RecordedEvent
+
+    rows = big_call()[0][:6000]
+    big = [RecordedEvent(r[1], r[2], i + 1, r[3], r[4], r[5], r[6], r[7])
+           for i, r in enumerate(rows)]
+    for recs in (chain("support-1", support_call()), chain("reissue-1", reissued_call()), big):
+        for cut in (len(recs) // 3, len(recs) // 2 + 7, len(recs)):
+            s = fold(recs[:cut])
+            view = state_view(s)
+            assert {cid: c["delivered"] for cid, c in view["calls"].items()} == {
+                c.call_id: s.in_model(c) for c in s.calls.values()}
+            assert view["undelivered"] == [c.call_id for c in s.undelivered()]
+            assert view["unanswered"] == [c.call_id for c in s.unanswered()]
+    trimmed = state_view(fold(big), max_items=10)
+    assert len(trimmed["calls"]) >= 10 and trimmed["calls_total"] > 600
+    assert len(trimmed["conversation"]) == 10
+
+
+def test_a_reissued_call_takes_its_originals_outcome():
+    recs = chain("reissue-1", reissued_call())
+    tl = build_timeline(recs, final_state=fold(recs))
+    c1, c2 = tl.tool_calls["c1"], tl.tool_calls["c2"]
+    assert (c1.superseded_by, c2.reissue_of) == ("c2", "c1")
+    assert (c2.outcome, c2.result, c2.reused_from, c2.attempts) == (
+        "completed", {"booked": True}, "c1", [])
+    assert c2.delivered_via == "tool_response" and c2.in_model is True
+    assert tl.entries[7].summary.startswith("c2: Gemini asked again for c1")
+    assert [p["kind"] for p in tl.problems] == ["disconnected:error"]
+
+
+def test_events_after_the_close_are_flagged():
+    timed = support_call() + [(5100, ev.BotStartedSpeaking(3))]
+    tl = build_timeline(chain("support-1", timed))
+    assert tl.problems == [{"version": 26, "at_us": T0 + 5_100_000, "kind": "event_after_close",
+                            "detail": {"type": "speech.bot_started", "closed_at_version": 25}}]
