@@ -247,7 +247,9 @@ async def main(turns: int, deferral_turns: int) -> None:
         waits, reactions = [], []
         for call_id, started in res["tool_started"].items():
             waits.append((started - sent[call_id]) * 1e3)
-            stop = next((t for t in res["tap"].stops if t >= sent[call_id]), None)
+            # The transport stop that let it start: the last one before the start.
+            stop = max((t for t in res["tap"].stops if sent[call_id] <= t <= started),
+                       default=None)
             if stop is not None:
                 reactions.append((started - stop) * 1e3)
         print(f"  ours/{name:<9} toolCall → tool start p50 {pct(waits, 50):7.1f} ms, "

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
+from collections.abc import Callable
 import os
 import socket
 import time
@@ -19,10 +21,15 @@ from session_store import Policy, SessionState, choose_resumption, decide, due, 
 from session_store import events as ev
 from session_store.decide import Effect, Observation
 from session_store.errors import ConcurrencyConflict, Fenced
+from session_store.events import canonical_json
 from session_store.projection import fold_into
+from session_store.records import RecordedEvent
 from session_store.storage import SqlEventStore
 
 log = logging.getLogger(__name__)
+
+#: Decides more events on the state after a record's own (same append, same commit).
+Then = Callable[[SessionState], list[ev.Event]]
 
 
 def default_worker_id() -> str:
@@ -45,6 +52,8 @@ class CallDriver:
         self.epoch = 0
         self.fenced = False
         self._lock = asyncio.Lock()
+        self._notes: deque[Observation | ev.Event] = deque()
+        self._stale = False  # a failed append left the state unsure: re-read before use
 
     async def attach(self, *, model: str, tools: list[str], settings: dict) -> SessionState:
         """Open the call, or take it over: a new fencing epoch shuts the old worker out (I6)."""
@@ -63,41 +72,101 @@ class CallDriver:
                 return self.state
             raise ConcurrencyConflict(self.call_id, self.state.version, None)
 
-    async def record(self, *events: ev.Event) -> None:
-        """Append events (write-ahead) and fold them into the state."""
-        async with self._lock:
-            await self._record_locked(list(events))
+    async def record(self, *events: ev.Event, then: Then | None = None) -> list[ev.Event]:
+        """Append events (write-ahead) and fold them into the state.
 
-    async def _record_locked(self, events: list[ev.Event]) -> None:
+        `then(state)`, called on the state with `events` folded in, may return more events
+        decided on it (e.g. "started" for the calls now due): they go into the same append,
+        one commit instead of two on the path of a tool call. Returns all appended events
+        of this call (noted ones excluded)."""
+        async with self._lock:
+            return await self._commit(list(events), then)
+
+    async def observe(self, obs: Observation, then: Then | None = None) -> list[ev.Event]:
+        """Record an observation and what was decided about it; returns the events."""
+        async with self._lock:
+            return await self._commit(obs, then)
+
+    def note(self, item: Observation | ev.Event) -> None:
+        """Queue a fact that must be logged in order but need not hold up the caller (a
+        resumption handle, speech starting on the audio path): it is decided and appended
+        with the next record/observe/flush, ahead of their events, in the order noted."""
+        self._notes.append(item)
+
+    @property
+    def has_notes(self) -> bool:
+        return bool(self._notes)
+
+    async def flush(self, then: Then | None = None) -> list[ev.Event]:
+        """Append whatever was noted (and what `then` decides on the state after it)."""
+        async with self._lock:
+            return await self._commit([], then)
+
+    async def _commit(self, what: list[ev.Event] | Observation, then: Then | None
+                      ) -> list[ev.Event]:
         if self.fenced:
             raise Fenced(self.call_id, self.epoch, self.state.epoch)
+        if self._stale:
+            await self._reload()
+        before, at = self.state.version, now_us()
+        batch: list[ev.Event] = []
+        # Decide and fold before appending, stamped with the time the store will record
+        # (`recorded_at_us`): the in-memory state is exactly the fold of the log, without
+        # reading back what was written (that read doubled the cost of every event). On any
+        # failure the state is re-read from the log.
         try:
-            await self._append(events, self.epoch)
+            while self._notes:
+                item = self._notes.popleft()
+                found = [item] if isinstance(item, ev.Event) else decide(self.state, item,
+                                                                         self.policy)
+                batch += self._stage(found, at)
+            mine = self._stage(what if isinstance(what, list)
+                               else decide(self.state, what, self.policy), at)
+            if then is not None:
+                mine += self._stage(then(self.state) or [], at)
+        except BaseException:
+            self._stale = True
+            raise
+        batch += mine
+        if not batch:
+            return mine
+        try:
+            await self.store.append(self.call_id, batch, before, epoch=self.epoch,
+                                    recorded_at_us=at)
         except Fenced:
             self.fenced = True
+            self._stale = True
             raise
         except ConcurrencyConflict:
             # Someone else wrote to our call: only a newer worker may. Re-read to find out.
-            self.state = await load_state(self.store, self.call_id)
+            await self._reload()
             if self.state.epoch > self.epoch:
                 self.fenced = True
                 raise Fenced(self.call_id, self.epoch, self.state.epoch) from None
             raise
+        except BaseException:
+            self._stale = True  # committed or not: the log says, on the next use
+            raise
+        return mine
+
+    def _stage(self, events: list[ev.Event], at: int) -> list[ev.Event]:
+        """Fold events into the state as the log will record them (decoded from the very
+        JSON that is stored, so upcasting and defaults apply exactly as for a reader)."""
+        for e in events:
+            fold_into(self.state, [RecordedEvent(
+                self.call_id, self.state.version + 1, 0, e.TYPE, e.SCHEMA,
+                canonical_json(e.to_data()), at, "")])
+        return list(events)
+
+    async def _reload(self) -> None:
+        self.state = await load_state(self.store, self.call_id)
+        self._stale = False
 
     async def _append(self, events: list[ev.Event], epoch: int) -> None:
         before = self.state.version
-        await self.store.append(self.call_id, events, before, epoch=epoch)
-        # Fold exactly what was stored (its recorded times included): the in-memory state is
-        # then identical to what a new worker folds from the log.
-        fold_into(self.state, await self.store.read(self.call_id, from_version=before + 1))
-
-    async def observe(self, obs: Observation) -> list[ev.Event]:
-        """Record an observation and what was decided about it; returns the events."""
-        async with self._lock:
-            events = decide(self.state, obs, self.policy)
-            if events:
-                await self._record_locked(events)
-            return events
+        at = now_us()
+        await self.store.append(self.call_id, events, before, epoch=epoch, recorded_at_us=at)
+        self._stage(events, at)
 
     def due(self) -> list[Effect]:
         return [] if self.fenced else due(self.state, self.policy, now_us())

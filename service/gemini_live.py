@@ -36,11 +36,12 @@ from session_store import events as ev
 from session_store.decide import (OUTCOME_UNKNOWN, CancellationArrived, FunctionCall, GoAway,
                                   InterruptionObserved, Reconnect, ResolveInDoubt, SendResult,
                                   SettingsUpdate, SpeechStarted, SpeechStopped, StartCall,
-                                  ToolCallsArrived, result_as_content, result_value, seed_history)
+                                  ToolCallsArrived, due, result_as_content, result_value,
+                                  seed_history)
 from session_store.errors import Fenced
 from session_store.storage import SqlEventStore
 
-from .driver import CallDriver
+from .driver import CallDriver, now_us
 from .redaction import redact_settings
 
 # Settings restored from the log on takeover (plain strings; secrets were never logged).
@@ -90,7 +91,9 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         self._connecting_handle: str | None = None
         self._bad_handles: set[str] = set()
         self._due_lock = asyncio.Lock()
+        self._seeded_generation = 0
         self._reconnect_task: asyncio.Task | None = None
+        self._notes_task: asyncio.Task | None = None
         self._watchdog_task: asyncio.Task | None = None
         # The output transport's own view: between its BotStarted and BotStoppedSpeakingFrame.
         self._transport_speaking = False
@@ -128,10 +131,10 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
                 setattr(self._settings, key, state.settings[key])
         if isinstance(state.settings.get("system_instruction"), str):
             self._system_instruction_from_init = state.settings["system_instruction"]
-        # Calls a dead worker left in doubt are settled before the new session is seeded,
-        # so the model learns their outcome with its history instead of asking again.
-        await self._perform_due(lambda e: isinstance(e, (ResolveInDoubt, StartCall))
-                                and self._driver.state.calls[e.call_id].status == "started")
+        # Calls a dead worker left in doubt are settled before the new session is seeded, so
+        # the model learns their outcome with its history instead of asking again. (Re-runs
+        # of idempotent ones wait for the pipeline: no tool runs before it has started.)
+        await self._perform_due(lambda e: isinstance(e, ResolveInDoubt))
         # The first connection resumes from the newest handle the log allows (takeover).
         self._session_resumption_handle = self._driver.resumption_handle()
         await super().setup(setup)
@@ -221,6 +224,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         await self._reconnect_now("error")
 
     async def _reconnect_now(self, reason: str) -> None:
+        await self._flush_transcript()  # what was said belongs to the session that heard it
         state = self._driver.state
         if state.connected:
             await self._record_quietly(ev.Disconnected(state.generation, reason))
@@ -243,11 +247,29 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     def _link_busy(self) -> bool:
         reconnecting = self._reconnect_task is not None and not self._reconnect_task.done()
         handshaking = self._session is None and self._connection_task is not None
-        return reconnecting or handshaking
+        return reconnecting or handshaking or self._awaiting_seed()
+
+    def _awaiting_seed(self) -> bool:
+        """A fresh session takes no result on its own before its seed: the seed carries every
+        result the log has, so one sent just before it reaches the model twice. (Seen in the
+        crash harness: a takeover worker's first session is ready before the pipeline's
+        first context, so pipecat seeds only later; a result sent as content in between was
+        then seeded again.) The seed comes with the first context frame at the latest."""
+        state = self._driver.state
+        current = state.generations.get(state.generation)
+        return (current is not None and current.handle is None
+                and self._seeded_generation != state.generation)
 
     # ------------------------------------------------------------------ seeding
     async def _create_initial_response(self, for_reconnect: bool = False):
         """Seed a fresh session from the log (upstream seeds from the pipecat context)."""
+        # Under the effects lock: a seed is a send of results, and no other task may decide
+        # to send the same results while it is under way (found by the crash harness).
+        async with self._due_lock:
+            await self._seed(for_reconnect)
+        await self._perform_due()  # results held back until the seed (_awaiting_seed)
+
+    async def _seed(self, for_reconnect: bool) -> None:
         if self._disconnecting:
             return
         if not self._session:
@@ -255,6 +277,11 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             return
         await self._log_initial_context()
         state = self._driver.state
+        if self._seeded_generation == state.generation:
+            # pipecat asks again (first context after session ready): one seed per session,
+            # or every result in it would reach the model twice.
+            return
+        self._seeded_generation = state.generation
         current = state.generations.get(state.generation)
         if current is not None and current.handle is not None:
             # A resumed session already holds its history: seeding it again would put every
@@ -325,8 +352,9 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         gen = self._driver.state.generation
         update = message.session_resumption_update
         if update and update.resumable and update.new_handle:
-            await self._driver.record(ev.HandleIssued(
-                gen, update.new_handle, update.last_consumed_client_message_index))
+            # Logged in order, without holding up the receive loop (and the audio behind it).
+            self._note(ev.HandleIssued(gen, update.new_handle,
+                                       update.last_consumed_client_message_index))
         if message.go_away is not None:
             time_left = parse_time_left(message.go_away.time_left)
             await self._observe(GoAway(gen, time_left))
@@ -360,8 +388,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             self._transcript[role].clear()
             if text:
                 events.append(ev.ConversationMessage(role, text, self._driver.state.generation))
-        if events:
-            await self._record_quietly(*events)
+        for event in events:
+            self._note(event)
 
     async def _due_after(self, delay: float) -> None:
         await asyncio.sleep(delay)
@@ -375,7 +403,10 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
                          _jsonable(f.args or {}))
             for f in (message.tool_call.function_calls or []))
         if calls:
-            await self._observe(ToolCallsArrived(calls, self._driver.state.generation))
+            # Decided and logged (with the start of every call now due: one commit) by the
+            # note flush, in order with everything else: audio behind the toolCall is not
+            # held up by the log.
+            self._note(ToolCallsArrived(calls, self._driver.state.generation))
 
     async def _handle_function_call_result(self, frame: FunctionCallResultFrame):
         is_final = frame.properties.is_final if frame.properties else True
@@ -391,8 +422,13 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
                 await self._driver.record(ev.AnomalyRecorded(
                     "second_result", {"call_id": call.call_id, "name": call.name}))
             else:
-                await self._driver.record(ev.ToolCallCompleted(call.call_id,
-                                                               _jsonable(frame.result)))
+                # The result and the intent to send it (if it can go now): one commit.
+                async with self._due_lock:
+                    sending = await self._driver.record(
+                        ev.ToolCallCompleted(call.call_id, _jsonable(frame.result)),
+                        then=self._sends_now)
+                    await self._deliver([e for e in sending
+                                         if isinstance(e, ev.ToolResultSending)])
         except Fenced:
             await self._on_fenced()
             return
@@ -414,7 +450,9 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         await super()._set_bot_is_responding(responding)
         if responding:
             self._last_speech_activity = time.monotonic()
-            await self._observe(SpeechStarted(self._driver.state.generation, "model"))
+            # Upstream calls this right before pushing a turn's first audio frame: note it
+            # (logged before anything decided after it) rather than wait for a commit here.
+            self._note(SpeechStarted(self._driver.state.generation, "model"))
 
     async def process_frame(self, frame, direction: FrameDirection):
         await super().process_frame(frame, direction)
@@ -466,56 +504,105 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     # ------------------------------------------------------------------ decide and act
     async def _observe(self, obs) -> None:
         try:
-            await self._driver.observe(obs)
+            async with self._due_lock:
+                # The observation and the calls it lets start: one commit, then they run.
+                started = await self._driver.observe(obs, then=self._starts_now)
+                await self._run_started(started)
         except Fenced:
             await self._on_fenced()
             return
         await self._perform_due()
 
+    def _note(self, item) -> None:
+        """Log a fact in order without waiting for it; a task appends it (with the calls it
+        lets start) unless another append takes it along first."""
+        self._driver.note(item)
+        if self._notes_task is None or self._notes_task.done():
+            self._notes_task = self.create_task(self._flush_notes(), "log_notes")
+
+    async def _flush_notes(self) -> None:
+        try:
+            while self._driver.has_notes:
+                async with self._due_lock:
+                    started = await self._driver.flush(then=self._starts_now)
+                    await self._run_started(started)
+            await self._perform_due()
+        except Fenced:
+            await self._on_fenced()
+        except Exception as exc:  # noqa: BLE001 - a task: report, the next append retries
+            logger.exception(f"{self}: could not log {exc}")
+
+    def _starts_now(self, state) -> list[ev.Event]:
+        """"Started" for every call due to start now (decided on the state being committed)."""
+        return [ev.ToolCallStarted(e.call_id, e.attempt, e.idempotency_key, self._driver.epoch)
+                for e in due(state, self._driver.policy, now_us()) if isinstance(e, StartCall)]
+
+    def _sends_now(self, state) -> list[ev.Event]:
+        """The intent to send every result due now, if the link can carry it now."""
+        if self._session is None or self._disconnecting or self._link_busy():
+            return []
+        return [ev.ToolResultSending(e.call_id, state.generation, e.via)
+                for e in due(state, self._driver.policy, now_us()) if isinstance(e, SendResult)]
+
+    async def _run_started(self, events: list[ev.Event]) -> None:
+        """Run the calls whose start was just committed (write-ahead: never before)."""
+        calls = [self._driver.state.calls[e.call_id] for e in events
+                 if isinstance(e, ev.ToolCallStarted)]
+        for call in calls:
+            await self.run_function_calls([FunctionCallFromLLM(
+                function_name=call.name, tool_call_id=call.call_id, arguments=call.args,
+                context=self._context)])
+
     async def _perform_due(self, only=None) -> None:
         """Do what the log says is due now (or the part `only` selects), until nothing is."""
         async with self._due_lock:
             for _ in range(100):
-                acted = False
-                for effect in self._driver.due():
-                    if only is not None and not only(effect):
-                        continue
-                    try:
-                        acted |= await self._perform(effect)
-                    except Fenced:
-                        await self._on_fenced()
-                        return
+                effects = [e for e in self._driver.due() if only is None or only(e)]
+                try:
+                    acted = await self._perform(effects)
+                except Fenced:
+                    await self._on_fenced()
+                    return
                 if not acted:
                     return
 
-    async def _perform(self, effect) -> bool:
-        state = self._driver.state
-        match effect:
-            case StartCall():
-                call = state.calls[effect.call_id]
-                await self._driver.record(ev.ToolCallStarted(
-                    call.call_id, effect.attempt, effect.idempotency_key, self._driver.epoch))
-                await self.run_function_calls([FunctionCallFromLLM(
-                    function_name=call.name, tool_call_id=call.call_id, arguments=call.args,
-                    context=self._context)])
-                return True
-            case ResolveInDoubt():
-                await self._driver.record(ev.ToolCallFailed(effect.call_id, OUTCOME_UNKNOWN,
-                                                            outcome_unknown=True))
-                return True
-            case SendResult():
-                if self._session is None or self._disconnecting or self._link_busy():
-                    return False
-                return await self._send_result(state.calls[effect.call_id], effect.via)
-            case Reconnect():
-                if not self._link_busy():
-                    self._schedule_reconnect(effect.reason)
-                return False
-        return False
+    async def _perform(self, effects: list) -> bool:
+        """Perform one round of effects; starts and sends go in one commit each."""
+        acted = False
+        resolve = [e for e in effects if isinstance(e, ResolveInDoubt)]
+        if resolve:
+            await self._driver.record(*(ev.ToolCallFailed(e.call_id, OUTCOME_UNKNOWN,
+                                                          outcome_unknown=True) for e in resolve))
+            acted = True
+        starts = [e for e in effects if isinstance(e, StartCall)]
+        if starts:
+            await self._run_started(await self._driver.record(*(
+                ev.ToolCallStarted(e.call_id, e.attempt, e.idempotency_key, self._driver.epoch)
+                for e in starts)))
+            acted = True
+        sends = [e for e in effects if isinstance(e, SendResult)]
+        if sends and not (self._session is None or self._disconnecting or self._link_busy()):
+            generation = self._driver.state.generation
+            sending = await self._driver.record(*(
+                ev.ToolResultSending(e.call_id, generation, e.via) for e in sends))
+            acted |= await self._deliver(sending)
+        for effect in effects:
+            if isinstance(effect, Reconnect) and not self._link_busy():
+                self._schedule_reconnect(effect.reason)
+        return acted
+
+    async def _deliver(self, sending: list[ev.Event]) -> bool:
+        """Send results whose intent was just committed; confirm those that went out."""
+        sent = []
+        for intent in sending:
+            call = self._driver.state.calls[intent.call_id]
+            if await self._send_result(call, intent.via):
+                sent.append(ev.ToolResultSent(call.call_id, intent.generation, intent.via))
+        if sent:
+            await self._driver.record(*sent)
+        return bool(sent)
 
     async def _send_result(self, call, via: str) -> bool:
-        generation = self._driver.state.generation
-        await self._driver.record(ev.ToolResultSending(call.call_id, generation, via))
         try:
             if via == "tool_response":
                 response = GeminiLLMAdapter.to_function_response_dict(
@@ -532,7 +619,6 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             logger.warning(f"{self}: sending the result of {call.call_id} failed: {exc}")
             self._after_send_failure(exc)
             return False
-        await self._driver.record(ev.ToolResultSent(call.call_id, generation, via))
         return True
 
     def _after_send_failure(self, exc: Exception) -> None:

@@ -359,3 +359,7 @@ def demo(db: str = typer.Option("sqlite+aiosqlite:///sessions.db", "--db"),
 def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -26,6 +26,9 @@ class Policy:
     idempotent: frozenset[str] = frozenset()
     #: Answer a re-issued equivalent call (same name and args) from the recorded result.
     reuse_equivalent: Literal["all", "none"] | frozenset[str] = "all"
+    #: A repeat of a call answered as content this recently is taken as a re-ask that
+    #: crossed the answer on the wire, and answered from the record.
+    crossing_window_s: float = 10.0
     #: Reconnect this long before a goAway deadline even if the bot is still speaking.
     go_away_margin_s: float = 5.0
     handle_ttl_us: int = HANDLE_TTL_US
@@ -98,6 +101,8 @@ Observation = (ToolCallsArrived | SpeechStarted | SpeechStopped | InterruptionOb
 
 def decide(state: SessionState, obs: Observation, policy: Policy) -> list[ev.Event]:
     """The events that record `obs` and what was decided about it."""
+    if state.closed:
+        return []  # the call is over: late signals (audio still draining) change nothing
     match obs:
         case ToolCallsArrived():
             return _decide_tool_calls(state, obs, policy)
@@ -143,7 +148,8 @@ def _decide_tool_calls(state: SessionState, obs: ToolCallsArrived, policy: Polic
         seen.add(call.call_id)
         args = call.args if isinstance(call.args, dict) else {"_value": _jsonable(call.args)}
         out.append(ev.ToolCallRequested(call.call_id, call.name, args, obs.generation))
-        earlier = state.find_equivalent(call.name, args) if policy.reuses(call.name) else None
+        earlier = (state.find_equivalent(call.name, args, int(policy.crossing_window_s * 1e6))
+                   if policy.reuses(call.name) else None)
         if earlier is not None and earlier.status == "completed":
             # Gemini re-asked after resuming from a state that lost the first answer.
             out.append(ev.ToolCallCompleted(call.call_id, earlier.result,

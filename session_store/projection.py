@@ -16,7 +16,7 @@ from typing import Any
 from . import events as ev
 from .records import RecordedEvent
 
-PROJECTION_VERSION = 2
+PROJECTION_VERSION = 3
 HANDLE_TTL_US = 2 * 3600 * 1_000_000  # Gemini keeps a resumption handle ~2 h
 
 OUTCOMES = ("completed", "failed")
@@ -28,6 +28,7 @@ class Send:
     via: str
     version: int  # log version of the event: orders the send against handles
     confirmed: bool = False
+    at_us: int = 0  # when the send was confirmed
 
 
 @dataclass
@@ -166,14 +167,23 @@ class SessionState:
     def unconfirmed_sends(self) -> list[tuple[CallState, Send]]:
         return [(c, s) for c in self.calls.values() for s in c.sends if not s.confirmed]
 
-    def find_equivalent(self, name: str, args: dict[str, Any]) -> CallState | None:
-        """An earlier call with the same name and arguments whose answer the current model
-        state does not hold: what Gemini re-asks for after losing it. None otherwise."""
+    def find_equivalent(self, name: str, args: dict[str, Any],
+                        crossing_window_us: int = 0) -> CallState | None:
+        """An earlier call with the same name and arguments that Gemini is re-asking for:
+        its answer is not in the current model state — or it reached this session only as
+        content within `crossing_window_us` of now, so the new request may have crossed it
+        on the wire (the model asked before it read the answer). None otherwise."""
         for c in self.calls.values():
             if (c.name == name and c.args == args and c.status != "cancelled"
-                    and not c.superseded_by and not self.in_model(c)):
+                    and not c.superseded_by
+                    and (not self.in_model(c) or self._crossed(c, crossing_window_us))):
                 return c
         return None
+
+    def _crossed(self, call: CallState, window_us: int) -> bool:
+        sends = [s for s in call.sends if s.confirmed and s.generation == self.generation]
+        return bool(sends) and all(s.via != "tool_response" for s in sends) and any(
+            self.last_event_at_us - s.at_us <= window_us for s in sends)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -267,10 +277,11 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             call = s.calls[e.call_id]
             for send in reversed(call.sends):
                 if send.generation == e.generation and not send.confirmed:
-                    send.confirmed = True
+                    send.confirmed, send.at_us = True, rec.recorded_at_us
                     break
             else:  # a confirmation without its intent (older logs): the send itself
-                call.sends.append(Send(e.generation, e.via, rec.version, confirmed=True))
+                call.sends.append(Send(e.generation, e.via, rec.version, confirmed=True,
+                                       at_us=rec.recorded_at_us))
         case ev.ConversationMessage():
             s.conversation.append((e.role, e.text))
         case ev.AnomalyRecorded():

@@ -102,7 +102,9 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
                                kill_at_version=kill.at_version, kill_in_tool=kill.in_tool,
                                kill_after_event=kill.after_event,
                                timeout_s=timeout_s)
-            proc = _context().Process(target=_worker_entry, args=(asdict(cfg),), daemon=True)
+            log_path = workdir / f"{call_id}.worker{workers + 1}.log"
+            proc = _context().Process(target=_worker_entry, args=(asdict(cfg), str(log_path)),
+                                      daemon=True)
             t0, seen = time.time(), len(server.connections)
             proc.start()
             workers += 1
@@ -113,7 +115,7 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
             await asyncio.to_thread(proc.join, timeout_s + 10)
             if proc.exitcode is None:
                 proc.kill()
-                raise RuntimeError(f"{call_id}: worker hung ({kill.label()})")
+                raise RuntimeError(f"{call_id}: worker hung ({kill.label()}); log: {log_path}")
             if workers > 1:
                 first = _first_action_after(server, seen, t0)
                 if first is not None:
@@ -121,7 +123,8 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
             if proc.exitcode == 0:
                 break
             if proc.exitcode != -9:
-                raise RuntimeError(f"{call_id}: worker failed with exit code {proc.exitcode}")
+                raise RuntimeError(f"{call_id}: worker failed with exit code {proc.exitcode}; "
+                                   f"log: {log_path}")
             killed += 1
         store = await open_store(db_url, **({"schema": schema} if schema else {}))
         try:
@@ -132,11 +135,22 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
         entries = [json.loads(line) for line in ledger.read_text().splitlines()] \
             if ledger.exists() else []
         problems = check_call(scenario, records, reports, server, entries)
+        if problems:  # keep what the server saw, next to the worker logs
+            server.dump(workdir / f"{call_id}.server.json")
     return CaseResult(scenario_name, call_id, planned, killed, workers, len(records),
                       problems, takeovers, time.monotonic() - started)
 
 
-def _worker_entry(cfg: dict) -> None:
+def _worker_entry(cfg: dict, log_path: str) -> None:
+    """Runs in the worker process: its output goes to its own log file."""
+    import os
+    import sys
+
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
     from .worker import main
     main(cfg)
 
@@ -191,7 +205,7 @@ def summarise(results: list[CaseResult]) -> dict:
         return takeovers[min(len(takeovers) - 1, int(q * len(takeovers)))]
 
     return {"cases": len(results), "kills": sum(r.kills for r in results),
-            "violations": [f"{r.scenario} [{', '.join(r.kills_planned)}]: {v}"
+            "violations": [f"{r.call_id} [{', '.join(r.kills_planned)}]: {v}"
                            for r in results for v in r.violations],
             "takeover_p50_s": pct(0.5), "takeover_p99_s": pct(0.99),
             "takeover_mean_s": statistics.fmean(takeovers) if takeovers else None}
@@ -199,26 +213,63 @@ def summarise(results: list[CaseResult]) -> dict:
 
 # ------------------------------------------------------------------ command line
 
-def _db_factory(kind: str, root: Path):
-    if kind == "sqlite":
-        async def new_db():
-            from session_store.migrate import upgrade
-            url = f"sqlite+aiosqlite:///{root / uuid.uuid4().hex}.db"
+PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+
+
+class Databases:
+    """Fresh, migrated databases for cases: SQLite files under `root`, or PostgreSQL schemas
+    (dropped again by `cleanup`)."""
+
+    def __init__(self, kind: str, root: Path, pg_url: str = PG_URL):
+        self.kind, self.root, self.pg_url = kind, root, pg_url
+        self.schemas: list[str] = []
+
+    async def __call__(self) -> tuple[str, str | None]:
+        from session_store.migrate import upgrade
+        if self.kind == "sqlite":
+            url = f"sqlite+aiosqlite:///{self.root / uuid.uuid4().hex}.db"
             await upgrade(url)
             return url, None
-        return new_db
-
-    async def new_pg():
         import asyncpg
-        from session_store.migrate import upgrade
         schema = f"crash_{uuid.uuid4().hex[:10]}"
-        conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
-        await conn.execute(f"CREATE SCHEMA {schema}")
-        await conn.close()
-        url = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-        await upgrade(url, schema=schema)
-        return url, schema
-    return new_pg
+        conn = await asyncpg.connect(self.pg_url.replace("+asyncpg", ""))
+        try:
+            await conn.execute(f"CREATE SCHEMA {schema}")
+        finally:
+            await conn.close()
+        self.schemas.append(schema)
+        await upgrade(self.pg_url, schema=schema)
+        return self.pg_url, schema
+
+    async def cleanup(self) -> None:
+        if not self.schemas:
+            return
+        import asyncpg
+        conn = await asyncpg.connect(self.pg_url.replace("+asyncpg", ""))
+        try:
+            for schema in self.schemas:
+                await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        finally:
+            await conn.close()
+        self.schemas.clear()
+
+
+async def run_boundaries(scenarios, new_db, workdir: Path, parallel: int = 3
+                         ) -> list[CaseResult]:
+    cases = []
+    for s in scenarios:
+        cases += [(s, k) for k in boundary_kills(s, await count_events(s, new_db, workdir))]
+    return await run_many(cases, new_db, workdir, parallel)
+
+
+async def run_soak(scenarios, kills: int, new_db, workdir: Path, parallel: int = 3,
+                   seed: int = 1) -> list[CaseResult]:
+    rng = random.Random(seed)
+    cases = []
+    while sum(len(k) for _, k in cases) < kills:
+        planned = [Kill(after_s=rng.uniform(0.3, 4.0)) for _ in range(rng.randint(1, 3))]
+        cases.append((rng.choice(scenarios), planned))
+    return await run_many(cases, new_db, workdir, parallel)
 
 
 async def _main() -> int:
@@ -229,22 +280,22 @@ async def _main() -> int:
     parser.add_argument("--kills", type=int, default=20, help="soak: total kills")
     parser.add_argument("--parallel", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workdir", help="keep databases, ledgers and worker logs here")
     args = parser.parse_args()
     scenarios = args.scenario or sorted(SCENARIOS)
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        new_db = _db_factory(args.db, root)
-        cases = []
-        if args.mode == "boundary":
-            for s in scenarios:
-                cases += [(s, k) for k in boundary_kills(s, await count_events(s, new_db, root))]
-        else:
-            rng = random.Random(args.seed)
-            while sum(len(k) for _, k in cases) < args.kills:
-                kills = [Kill(after_s=rng.uniform(0.3, 4.0)) for _ in range(rng.randint(1, 3))]
-                cases.append((rng.choice(scenarios), kills))
+    with tempfile.TemporaryDirectory(prefix="crash-harness-") as tmp:
+        root = Path(args.workdir) if args.workdir else Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        new_db = Databases(args.db, root)
         t0 = time.monotonic()
-        results = await run_many(cases, new_db, root, args.parallel)
+        try:
+            if args.mode == "boundary":
+                results = await run_boundaries(scenarios, new_db, root, args.parallel)
+            else:
+                results = await run_soak(scenarios, args.kills, new_db, root, args.parallel,
+                                         args.seed)
+        finally:
+            await new_db.cleanup()
         summary = summarise(results)
         summary["wall_s"] = round(time.monotonic() - t0, 1)
         print(json.dumps(summary, indent=2))

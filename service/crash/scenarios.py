@@ -77,7 +77,7 @@ class ServerPlan:
         if (self.scenario.go_away_after_first and not self.go_away_sent and answered
                 and pending):
             self.go_away_sent = True
-            return [GoAway(time_left=2.0), Dynamic(self.plan)]
+            return [GoAway(time_left=8.0), Dynamic(self.plan)]
         if not pending:
             return [Audio(chunks=2), OutputTranscript("Is there anything else?"), TurnComplete()]
         outstanding = [cid for cid in state.outstanding()

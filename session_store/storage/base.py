@@ -162,13 +162,16 @@ class SqlEventStore:
 
     # ------------------------------------------------------------------ append
     async def append(self, stream_id: str, new_events: Sequence[Event], expected_version: int,
-                     *, epoch: int | None = None, timeout: float | None = None) -> int:
+                     *, epoch: int | None = None, timeout: float | None = None,
+                     recorded_at_us: int | None = None) -> int:
         """Append events after `expected_version` (0 for a new stream); durable on return.
 
         Returns the stream's new version. Raises ConcurrencyConflict when the stream is not at
         `expected_version`, Fenced when `epoch` is older than the stream's epoch (a newer
         worker owns the call), StoreUnavailable when the database cannot be reached within
-        `timeout` seconds (nothing was written).
+        `timeout` seconds (nothing was written). `recorded_at_us` stamps the events with the
+        caller's clock instead of now: a writer that folds its own events (the service's
+        CallDriver) then knows exactly what was stored without reading it back.
         """
         if self._closed:
             raise StoreClosed("the store is closed")
@@ -177,7 +180,8 @@ class SqlEventStore:
         rows = [(e.TYPE, e.SCHEMA, canonical_json(e.to_data())) for e in new_events]
         loop = asyncio.get_running_loop()
         request = _AppendRequest(
-            stream_id, rows, expected_version, epoch, now_us(),
+            stream_id, rows, expected_version, epoch,
+            now_us() if recorded_at_us is None else recorded_at_us,
             loop.time() + (self._append_timeout if timeout is None else timeout),
             loop.create_future())
         self._queue.put_nowait(request)
