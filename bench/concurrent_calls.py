@@ -230,7 +230,7 @@ def print_row(row: dict) -> None:
             print(f"         first error: {r['first_error'][:160]}")
 
 
-async def main() -> None:
+async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short windows for CI (< 60 s)")
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
@@ -267,7 +267,9 @@ async def main() -> None:
               f"{'MET' if verdict['met'] else 'NOT MET'}")
     print(json.dumps({"bench": "concurrent_calls", "quick": args.quick, "window_s": window,
                       "rows": rows, "target": verdict}))
+    # A missed target is a figure to report; an append that failed is a bug (exit 1).
+    return 1 if any(r[i]["errors"] for r in rows for i in ("raw", "ours")) else 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

@@ -63,6 +63,7 @@ async def worker_main(schema: str, name: str, calls: list[str]) -> None:
         out.flush()
 
     async def run_call(call_id: str, takeover: bool) -> None:
+        began = time.time()
         driver = CallDriver(store, call_id, worker_id=name)
         try:
             await driver.attach(model=MODEL, tools=TOOLS, settings={})
@@ -73,7 +74,7 @@ async def worker_main(schema: str, name: str, calls: list[str]) -> None:
         finally:
             opened[0] += not takeover
         if takeover:
-            say(attached=call_id, epoch=driver.epoch, at=time.time())
+            say(attached=call_id, epoch=driver.epoch, at=time.time(), took=time.time() - began)
         rng, i = random.Random(call_id + name), 0
         while not stopping.is_set():
             await asyncio.sleep(rng.uniform(0.5, 1.5))
@@ -125,6 +126,7 @@ class Worker:
             if "attached" in msg:
                 self.attached[msg["attached"]] = msg
             await self.lines.put(msg)
+        await self.lines.put(None)  # the process ended
 
     def send(self, **cmd) -> None:
         self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
@@ -132,6 +134,9 @@ class Worker:
     async def expect(self, key: str, timeout: float) -> dict:
         while True:
             msg = await asyncio.wait_for(self.lines.get(), timeout)
+            if msg is None:
+                raise RuntimeError(f"worker {self.name} exited (code {await self.proc.wait()}) "
+                                   f"before saying {key!r}; its stderr is above")
             if key in msg:
                 return msg
 
@@ -161,9 +166,10 @@ async def take_over(victim: list[str], heirs: list[Worker], t0: float, patience:
             break
         await asyncio.sleep(0.01)
     done = [attached_log[c]["at"] - t0 for c in victim if c in attached_log]
+    took = [attached_log[c]["took"] for c in victim if c in attached_log]
     return {"calls": len(victim), "attached_in_time": len(done), "handover_s": round(sent - t0, 3),
             "takeover_p50_ms": ms(pct(done, 50)), "takeover_max_ms": ms(max(done, default=0)),
-            "owner": owner}
+            "attach_p50_ms": ms(pct(took, 50)), "owner": owner}
 
 
 async def check_fencing(store, calls: list[str], owner: dict[str, str], old: str) -> dict:
@@ -257,29 +263,31 @@ async def supervise(calls_total: int, warm: float, settle: float) -> dict:
         await drop_schema(schema)
 
 
-async def main() -> None:
+async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100 calls, shorter phases (CI)")
     args = parser.parse_args()
     if not await pg_reachable():
         print(f"PostgreSQL not reachable at {PG_DSN}: multi-worker benchmark skipped")
-        return
+        return 0
     calls, warm, settle = (100, 2.0, 2.0) if args.quick else (400, 5.0, 4.0)
     r = await supervise(calls, warm, settle)
     k, z = r["kill"], r["zombie"]
     print(f"{machine()}; {WORKERS} workers, {calls} calls on PostgreSQL; {r['survivor_appends']} appends by "
           f"the survivors, {r['errors']} errors")
+    print("takeover = signal to WorkerAttached durable, per call (p50, max); attach = one "
+          "CallDriver.attach (load + append), p50; fenced = zombie calls refused after SIGCONT")
     print(f"{'phase':8} {'calls':>5} {'attached':>8} {'detect ms':>9} {'p50 ms':>8} "
-          f"{'max ms':>8} {'fenced':>6} {'violations':>10}")
+          f"{'max ms':>8} {'attach ms':>9} {'fenced':>6} {'violations':>10}")
     print(f"{'SIGKILL':8} {k['calls']:>5} {k['attached_in_time']:>8} {k['detect_ms']:>9.1f} "
-          f"{k['takeover_p50_ms']:>8.1f} {k['takeover_max_ms']:>8.1f} {'-':>6} "
-          f"{k['fencing']['violations']:>10}")
+          f"{k['takeover_p50_ms']:>8.1f} {k['takeover_max_ms']:>8.1f} {k['attach_p50_ms']:>9.1f} "
+          f"{'-':>6} {k['fencing']['violations']:>10}")
     print(f"{'SIGSTOP':8} {z['calls']:>5} {z['attached_in_time']:>8} {'-':>9} "
-          f"{z['takeover_p50_ms']:>8.1f} {z['takeover_max_ms']:>8.1f} "
+          f"{z['takeover_p50_ms']:>8.1f} {z['takeover_max_ms']:>8.1f} {z['attach_p50_ms']:>9.1f} "
           f"{z['zombie_fenced_calls']:>6} {z['fencing']['violations']:>10}")
     if z["attached_after_sigcont"]:
-        print(f"  {z['attached_after_sigcont']} call(s) waited for the zombie's SIGCONT (row "
-              "locks of its open transaction)")
+        print(f"  {z['attached_after_sigcont']} call(s) could not be taken over until the zombie "
+              "ran again: it froze inside a transaction holding their head rows (FOR UPDATE)")
     held = (k["fencing"]["violations"] == 0 and z["fencing"]["violations"] == 0
             and k["attached_in_time"] == k["calls"])
     print(f"fencing held: {'YES' if held else 'NO'}; "
@@ -287,10 +295,11 @@ async def main() -> None:
     for e in r["first_errors"]:
         print(f"  error: {e}")
     print(json.dumps({"bench": "multi_worker", "quick": args.quick, "fencing_held": held, **r}))
+    return 0 if held and not r["errors"] else 1
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         asyncio.run(worker_main(sys.argv[2], sys.argv[3], sys.argv[4].split(",")))
     else:
-        asyncio.run(main())
+        sys.exit(asyncio.run(main()))

@@ -59,15 +59,23 @@ class CallDriver:
         """Open the call, or take it over: a new fencing epoch shuts the old worker out (I6)."""
         async with self._lock:
             for _ in range(5):
-                self.state = await load_state(self.store, self.call_id)
-                epoch = self.state.epoch + 1
+                # Loaded aside and published only once this worker owns the call: a reader
+                # of `state` (the app, the crash harness's control loop) must never see the
+                # dead worker's last state — "connected, all delivered" — as this worker's
+                # (seen: a takeover ended the call before it ever reconnected).
+                state = await load_state(self.store, self.call_id)
+                epoch = state.epoch + 1
                 first = (ev.SessionOpened(model, tools, self.worker_id, epoch, settings)
-                         if not self.state.opened
+                         if not state.opened
                          else ev.WorkerAttached(self.worker_id, epoch, "takeover"))
+                at = now_us()
                 try:
-                    await self._append([first], epoch)
+                    await self.store.append(self.call_id, [first], state.version, epoch=epoch,
+                                            recorded_at_us=at)
                 except ConcurrencyConflict:
                     continue  # another worker moved the stream: read again and retry
+                self.state = state
+                self._stage([first], at)
                 self.epoch = epoch
                 return self.state
             raise ConcurrencyConflict(self.call_id, self.state.version, None)
@@ -161,12 +169,6 @@ class CallDriver:
     async def _reload(self) -> None:
         self.state = await load_state(self.store, self.call_id)
         self._stale = False
-
-    async def _append(self, events: list[ev.Event], epoch: int) -> None:
-        before = self.state.version
-        at = now_us()
-        await self.store.append(self.call_id, events, before, epoch=epoch, recorded_at_us=at)
-        self._stage(events, at)
 
     def due(self) -> list[Effect]:
         return [] if self.fenced else due(self.state, self.policy, now_us())

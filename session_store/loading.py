@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .projection import PROJECTION_VERSION, SessionState, fold, from_snapshot, to_snapshot
+from .projection import PROJECTION_VERSION, SessionState, fold_into, from_snapshot, to_snapshot
 from .storage import Snapshot, SqlEventStore
 
 
@@ -15,7 +15,8 @@ async def load_state(store: SqlEventStore, stream_id: str, *, use_snapshot: bool
         if snap is not None and snap.projection_version == PROJECTION_VERSION:
             state = from_snapshot(snap.state_json)
     tail = await store.read(stream_id, from_version=state.version + 1, to_version=to_version)
-    return fold(tail, state)
+    # The state was built here and belongs to no one else: fold in place, no copy.
+    return fold_into(state, tail)
 
 
 async def save_snapshot(store: SqlEventStore, state: SessionState) -> None:

@@ -264,12 +264,15 @@ async def run_boundaries(scenarios, new_db, workdir: Path, parallel: int = 3
 
 async def run_soak(scenarios, kills: int, new_db, workdir: Path, parallel: int = 3,
                    seed: int = 1) -> list[CaseResult]:
+    """Random SIGKILLs from outside until `kills` workers have really died mid-call."""
     rng = random.Random(seed)
-    cases = []
-    while sum(len(k) for _, k in cases) < kills:
-        planned = [Kill(after_s=rng.uniform(0.3, 4.0)) for _ in range(rng.randint(1, 3))]
-        cases.append((rng.choice(scenarios), planned))
-    return await run_many(cases, new_db, workdir, parallel)
+    results: list[CaseResult] = []
+    while sum(r.kills for r in results) < kills:
+        batch = [(rng.choice(scenarios),
+                  [Kill(after_s=rng.uniform(0.2, 2.5)) for _ in range(rng.randint(1, 3))])
+                 for _ in range(parallel * 2)]
+        results += await run_many(batch, new_db, workdir, parallel)
+    return results
 
 
 async def _main() -> int:

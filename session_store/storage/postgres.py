@@ -55,7 +55,9 @@ def _columns(rows: list[tuple]) -> list[list]:
 
 class PostgresEventStore(SqlEventStore):
     dialect_name = "postgresql"
-    default_writers = 4
+    # Few writers, big batches: on a small machine more writers only means more transactions
+    # competing with the server for the same CPUs (bench/concurrent_calls.py).
+    default_writers = 2
     poll_interval = 0.5  # NOTIFY wakes followers at once; polling only covers a lost notify
 
     def __init__(self, url: str, *, schema: str | None = None, pool_size: int = 8, **kwargs):
@@ -72,13 +74,19 @@ class PostgresEventStore(SqlEventStore):
         self._connect_kwargs = dict(host=u.host, port=u.port, user=u.username,
                                     password=u.password, database=u.database,
                                     server_settings=server_settings)
+        # A writer frozen mid-batch (SIGSTOP, a paused VM) must not hold stream-head row
+        # locks forever: the server ends its transaction, and waiting writers give up on a
+        # lock after a bounded time instead of stalling their whole batch.
+        self._writer_kwargs = dict(self._connect_kwargs, server_settings={
+            **server_settings, "idle_in_transaction_session_timeout": "10s",
+            "lock_timeout": "15s"})
         self._channel = f"session_store_{schema or 'public'}".lower()
         self._free: list[asyncpg.Connection] = []
 
     @contextlib.asynccontextmanager
     async def _writer_connection(self):
         """A dedicated connection per writer task, replaced when it breaks."""
-        conn = self._free.pop() if self._free else await asyncpg.connect(**self._connect_kwargs)
+        conn = self._free.pop() if self._free else await asyncpg.connect(**self._writer_kwargs)
         try:
             yield conn
         except BaseException:
