@@ -504,10 +504,12 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     # ------------------------------------------------------------------ decide and act
     async def _observe(self, obs) -> None:
         try:
-            async with self._due_lock:
-                # The observation and the calls it lets start: one commit, then they run.
-                started = await self._driver.observe(obs, then=self._starts_now)
-                await self._run_started(started)
+            # The observation and the calls it lets start: one commit, then they run. (No
+            # effects lock: the driver's lock makes the start decision and its record one
+            # step, so no other task can start the same call; and a note must not wait
+            # behind a seed or a send.)
+            started = await self._driver.observe(obs, then=self._starts_now)
+            await self._run_started(started)
         except Fenced:
             await self._on_fenced()
             return
@@ -523,9 +525,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     async def _flush_notes(self) -> None:
         try:
             while self._driver.has_notes:
-                async with self._due_lock:
-                    started = await self._driver.flush(then=self._starts_now)
-                    await self._run_started(started)
+                started = await self._driver.flush(then=self._starts_now)
+                await self._run_started(started)
             await self._perform_due()
         except Fenced:
             await self._on_fenced()
@@ -574,11 +575,12 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             await self._driver.record(*(ev.ToolCallFailed(e.call_id, OUTCOME_UNKNOWN,
                                                           outcome_unknown=True) for e in resolve))
             acted = True
-        starts = [e for e in effects if isinstance(e, StartCall)]
+        starts = {e.call_id for e in effects if isinstance(e, StartCall)}
         if starts:
-            await self._run_started(await self._driver.record(*(
-                ev.ToolCallStarted(e.call_id, e.attempt, e.idempotency_key, self._driver.epoch)
-                for e in starts)))
+            # Decided again under the driver's lock, with the record: an observation may
+            # have started some of them meanwhile (it does not take the effects lock).
+            await self._run_started(await self._driver.record(
+                then=lambda state: [e for e in self._starts_now(state) if e.call_id in starts]))
             acted = True
         sends = [e for e in effects if isinstance(e, SendResult)]
         if sends and not (self._session is None or self._disconnecting or self._link_busy()):
