@@ -118,6 +118,7 @@ class CallDriver:
             await self._reload()
         before, at = self.state.version, now_us()
         batch: list[ev.Event] = []
+        taken: list[Observation | ev.Event] = []
         # Decide and fold before appending, stamped with the time the store will record
         # (`recorded_at_us`): the in-memory state is exactly the fold of the log, without
         # reading back what was written (that read doubled the cost of every event). On any
@@ -125,6 +126,7 @@ class CallDriver:
         try:
             while self._notes:
                 item = self._notes.popleft()
+                taken.append(item)
                 found = [item] if isinstance(item, ev.Event) else decide(self.state, item,
                                                                          self.policy)
                 batch += self._stage(found, at)
@@ -134,6 +136,7 @@ class CallDriver:
                 mine += self._stage(then(self.state) or [], at)
         except BaseException:
             self._stale = True
+            self._notes.extendleft(reversed(taken))
             raise
         batch += mine
         if not batch:
@@ -147,13 +150,17 @@ class CallDriver:
             raise
         except ConcurrencyConflict:
             # Someone else wrote to our call: only a newer worker may. Re-read to find out.
+            self._notes.extendleft(reversed(taken))
             await self._reload()
             if self.state.epoch > self.epoch:
                 self.fenced = True
                 raise Fenced(self.call_id, self.epoch, self.state.epoch) from None
             raise
         except BaseException:
-            self._stale = True  # committed or not: the log says, on the next use
+            # Committed or not, the log says on the next use. Noted facts are decided again
+            # then (a lost tool call would leave the model waiting for ever).
+            self._stale = True
+            self._notes.extendleft(reversed(taken))
             raise
         return mine
 
@@ -171,7 +178,9 @@ class CallDriver:
         self._stale = False
 
     def due(self) -> list[Effect]:
-        return [] if self.fenced else due(self.state, self.policy, now_us())
+        # Nothing is due from a state that may hold events a failed append did not store:
+        # the next record/observe re-reads the log first.
+        return [] if self.fenced or self._stale else due(self.state, self.policy, now_us())
 
     def resumption_handle(self, exclude: set[str] = frozenset()) -> str | None:
         handle = choose_resumption(self.state, self.policy, now_us())

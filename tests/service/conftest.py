@@ -21,6 +21,8 @@ from .helpers import Flavour
 def pytest_configure(config):
     config.addinivalue_line("markers", "stock_bug(reason): the stock GeminiLiveLLMService "
                                        "fails this scenario because of that upstream bug")
+    config.addinivalue_line("markers", "slow: a scenario that takes several seconds of wall "
+                                       "time by design (still run in CI)")
 
 
 @pytest.fixture(params=["sqlite", "postgres", "stock"])

@@ -1,0 +1,95 @@
+"""CallDriver: the service's only path to the log (no pipecat here), on both databases.
+
+It folds what it appends itself (stamped with the time the store records) instead of reading
+it back, merges follow-up decisions into the same commit, and queues facts noted on the audio
+path; none of that may make its state differ from the fold of the log.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from service.driver import CallDriver
+from session_store import Policy, load_state
+from session_store import events as ev
+from session_store.decide import FunctionCall, SpeechStarted, StartCall, ToolCallsArrived, due
+from session_store.projection import to_snapshot
+
+
+async def same_as_log(driver: CallDriver) -> None:
+    stored = await load_state(driver.store, driver.call_id, use_snapshot=False)
+    assert to_snapshot(driver.state) == to_snapshot(stored)
+
+
+def starts(driver: CallDriver):
+    def then(state):
+        return [ev.ToolCallStarted(e.call_id, e.attempt, e.idempotency_key, driver.epoch)
+                for e in due(state, driver.policy, 0) if isinstance(e, StartCall)]
+    return then
+
+
+async def test_state_is_exactly_the_fold_of_the_log(store):
+    driver = CallDriver(store, "call-a", Policy(), worker_id="w1")
+    await driver.attach(model="m", tools=["lookup_order"], settings={})
+    await driver.record(ev.Connected(1, None, "x"))
+    driver.note(SpeechStarted(1, "model"))
+    driver.note(ev.HandleIssued(1, "h1", None))
+    started = await driver.observe(
+        ToolCallsArrived((FunctionCall("c1", "lookup_order", {"id": 1}),), 1), then=starts(driver))
+    # Speaking when the call arrived (noted first): deferred, so nothing started.
+    assert not [e for e in started if isinstance(e, ev.ToolCallStarted)]
+    started = await driver.record(ev.BotStoppedSpeaking(1, "transport"), then=starts(driver))
+    assert [type(e).__name__ for e in started] == ["BotStoppedSpeaking", "ToolCallStarted"]
+    await driver.record(ev.ToolCallCompleted("c1", {"ok": True}),
+                        then=lambda s: [ev.ToolResultSending("c1", s.generation, "tool_response")])
+    await driver.record(ev.ToolResultSent("c1", 1, "tool_response"))
+    await same_as_log(driver)
+    types = [r.type for r in await store.read("call-a")]
+    assert types == ["session.opened", "connection.connected", "speech.bot_started",
+                     "connection.handle_issued", "tool.call_requested", "tool.call_deferred",
+                     "speech.bot_stopped", "tool.call_started", "tool.call_completed",
+                     "tool.result_sending", "tool.result_sent"]
+
+
+async def test_a_record_and_what_it_lets_happen_share_one_commit(store):
+    driver = CallDriver(store, "call-b", Policy(defer="none"), worker_id="w1")
+    await driver.attach(model="m", tools=["t"], settings={})
+    await driver.record(ev.Connected(1, None, "x"))
+    before = store.stats["batches"]
+    started = await driver.observe(
+        ToolCallsArrived((FunctionCall("c1", "t", {}), FunctionCall("c2", "t", {"a": 1})), 1),
+        then=starts(driver))
+    assert store.stats["batches"] == before + 1
+    assert [e.call_id for e in started if isinstance(e, ev.ToolCallStarted)] == ["c1", "c2"]
+    recs = (await store.read("call-b"))[-4:]
+    assert len({r.recorded_at_us for r in recs}) == 1
+    await same_as_log(driver)
+
+
+async def test_notes_are_kept_when_an_append_fails(store):
+    driver = CallDriver(store, "call-c", Policy(), worker_id="w1")
+    await driver.attach(model="m", tools=["t"], settings={})
+    await driver.record(ev.Connected(1, None, "x"))
+    # Another writer moves the stream behind the driver's back (not a newer worker).
+    await store.append("call-c", [ev.ConversationMessage("user", "hi", 1)], 2, epoch=1)
+    driver.note(ToolCallsArrived((FunctionCall("c1", "t", {}),), 1))
+    with pytest.raises(Exception):
+        await driver.flush()
+    assert driver.has_notes, "a noted tool call must not be lost with the failed append"
+    assert driver.due() == [], "nothing is due from a state the log may not hold"
+    await driver.flush()  # re-reads the log, decides the note again
+    assert driver.state.calls["c1"].status == "requested"
+    await same_as_log(driver)
+
+
+async def test_a_takeover_sees_its_own_state_only_once_attached(store):
+    first = CallDriver(store, "call-d", Policy(), worker_id="w1")
+    await first.attach(model="m", tools=["t"], settings={})
+    await first.record(ev.Connected(1, None, "x"))
+    second = CallDriver(store, "call-d", Policy(), worker_id="w2")
+    state = await second.attach(model="m", tools=["t"], settings={})
+    assert state.epoch == 2 and not state.connected and state is second.state
+    await same_as_log(second)
+    with pytest.raises(Exception):
+        await first.record(ev.ConversationMessage("user", "late", 1))
+    assert first.fenced
