@@ -227,7 +227,13 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         await self._flush_transcript()  # what was said belongs to the session that heard it
         state = self._driver.state
         if state.connected:
-            await self._record_quietly(ev.Disconnected(state.generation, reason))
+            events: list[ev.Event] = [ev.Disconnected(state.generation, reason)]
+            if self._transport_speaking:
+                # The projection takes a disconnect as the end of speech, but the transport
+                # is still playing what the old session sent (a reconnect that could not wait
+                # for the turn, e.g. a goAway deadline): deferred calls keep waiting for it.
+                events.append(ev.BotStartedSpeaking(state.generation, "transport"))
+            await self._record_quietly(*events)
         # A new session must carry the settings as they are now (upstream sends the old prompt).
         if self._settings.system_instruction is not None:
             self._system_instruction_from_init = self._settings.system_instruction

@@ -94,7 +94,9 @@ async def run_worker(cfg: WorkerConfig) -> None:
                     delta=DurableGeminiLiveLLMService.Settings(system_instruction=scenario.new_prompt)))
                 while llm.driver.state.settings.get("system_instruction") != scenario.new_prompt:
                     await asyncio.sleep(0.02)
-            if scenario_complete(scenario, state):
+            # Complete only when nothing observed is still waiting to be logged (a toolCall
+            # received but not yet appended would otherwise be left unanswered).
+            if scenario_complete(scenario, state) and not llm.driver.has_notes:
                 return
             await asyncio.sleep(0.05)
 

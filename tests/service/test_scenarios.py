@@ -284,14 +284,16 @@ async def test_go_away_reconnects_before_the_deadline_with_the_newest_handle(fla
         await assert_chain_ok(run)
 
 
-@pytest.mark.stock_bug("goAway is ignored: the server closes the session at the deadline")
+@pytest.mark.stock_bug("goAway is ignored: the server closes the session at the deadline "
+                       "(and the call runs at once, mid-speech)")
 async def test_go_away_while_the_bot_keeps_speaking_reconnects_before_the_deadline(flavour):
     """When the turn outlasts goAway's time left minus the margin, the reconnect cannot wait
     for the turn boundary: it happens before the deadline anyway."""
     scripts = [
         Script([Audio(chunks=2), TurnComplete(), Audio(chunks=5), GoAway(time_left=2.0),
-                Audio(chunks=70), TurnComplete()], reply=()),
-        Script([Audio(chunks=2), TurnComplete()], reply=()),
+                Audio(chunks=5), ToolCall(Call("c1", ORDER, {"id": 1})), Audio(chunks=65),
+                TurnComplete()], reply=()),
+        Script([WaitToolResponse("c1", timeout=5), Audio(chunks=2), TurnComplete()], reply=()),
     ]
 
     async def drive(ctl: Ctl):
@@ -307,6 +309,14 @@ async def test_go_away_while_the_bot_keeps_speaking_reconnects_before_the_deadli
     assert first.closed_at >= go_away_at + 0.9, "left earlier than the margin asked"
     assert run.connections[1].resumption_handle == handles_of(run.server, 0)[-1]
     assert_server_clean(run)
+    # The call that came mid-speech waited for the old session's audio to finish playing,
+    # across the reconnect, and went to the new session (which never issued it) as content.
+    issued_at = next(s.at for s in first.sent if "toolCall" in s.message)
+    ran = assert_ran_once(run, "c1")
+    stop = run.tap.first_stop_after(issued_at)
+    assert stop is not None and ran["t"] >= stop, "the deferred call ran mid-speech"
+    assert ran["t"] > first.closed_at
+    assert_answered_once(run, "c1", ORDER, via="content", connection=1)
     if flavour.durable:
         assert run.find("connection.disconnected", generation=1)[0].data["reason"] == "go_away"
         assert_log_settled(run)
