@@ -7,7 +7,9 @@ due now: start calls, resolve in-doubt calls, send results by the delivery rules
 Startup after a crash is the same path: attach (new fencing epoch), connect with the handle
 the log allows, and perform what is due.
 
-Every private pipecat hook this file overrides or reads is pinned by
+The class is split by concern: this module observes (connection, server messages, speech,
+settings); effects.py decides and acts (observe → commit → act, result delivery);
+seeding.py tells a fresh session the call so far. Every private pipecat hook these override or read is pinned by
 tests/service/test_pipecat_contract.py.
 """
 
@@ -15,34 +17,29 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import re
 import time
 import uuid
 from typing import Any, Literal
 
-from google.genai.types import Content, FunctionResponse, Part
 from loguru import logger
-from websockets.exceptions import ConnectionClosed
-from pipecat.adapters.llm.services.gemini_adapter import GeminiLLMAdapter
 from pipecat.frames.frames import (BotStartedSpeakingFrame, BotStoppedSpeakingFrame, EndFrame,
-                                   FunctionCallFromLLM, FunctionCallResultFrame,
                                    InterruptionFrame)
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSetup
 from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 from session_store import Policy
 from session_store import events as ev
-from session_store.decide import (OUTCOME_UNKNOWN, CancellationArrived, FunctionCall, GoAway,
-                                  InterruptionObserved, Reconnect, ResolveInDoubt, SendResult,
-                                  SettingsUpdate, SpeechStarted, SpeechStopped, StartCall,
-                                  ToolCallsArrived, due, result_as_content, result_value,
-                                  seed_history)
+from session_store.decide import (CancellationArrived, FunctionCall, GoAway,
+                                  InterruptionObserved, ResolveInDoubt, SettingsUpdate,
+                                  SpeechStarted, SpeechStopped, ToolCallsArrived)
 from session_store.errors import Fenced
 from session_store.storage import SqlEventStore
 
-from .driver import CallDriver, now_us
+from .driver import CallDriver
+from .effects import DueEffects, jsonable
 from .redaction import redact_settings
+from .seeding import SessionSeeding
 
 # Settings restored from the log on takeover (plain strings; secrets were never logged).
 RESTORED_SETTINGS = ("system_instruction", "voice", "language")
@@ -61,12 +58,7 @@ def parse_time_left(value: Any) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-def _jsonable(value: Any) -> Any:
-    """A tool result as plain JSON (what the log stores and the model is told)."""
-    return json.loads(json.dumps(value, default=str))
-
-
-class DurableGeminiLiveLLMService(GeminiLiveLLMService):
+class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMService):
     """Drop-in GeminiLiveLLMService whose behaviour is decided from a durable event log.
 
     Extra arguments: `store` (from `session_store.open_store`), `call_id` (the stream; an
@@ -255,88 +247,6 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         handshaking = self._session is None and self._connection_task is not None
         return reconnecting or handshaking or self._awaiting_seed()
 
-    def _awaiting_seed(self) -> bool:
-        """A fresh session takes no result on its own before its seed: the seed carries every
-        result the log has, so one sent just before it reaches the model twice. (Seen in the
-        crash harness: a takeover worker's first session is ready before the pipeline's
-        first context, so pipecat seeds only later; a result sent as content in between was
-        then seeded again.) The seed comes with the first context frame at the latest."""
-        state = self._driver.state
-        current = state.generations.get(state.generation)
-        return (current is not None and current.handle is None
-                and self._seeded_generation != state.generation)
-
-    # ------------------------------------------------------------------ seeding
-    async def _create_initial_response(self, for_reconnect: bool = False):
-        """Seed a fresh session from the log (upstream seeds from the pipecat context)."""
-        # Under the effects lock: a seed is a send of results, and no other task may decide
-        # to send the same results while it is under way (found by the crash harness).
-        async with self._due_lock:
-            await self._seed(for_reconnect)
-        await self._perform_due()  # results held back until the seed (_awaiting_seed)
-
-    async def _seed(self, for_reconnect: bool) -> None:
-        if self._disconnecting:
-            return
-        if not self._session:
-            self._run_llm_when_session_ready = True
-            return
-        await self._log_initial_context()
-        state = self._driver.state
-        if self._seeded_generation == state.generation:
-            # pipecat asks again (first context after session ready): one seed per session,
-            # or every result in it would reach the model twice.
-            return
-        self._seeded_generation = state.generation
-        current = state.generations.get(state.generation)
-        if current is not None and current.handle is not None:
-            # A resumed session already holds its history: seeding it again would put every
-            # earlier result into the model twice (upstream does, on its first context).
-            self._ready_for_realtime_input = True
-            return
-        turns = seed_history(state)
-        if not turns:
-            self._ready_for_realtime_input = True
-            return
-        seeded = [c for c in state.calls.values()
-                  if c.has_outcome and not (state.in_model(c))]
-        new_results = [c for c in seeded if not any(s.confirmed for s in c.sends)]
-        trigger = (bool(new_results) or (not for_reconnect and self._inference_on_context_initialization)
-                   or (for_reconnect and not self._is_gemini_3))
-        contents = [Content(role="user" if role == "user" else "model", parts=[Part(text=text)])
-                    for role, text in turns]
-        if not self._is_gemini_3 and contents[-1].role != "user":
-            contents.append(Content(role="user", parts=[Part(text=" ")]))
-        generation = state.generation
-        if seeded:
-            await self._driver.record(*(ev.ToolResultSending(c.call_id, generation, "seed")
-                                        for c in seeded))
-        try:
-            await self._session.send_client_content(turns=contents, turn_complete=trigger)
-            if self._is_gemini_3 and trigger:
-                await self._session.send_realtime_input(text=" ")
-        except Exception as exc:  # noqa: BLE001 - the seed stays unconfirmed: resent next time
-            logger.warning(f"{self}: seeding failed: {exc}")
-            self._after_send_failure(exc)
-            return
-        if seeded:
-            await self._driver.record(*(ev.ToolResultSent(c.call_id, generation, "seed")
-                                        for c in seeded))
-        self._ready_for_realtime_input = True
-
-    async def _log_initial_context(self) -> None:
-        """Log the pipecat context's opening messages once, so any worker can seed from them."""
-        if self._context is None or any(r != "tool" for r, _ in self._driver.state.conversation):
-            return
-        events = []
-        for message in self._context.get_messages():
-            role = message.get("role") if isinstance(message, dict) else None
-            text = _message_text(message) if role in ("user", "developer", "assistant") else None
-            if text:
-                events.append(ev.ConversationMessage("assistant" if role == "assistant" else "user",
-                                                     text, self._driver.state.generation))
-        if events:
-            await self._driver.record(*events)
 
     # ------------------------------------------------------------------ server messages
     async def _handle_server_message(self, message):
@@ -397,57 +307,18 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         for event in events:
             self._note(event)
 
-    async def _due_after(self, delay: float) -> None:
-        await asyncio.sleep(delay)
-        await self._perform_due()
-
     # ------------------------------------------------------------------ tool calls
     async def _handle_msg_tool_call(self, message):
         calls = tuple(
             # Vertex sends no ids: make one, as upstream does, and persist it with the call.
             FunctionCall(f.id or f"gen{self._driver.state.generation}-{uuid.uuid4()}", f.name,
-                         _jsonable(f.args or {}))
+                         jsonable(f.args or {}))
             for f in (message.tool_call.function_calls or []))
         if calls:
             # Decided and logged (with the start of every call now due: one commit) by the
             # note flush, in order with everything else: audio behind the toolCall is not
             # held up by the log.
             self._note(ToolCallsArrived(calls, self._driver.state.generation))
-
-    async def _handle_function_call_result(self, frame: FunctionCallResultFrame):
-        is_final = frame.properties.is_final if frame.properties else True
-        if not is_final:
-            return  # one result per call: intermediate results are not part of the protocol here
-        call = self._driver.state.calls.get(frame.tool_call_id)
-        try:
-            if call is None:
-                await self._driver.record(ev.AnomalyRecorded(
-                    "result_for_unknown_call", {"call_id": frame.tool_call_id,
-                                                "name": frame.function_name}))
-            elif call.has_outcome:
-                await self._driver.record(ev.AnomalyRecorded(
-                    "second_result", {"call_id": call.call_id, "name": call.name}))
-            else:
-                # The result and the intent to send it (if it can go now): one commit.
-                async with self._due_lock:
-                    sending = await self._driver.record(
-                        ev.ToolCallCompleted(call.call_id, _jsonable(frame.result)),
-                        then=self._sends_now)
-                    await self._deliver([e for e in sending
-                                         if isinstance(e, ev.ToolResultSending)])
-        except Fenced:
-            await self._on_fenced()
-            return
-        await self._perform_due()
-
-    async def _tool_result(self, tool_call_id, tool_name, tool_result_message, *, is_final=True,
-                           spoken=True):
-        # Results leave only through _send_result, by the delivery rules. Upstream would
-        # send them from push_frame and again from every context re-scan.
-        return None
-
-    async def _process_completed_function_calls(self, send_new_results: bool):
-        await super()._process_completed_function_calls(send_new_results=False)
 
     # ------------------------------------------------------------------ speech
     async def _set_bot_is_responding(self, responding: bool):
@@ -508,152 +379,6 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         return changed
 
     # ------------------------------------------------------------------ decide and act
-    async def _observe(self, obs) -> None:
-        try:
-            # The observation and the calls it lets start: one commit, then they run. (No
-            # effects lock: the driver's lock makes the start decision and its record one
-            # step, so no other task can start the same call; and a note must not wait
-            # behind a seed or a send.)
-            started = await self._driver.observe(obs, then=self._starts_now)
-            await self._run_started(started)
-        except Fenced:
-            await self._on_fenced()
-            return
-        await self._perform_due()
-
-    def _note(self, item) -> None:
-        """Log a fact in order without waiting for it; a task appends it (with the calls it
-        lets start) unless another append takes it along first."""
-        self._driver.note(item)
-        if self._notes_task is None or self._notes_task.done():
-            self._notes_task = self.create_task(self._flush_notes(), "log_notes")
-
-    async def _flush_notes(self) -> None:
-        try:
-            while self._driver.has_notes:
-                started = await self._driver.flush(then=self._starts_now)
-                await self._run_started(started)
-            await self._perform_due()
-        except Fenced:
-            await self._on_fenced()
-        except Exception as exc:  # noqa: BLE001 - a task: report, the next append retries
-            logger.exception(f"{self}: could not log {exc}")
-
-    def _starts_now(self, state) -> list[ev.Event]:
-        """"Started" for every call due to start now (decided on the state being committed)."""
-        return [ev.ToolCallStarted(e.call_id, e.attempt, e.idempotency_key, self._driver.epoch)
-                for e in due(state, self._driver.policy, now_us()) if isinstance(e, StartCall)]
-
-    def _sends_now(self, state) -> list[ev.Event]:
-        """The intent to send every result due now, if the link can carry it now."""
-        if self._session is None or self._disconnecting or self._link_busy():
-            return []
-        return [ev.ToolResultSending(e.call_id, state.generation, e.via)
-                for e in due(state, self._driver.policy, now_us()) if isinstance(e, SendResult)]
-
-    async def _run_started(self, events: list[ev.Event]) -> None:
-        """Run the calls whose start was just committed (write-ahead: never before)."""
-        calls = [self._driver.state.calls[e.call_id] for e in events
-                 if isinstance(e, ev.ToolCallStarted)]
-        for call in calls:
-            await self.run_function_calls([FunctionCallFromLLM(
-                function_name=call.name, tool_call_id=call.call_id, arguments=call.args,
-                context=self._context)])
-
-    async def _perform_due(self, only=None) -> None:
-        """Do what the log says is due now (or the part `only` selects), until nothing is."""
-        async with self._due_lock:
-            for _ in range(100):
-                effects = [e for e in self._driver.due() if only is None or only(e)]
-                try:
-                    acted = await self._perform(effects)
-                except Fenced:
-                    await self._on_fenced()
-                    return
-                if not acted:
-                    return
-
-    async def _perform(self, effects: list) -> bool:
-        """Perform one round of effects; starts and sends go in one commit each."""
-        acted = False
-        resolve = [e for e in effects if isinstance(e, ResolveInDoubt)]
-        if resolve:
-            await self._driver.record(*(ev.ToolCallFailed(e.call_id, OUTCOME_UNKNOWN,
-                                                          outcome_unknown=True) for e in resolve))
-            acted = True
-        starts = {e.call_id for e in effects if isinstance(e, StartCall)}
-        if starts:
-            # Decided again under the driver's lock, with the record: an observation may
-            # have started some of them meanwhile (it does not take the effects lock).
-            await self._run_started(await self._driver.record(
-                then=lambda state: [e for e in self._starts_now(state) if e.call_id in starts]))
-            acted = True
-        sends = [e for e in effects if isinstance(e, SendResult)]
-        if sends and not (self._session is None or self._disconnecting or self._link_busy()):
-            generation = self._driver.state.generation
-            sending = await self._driver.record(*(
-                ev.ToolResultSending(e.call_id, generation, e.via) for e in sends))
-            acted |= await self._deliver(sending)
-        for effect in effects:
-            if isinstance(effect, Reconnect) and not self._link_busy():
-                self._schedule_reconnect(effect.reason)
-        return acted
-
-    async def _deliver(self, sending: list[ev.Event]) -> bool:
-        """Send results whose intent was just committed; confirm those that went out."""
-        sent = []
-        for intent in sending:
-            call = self._driver.state.calls[intent.call_id]
-            if await self._send_result(call, intent.via):
-                sent.append(ev.ToolResultSent(call.call_id, intent.generation, intent.via))
-        if sent:
-            await self._driver.record(*sent)
-        return bool(sent)
-
-    async def _send_result(self, call, via: str) -> bool:
-        try:
-            if via == "tool_response":
-                response = GeminiLLMAdapter.to_function_response_dict(
-                    json.dumps(result_value(call), ensure_ascii=False))
-                await self._session.send_tool_response(function_responses=[FunctionResponse(
-                    id=call.call_id, name=call.name, response=response)])
-            else:
-                await self._session.send_client_content(
-                    turns=[Content(role="user", parts=[Part(text=result_as_content(call))])],
-                    turn_complete=True)
-                if self._is_gemini_3:
-                    await self._session.send_realtime_input(text=" ")
-        except Exception as exc:  # noqa: BLE001 - unconfirmed: the next session resends it
-            logger.warning(f"{self}: sending the result of {call.call_id} failed: {exc}")
-            self._after_send_failure(exc)
-            return False
-        return True
-
-    def _after_send_failure(self, exc: Exception) -> None:
-        """A send failed. If the socket is closed, leave the reconnect to the receive loop:
-        it still holds what the server sent before closing (a toolCall, a handle, ...) and
-        raises on the close only after handing all of it over. Reconnecting from here would
-        cancel the loop and silently lose those messages (seen on the wire: a toolCall right
-        before a 1011 close vanished, and its handle with it). Any other send failure leaves
-        a live socket we cannot trust: replace the session."""
-        if isinstance(exc, ConnectionClosed) and self._connection_task is not None \
-                and not self._connection_task.done():
-            return
-        self._schedule_reconnect("send_failed")
-
-    async def _record_quietly(self, *events: ev.Event) -> None:
-        try:
-            await self._driver.record(*events)
-        except Fenced:
-            await self._on_fenced()
-
-    async def _on_fenced(self) -> None:
-        """A newer worker owns this call: stop talking to Gemini, write nothing more."""
-        logger.error(f"{self}: call {self.call_id} was taken over by another worker; stopping")
-        if self._session is not None and not self._disconnecting:
-            self.create_task(self._disconnect(), "fenced_disconnect")
-
-
 def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
@@ -661,12 +386,3 @@ def _plain(value: Any) -> Any:
         return None
     return str(value)
 
-
-def _message_text(message: dict) -> str | None:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content.strip() or None
-    if isinstance(content, list):
-        texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        return " ".join(t for t in texts if t).strip() or None
-    return None

@@ -1,6 +1,6 @@
 """The private pipecat surface DurableGeminiLiveLLMService depends on, pinned.
 
-service/gemini_live.py overrides or calls private hooks of pipecat's GeminiLiveLLMService and
+service/gemini_live.py (with its mixins service/effects.py and service/seeding.py) overrides or calls private hooks of pipecat's GeminiLiveLLMService and
 reads its private attributes. None of that is a public API: an upgrade may rename, re-type or
 re-wire any of it without notice, and the subclass would then fail quietly (a hook that is
 never called again is not an error). This file fails loudly instead. When it fails after an
@@ -115,15 +115,31 @@ def test_private_method_signature(name):
     assert inspect.iscoroutinefunction(method) == is_async
 
 
-@pytest.mark.parametrize("name", sorted(n for n in METHODS
-                                        if n in DurableGeminiLiveLLMService.__dict__))
+# Our classes: the service and its mixins, i.e. everything in its MRO before pipecat's class.
+_OURS = DurableGeminiLiveLLMService.__mro__[
+    :DurableGeminiLiveLLMService.__mro__.index(GeminiLiveLLMService)]
+
+
+def _our_override(name):
+    return next((c.__dict__[name] for c in _OURS if name in c.__dict__), None)
+
+
+def test_overrides_are_the_pinned_ones():
+    """Every pipecat method our classes define is pinned above (no unpinned override)."""
+    pipecat_names = {n for c in GeminiLiveLLMService.__mro__ for n in c.__dict__}
+    ours = {n for c in _OURS for n in c.__dict__
+            if n in pipecat_names and not n.startswith("__") and n != "_abc_impl"}
+    assert ours <= set(METHODS), f"overrides not pinned: {sorted(ours - set(METHODS))}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in METHODS if _our_override(n) is not None))
 def test_override_accepts_what_pipecat_passes(name):
     """Each override takes the same parameters (names, kinds, defaults) as pipecat's."""
-    ours = inspect.signature(DurableGeminiLiveLLMService.__dict__[name])
+    ours = inspect.signature(_our_override(name))
     theirs = inspect.signature(getattr(GeminiLiveLLMService, name))
     shape = [(p.name, p.kind, p.default) for p in theirs.parameters.values()]
     assert [(p.name, p.kind, p.default) for p in ours.parameters.values()] == shape
-    assert inspect.iscoroutinefunction(DurableGeminiLiveLLMService.__dict__[name])
+    assert inspect.iscoroutinefunction(_our_override(name))
 
 
 def test_private_attributes_exist_with_their_initial_values():

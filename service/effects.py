@@ -1,0 +1,222 @@
+"""Deciding and acting: how DurableGeminiLiveLLMService turns the log into actions.
+
+A mixin of the service (split out of gemini_live.py to keep each part readable). Every
+action follows one rule: the fact or the intent is committed to the log first, then it is
+performed; what is due is computed by the pure `session_store.decide.due` on the projection.
+Live operation and takeover after a crash both go through `_perform_due`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from google.genai.types import Content, FunctionResponse, Part
+from loguru import logger
+from pipecat.adapters.llm.services.gemini_adapter import GeminiLLMAdapter
+from pipecat.frames.frames import FunctionCallFromLLM, FunctionCallResultFrame
+from websockets.exceptions import ConnectionClosed
+
+from session_store import events as ev
+from session_store.decide import (OUTCOME_UNKNOWN, Reconnect, ResolveInDoubt, SendResult,
+                                  StartCall, due, result_as_content, result_value)
+from session_store.errors import Fenced
+
+from .driver import now_us
+
+
+def jsonable(value: Any) -> Any:
+    """A tool result as plain JSON (what the log stores and the model is told)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+class DueEffects:
+    """Observe → commit → act, for DurableGeminiLiveLLMService (uses its driver and session)."""
+
+    # ------------------------------------------------------------------ observations
+    async def _observe(self, obs) -> None:
+        try:
+            # The observation and the calls it lets start: one commit, then they run. (No
+            # effects lock: the driver's lock makes the start decision and its record one
+            # step, so no other task can start the same call; and a note must not wait
+            # behind a seed or a send.)
+            started = await self._driver.observe(obs, then=self._starts_now)
+            await self._run_started(started)
+        except Fenced:
+            await self._on_fenced()
+            return
+        await self._perform_due()
+
+    def _note(self, item) -> None:
+        """Log a fact in order without waiting for it; a task appends it (with the calls it
+        lets start) unless another append takes it along first."""
+        self._driver.note(item)
+        if self._notes_task is None or self._notes_task.done():
+            self._notes_task = self.create_task(self._flush_notes(), "log_notes")
+
+    async def _flush_notes(self) -> None:
+        try:
+            while self._driver.has_notes:
+                started = await self._driver.flush(then=self._starts_now)
+                await self._run_started(started)
+            await self._perform_due()
+        except Fenced:
+            await self._on_fenced()
+        except Exception as exc:  # noqa: BLE001 - a task: report, the next append retries
+            logger.exception(f"{self}: could not log {exc}")
+
+    # ------------------------------------------------------------------ effects
+    def _starts_now(self, state) -> list[ev.Event]:
+        """"Started" for every call due to start now (decided on the state being committed)."""
+        return [ev.ToolCallStarted(e.call_id, e.attempt, e.idempotency_key, self._driver.epoch)
+                for e in due(state, self._driver.policy, now_us()) if isinstance(e, StartCall)]
+
+    def _sends_now(self, state) -> list[ev.Event]:
+        """The intent to send every result due now, if the link can carry it now."""
+        if self._session is None or self._disconnecting or self._link_busy():
+            return []
+        return [ev.ToolResultSending(e.call_id, state.generation, e.via)
+                for e in due(state, self._driver.policy, now_us()) if isinstance(e, SendResult)]
+
+    async def _run_started(self, events: list[ev.Event]) -> None:
+        """Run the calls whose start was just committed (write-ahead: never before)."""
+        calls = [self._driver.state.calls[e.call_id] for e in events
+                 if isinstance(e, ev.ToolCallStarted)]
+        for call in calls:
+            await self.run_function_calls([FunctionCallFromLLM(
+                function_name=call.name, tool_call_id=call.call_id, arguments=call.args,
+                context=self._context)])
+
+    async def _perform_due(self, only=None) -> None:
+        """Do what the log says is due now (or the part `only` selects), until nothing is."""
+        async with self._due_lock:
+            for _ in range(100):
+                effects = [e for e in self._driver.due() if only is None or only(e)]
+                try:
+                    acted = await self._perform(effects)
+                except Fenced:
+                    await self._on_fenced()
+                    return
+                if not acted:
+                    return
+
+    async def _perform(self, effects: list) -> bool:
+        """Perform one round of effects; starts and sends go in one commit each."""
+        acted = False
+        resolve = [e for e in effects if isinstance(e, ResolveInDoubt)]
+        if resolve:
+            await self._driver.record(*(ev.ToolCallFailed(e.call_id, OUTCOME_UNKNOWN,
+                                                          outcome_unknown=True) for e in resolve))
+            acted = True
+        starts = {e.call_id for e in effects if isinstance(e, StartCall)}
+        if starts:
+            # Decided again under the driver's lock, with the record: an observation may
+            # have started some of them meanwhile (it does not take the effects lock).
+            await self._run_started(await self._driver.record(
+                then=lambda state: [e for e in self._starts_now(state) if e.call_id in starts]))
+            acted = True
+        sends = [e for e in effects if isinstance(e, SendResult)]
+        if sends and not (self._session is None or self._disconnecting or self._link_busy()):
+            generation = self._driver.state.generation
+            sending = await self._driver.record(*(
+                ev.ToolResultSending(e.call_id, generation, e.via) for e in sends))
+            acted |= await self._deliver(sending)
+        for effect in effects:
+            if isinstance(effect, Reconnect) and not self._link_busy():
+                self._schedule_reconnect(effect.reason)
+        return acted
+
+    async def _deliver(self, sending: list[ev.Event]) -> bool:
+        """Send results whose intent was just committed; confirm those that went out."""
+        sent = []
+        for intent in sending:
+            call = self._driver.state.calls[intent.call_id]
+            if await self._send_result(call, intent.via):
+                sent.append(ev.ToolResultSent(call.call_id, intent.generation, intent.via))
+        if sent:
+            await self._driver.record(*sent)
+        return bool(sent)
+
+    async def _send_result(self, call, via: str) -> bool:
+        try:
+            if via == "tool_response":
+                response = GeminiLLMAdapter.to_function_response_dict(
+                    json.dumps(result_value(call), ensure_ascii=False))
+                await self._session.send_tool_response(function_responses=[FunctionResponse(
+                    id=call.call_id, name=call.name, response=response)])
+            else:
+                await self._session.send_client_content(
+                    turns=[Content(role="user", parts=[Part(text=result_as_content(call))])],
+                    turn_complete=True)
+                if self._is_gemini_3:
+                    await self._session.send_realtime_input(text=" ")
+        except Exception as exc:  # noqa: BLE001 - unconfirmed: the next session resends it
+            logger.warning(f"{self}: sending the result of {call.call_id} failed: {exc}")
+            self._after_send_failure(exc)
+            return False
+        return True
+
+    def _after_send_failure(self, exc: Exception) -> None:
+        """A send failed. If the socket is closed, leave the reconnect to the receive loop:
+        it still holds what the server sent before closing (a toolCall, a handle, ...) and
+        raises on the close only after handing all of it over. Reconnecting from here would
+        cancel the loop and silently lose those messages (seen on the wire: a toolCall right
+        before a 1011 close vanished, and its handle with it). Any other send failure leaves
+        a live socket we cannot trust: replace the session."""
+        if isinstance(exc, ConnectionClosed) and self._connection_task is not None \
+                and not self._connection_task.done():
+            return
+        self._schedule_reconnect("send_failed")
+
+    async def _record_quietly(self, *events: ev.Event) -> None:
+        try:
+            await self._driver.record(*events)
+        except Fenced:
+            await self._on_fenced()
+
+    async def _on_fenced(self) -> None:
+        """A newer worker owns this call: stop talking to Gemini, write nothing more."""
+        logger.error(f"{self}: call {self.call_id} was taken over by another worker; stopping")
+        if self._session is not None and not self._disconnecting:
+            self.create_task(self._disconnect(), "fenced_disconnect")
+
+    # ------------------------------------------------------------------ results
+    async def _due_after(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        await self._perform_due()
+
+    async def _handle_function_call_result(self, frame: FunctionCallResultFrame):
+        is_final = frame.properties.is_final if frame.properties else True
+        if not is_final:
+            return  # one result per call: intermediate results are not part of the protocol here
+        call = self._driver.state.calls.get(frame.tool_call_id)
+        try:
+            if call is None:
+                await self._driver.record(ev.AnomalyRecorded(
+                    "result_for_unknown_call", {"call_id": frame.tool_call_id,
+                                                "name": frame.function_name}))
+            elif call.has_outcome:
+                await self._driver.record(ev.AnomalyRecorded(
+                    "second_result", {"call_id": call.call_id, "name": call.name}))
+            else:
+                # The result and the intent to send it (if it can go now): one commit.
+                async with self._due_lock:
+                    sending = await self._driver.record(
+                        ev.ToolCallCompleted(call.call_id, jsonable(frame.result)),
+                        then=self._sends_now)
+                    await self._deliver([e for e in sending
+                                         if isinstance(e, ev.ToolResultSending)])
+        except Fenced:
+            await self._on_fenced()
+            return
+        await self._perform_due()
+
+    async def _tool_result(self, tool_call_id, tool_name, tool_result_message, *, is_final=True,
+                           spoken=True):
+        # Results leave only through _send_result, by the delivery rules. Upstream would
+        # send them from push_frame and again from every context re-scan.
+        return None
+
+    async def _process_completed_function_calls(self, send_new_results: bool):
+        await super()._process_completed_function_calls(send_new_results=False)
