@@ -345,11 +345,26 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind;
 
 @app.command()
 def demo(db: str = typer.Option("sqlite+aiosqlite:///sessions.db", "--db"),
-         as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON.")) -> None:
-    """Run the demo call offline (no API key, no network) and print its timeline and verdict."""
-    from service.demo import run_demo  # the demo drives the pipecat service
+         as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
+         live: bool = typer.Option(False, "--live", help="Run against the real Gemini Live "
+                                   "API (needs GOOGLE_API_KEY in the environment)."),
+         model: Optional[str] = typer.Option(None, "--model", help="Live: the Gemini Live "
+                                             "model (default: the demo's model)."),
+         base_url: Optional[str] = typer.Option(None, "--base-url", hidden=True,
+                                                help="Live: another endpoint speaking the API."),
+         ca_cert: Optional[str] = typer.Option(None, "--ca-cert", hidden=True,
+                                               help="Live: CA certificate for --base-url.")
+         ) -> None:
+    """Run the demo call (offline by default: no API key, no network); print its timeline
+    and verdict."""
+    from service.crash.harness import LiveTarget  # the demo drives the pipecat service
+    from service.demo import LiveDemoUnavailable, run_demo
 
-    verdict = _run(run_demo, db, as_json)
+    target = LiveTarget(base_url, ca_cert, model) if live else None
+    try:
+        verdict = _run(run_demo, db, as_json, target)
+    except LiveDemoUnavailable as exc:
+        _fail(str(exc))
     if as_json:
         _print_json(verdict)
     if not verdict["ok"]:
