@@ -10,6 +10,7 @@ against the server's record, the tool ledger and the log.
 
     python -m service.crash.harness --mode boundary --db sqlite
     python -m service.crash.harness --mode soak --kills 1000 --db postgres
+    python -m service.crash.harness --mode soak --kills 20 --start cold   # fresh interpreters
 """
 
 from __future__ import annotations
@@ -35,15 +36,20 @@ from .scenarios import SCENARIOS, SCRIPTED, ServerPlan
 from .worker import WorkerConfig
 
 _CTX = None
+# "warm": workers fork from a server process that has pipecat imported (a pre-warmed worker
+# pool, as a deployment would keep): real processes that start in milliseconds. "cold": every
+# worker is a fresh interpreter that imports everything (the worst case of a takeover).
+START = "warm"
 
 
 def _context():
-    """Workers fork from a server process that has pipecat imported: real processes that
-    start in milliseconds instead of the seconds a fresh interpreter needs."""
     global _CTX
     if _CTX is None:
-        _CTX = multiprocessing.get_context("forkserver")
-        _CTX.set_forkserver_preload(["service.crash.worker"])
+        if START == "cold":
+            _CTX = multiprocessing.get_context("spawn")
+        else:
+            _CTX = multiprocessing.get_context("forkserver")
+            _CTX.set_forkserver_preload(["service.crash.worker"])
     return _CTX
 
 
@@ -337,7 +343,12 @@ async def _main() -> int:
     parser.add_argument("--parallel", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir", help="keep databases, ledgers and worker logs here")
+    parser.add_argument("--start", choices=["warm", "cold"], default="warm",
+                        help="workers fork from a preloaded server (warm) or start a fresh "
+                             "interpreter each (cold: takeover times include start-up)")
     args = parser.parse_args()
+    global START
+    START = args.start
     scenarios = args.scenario or sorted(SCRIPTED)
     with tempfile.TemporaryDirectory(prefix="crash-harness-") as tmp:
         root = Path(args.workdir) if args.workdir else Path(tmp)
