@@ -22,9 +22,10 @@ from session_store import events as ev
 from session_store.decide import Effect, Observation
 from session_store.errors import ConcurrencyConflict, Fenced
 from session_store.events import canonical_json
-from session_store.projection import fold_into
+from session_store.projection import (PROJECTION_VERSION, HistoryNeeded, compact, fold_into,
+                                      to_snapshot)
 from session_store.records import RecordedEvent
-from session_store.storage import SqlEventStore
+from session_store.storage import Snapshot, SqlEventStore
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +42,15 @@ def now_us() -> int:
 
 
 class CallDriver:
-    """Owns the in-memory state of one call and keeps it equal to the fold of the log."""
+    """Owns the in-memory state of one call and keeps it equal to the fold of the log.
+
+    Every `snapshot_every` events it saves a snapshot (compacted: bounded however long the
+    call) in the background, so a takeover of a long call loads in constant time. A state
+    loaded from a snapshot is the decision state; `ensure_history()` loads the rest when it is
+    needed (seeding a fresh session), and a fold that needs it reloads the whole log."""
 
     def __init__(self, store: SqlEventStore, call_id: str, policy: Policy | None = None,
-                 worker_id: str | None = None):
+                 worker_id: str | None = None, snapshot_every: int = 500):
         self.store, self.call_id = store, call_id
         self.policy = policy or Policy()
         self.worker_id = worker_id or default_worker_id()
@@ -54,6 +60,10 @@ class CallDriver:
         self._lock = asyncio.Lock()
         self._notes: deque[Observation | ev.Event] = deque()
         self._stale = False  # a failed append left the state unsure: re-read before use
+        self._full_history = False  # reload from the whole log, not a snapshot
+        self.snapshot_every = snapshot_every
+        self._snapshot_version = 0
+        self._snapshot_task: asyncio.Task | None = None
 
     async def attach(self, *, model: str, tools: list[str], settings: dict) -> SessionState:
         """Open the call, or take it over: a new fencing epoch shuts the old worker out (I6)."""
@@ -110,8 +120,47 @@ class CallDriver:
         async with self._lock:
             return await self._commit([], then)
 
+    async def ensure_history(self) -> None:
+        """Make sure the state holds the whole conversation (it may come from a snapshot)."""
+        if not self.state.history_complete:
+            async with self._lock:
+                self._full_history = True
+                await self._reload()
+
     async def _commit(self, what: list[ev.Event] | Observation, then: Then | None
                       ) -> list[ev.Event]:
+        try:
+            mine = await self._commit_once(what, then)
+        except HistoryNeeded:
+            # Staging needed what the snapshot left out (a fresh session, an archived call):
+            # nothing was appended; decide again on the whole history.
+            self._full_history = True
+            await self._reload()
+            mine = await self._commit_once(what, then)
+        self._maybe_snapshot()
+        return mine
+
+    def _maybe_snapshot(self) -> None:
+        """Right after a commit, under the lock: the state is exactly the fold of the log
+        (later, another commit may have staged events it has not appended yet)."""
+        if (self.snapshot_every and not self.fenced and not self._stale
+                and self.state.version - self._snapshot_version >= self.snapshot_every
+                and (self._snapshot_task is None or self._snapshot_task.done())):
+            self._snapshot_version = self.state.version
+            snapshot = Snapshot(self.call_id, self.state.version, PROJECTION_VERSION,
+                                to_snapshot(compact(
+                                    self.state, handle_ttl_us=self.policy.handle_ttl_us,
+                                    crossing_window_us=int(self.policy.crossing_window_s * 1e6))))
+            self._snapshot_task = asyncio.ensure_future(self._save_snapshot(snapshot))
+
+    async def _save_snapshot(self, snapshot: Snapshot) -> None:
+        try:
+            await self.store.save_snapshot(snapshot)
+        except Exception as exc:  # noqa: BLE001 - a cache: the log is the truth
+            log.warning("snapshot of %s at v%s failed: %s", self.call_id, snapshot.version, exc)
+
+    async def _commit_once(self, what: list[ev.Event] | Observation, then: Then | None
+                           ) -> list[ev.Event]:
         if self.fenced:
             raise Fenced(self.call_id, self.epoch, self.state.epoch)
         if self._stale:
@@ -174,7 +223,8 @@ class CallDriver:
         return list(events)
 
     async def _reload(self) -> None:
-        self.state = await load_state(self.store, self.call_id)
+        self.state = await load_state(self.store, self.call_id,
+                                      use_snapshot=not self._full_history)
         self._stale = False
 
     def due(self) -> list[Effect]:

@@ -68,15 +68,16 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
     turnComplete, for pipelines without an output transport) and `speaking_timeout_s` (a
     safety net: with no model output and no transport signal for that long the bot counts as
     silent, so a server that holds turnComplete until it gets a tool response cannot
-    deadlock the call).
+    deadlock the call). `snapshot_every`: events between snapshots of the call's decision
+    state (a takeover of a long call loads the newest one and the events after it).
     """
 
     def __init__(self, *args, store: SqlEventStore, call_id: str, policy: Policy | None = None,
                  worker_id: str | None = None,
                  speaking_signal: Literal["transport", "model"] = "transport",
-                 speaking_timeout_s: float = 4.0, **kwargs):
+                 speaking_timeout_s: float = 4.0, snapshot_every: int = 500, **kwargs):
         super().__init__(*args, **kwargs)
-        self._driver = CallDriver(store, call_id, policy, worker_id)
+        self._driver = CallDriver(store, call_id, policy, worker_id, snapshot_every)
         self._speaking_signal = speaking_signal
         self._speaking_timeout_s = speaking_timeout_s
         self._last_speech_activity = 0.0

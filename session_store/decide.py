@@ -140,7 +140,7 @@ def _decide_tool_calls(state: SessionState, obs: ToolCallsArrived, policy: Polic
                                           {"name": call.name, "args": _jsonable(call.args)},
                                           obs.generation))
             continue
-        if call.call_id in state.calls or call.call_id in seen:
+        if state.knows_call_id(call.call_id) or call.call_id in seen:
             out.append(ev.AnomalyRecorded("duplicate_tool_call_id",
                                           {"call_id": call.call_id, "name": call.name},
                                           obs.generation))
@@ -167,6 +167,8 @@ def _decide_cancellation(state: SessionState, obs: CancellationArrived) -> list[
     out: list[ev.Event] = []
     for call_id in obs.call_ids:
         call = state.calls.get(call_id)
+        if call_id in state.archived:
+            continue  # answered (or cancelled) for good: nothing left to cancel
         if call is None:
             out.append(ev.AnomalyRecorded("cancellation_for_unknown_call", {"call_id": call_id},
                                           obs.generation))
@@ -261,27 +263,11 @@ def choose_resumption(state: SessionState, policy: Policy, now_us: int) -> str |
     for h in state.handles.values():
         if now_us - h.issued_at_us > policy.handle_ttl_us:
             continue
-        if any(_handle_may_hold(state, h, s) for s in unconfirmed):
+        if any(state.handle_may_hold(h, s) for s in unconfirmed):
             continue
         if best is None or h.version > best.version:
             best = h
     return best.handle if best else None
-
-
-def _handle_may_hold(state: SessionState, h, send) -> bool:
-    """Could the server state saved in handle `h` hold `send`? Only if the send was made in
-    that state's lineage (the handle's generation up to the handle, its parents up to the
-    handles they resumed from) before the cutoff: a send in another lineage never is."""
-    gen, cutoff, seen = h.generation, h.version, set()
-    while gen and gen not in seen:
-        seen.add(gen)
-        if send.generation == gen and send.version < cutoff:
-            return True
-        info = state.generations.get(gen)
-        if info is None or info.parent is None:
-            return False
-        gen, cutoff = info.parent, info.parent_cutoff
-    return False
 
 
 def seed_history(state: SessionState) -> list[tuple[str, str]]:
@@ -289,8 +275,10 @@ def seed_history(state: SessionState) -> list[tuple[str, str]]:
 
     Each call with an outcome appears once, with its function name and its result verbatim
     (JSON), so seeding delivers it exactly once; cancelled calls and calls still running are
-    left out (their results are sent when they exist).
+    left out (their results are sent when they exist). Needs the whole history: raises
+    HistoryNeeded on a compacted state.
     """
+    state.require_history()
     turns: list[tuple[str, str]] = []
     for role, text in state.conversation:
         if role != "tool":

@@ -44,6 +44,9 @@ class WorkerConfig:
     # when everything it asked for has reached it (service.crash.scenarios.live_complete).
     live: bool = False
     model: str | None = None
+    # Snapshot every few events (the product default is 500): every takeover in the harness
+    # then starts from a compacted snapshot, and a fresh session from the whole log.
+    snapshot_every: int = 6
 
 
 def _die() -> None:
@@ -75,7 +78,7 @@ async def run_worker(cfg: WorkerConfig) -> None:
             model=cfg.model or MODEL, system_instruction=scenario.prompt or PROMPT),
         tools=tools_schema(scenario.tool_names, scenario.tool_descriptions),
         store=store, call_id=cfg.call_id, policy=Policy(idempotent=scenario.idempotent),
-        **connection)
+        snapshot_every=cfg.snapshot_every, **connection)
     complete = live_complete(scenario) if cfg.live else \
         (lambda state: scenario_complete(scenario, state))
 
