@@ -13,6 +13,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 import os
+import random
 import socket
 import time
 import uuid
@@ -20,7 +21,7 @@ import uuid
 from session_store import Policy, SessionState, choose_resumption, decide, due, load_state
 from session_store import events as ev
 from session_store.decide import Effect, Observation
-from session_store.errors import ConcurrencyConflict, Fenced
+from session_store.errors import ConcurrencyConflict, Fenced, StreamDamaged
 from session_store.events import canonical_json
 from session_store.projection import (PROJECTION_VERSION, HistoryNeeded, compact, fold_into,
                                       to_snapshot)
@@ -28,6 +29,9 @@ from session_store.records import RecordedEvent
 from session_store.storage import Snapshot, SqlEventStore
 
 log = logging.getLogger(__name__)
+
+#: Rounds of read-and-append an attach makes while other workers keep moving the stream.
+ATTACH_TRIES = 8
 
 #: Decides more events on the state after a record's own (same append, same commit).
 Then = Callable[[SessionState], list[ev.Event]]
@@ -68,12 +72,23 @@ class CallDriver:
     async def attach(self, *, model: str, tools: list[str], settings: dict) -> SessionState:
         """Open the call, or take it over: a new fencing epoch shuts the old worker out (I6)."""
         async with self._lock:
-            for _ in range(5):
+            conflict: ConcurrencyConflict | None = None
+            for _ in range(ATTACH_TRIES):
                 # Loaded aside and published only once this worker owns the call: a reader
                 # of `state` (the app, the crash harness's control loop) must never see the
                 # dead worker's last state — "connected, all delivered" — as this worker's
                 # (seen: a takeover ended the call before it ever reconnected).
                 state = await load_state(self.store, self.call_id)
+                if conflict is not None and conflict.actual is not None \
+                        and state.version < conflict.actual:
+                    # Read after the append that told us the head is at `actual`: fewer
+                    # events than that means rows under the head are gone.
+                    raise StreamDamaged(
+                        f"the head is at version {conflict.actual} but the events end at "
+                        f"{state.version} (events deleted from the end?); not taking the "
+                        "call over from a partial log", stream_id=self.call_id,
+                        version=state.version + 1)
+                await self._check_tail(state)
                 epoch = state.epoch + 1
                 first = (ev.SessionOpened(model, tools, self.worker_id, epoch, settings)
                          if not state.opened
@@ -82,13 +97,50 @@ class CallDriver:
                 try:
                     await self.store.append(self.call_id, [first], state.version, epoch=epoch,
                                             recorded_at_us=at)
-                except ConcurrencyConflict:
-                    continue  # another worker moved the stream: read again and retry
+                except ConcurrencyConflict as exc:
+                    # Another worker moved the stream (Fenced: two or more attached since we
+                    # read, so our epoch is already too old): read again and retry.
+                    conflict = exc
+                    await asyncio.sleep(random.uniform(0, 0.02))  # de-synchronise racers
+                    continue
                 self.state = state
                 self._stage([first], at)
                 self.epoch = epoch
                 return self.state
-            raise ConcurrencyConflict(self.call_id, self.state.version, None)
+            raise ConcurrencyConflict(
+                self.call_id, state.version, conflict.actual) from conflict
+
+    async def _check_tail(self, state: SessionState) -> None:
+        """Refuse to take a call over when its head row disagrees with the events just read.
+
+        The fold catches gaps and unreadable rows, but not a tail that is simply missing or
+        that does not lead to the head: a new worker would then act as if the last events
+        never happened (run a finished tool again). One head read and at most one event read,
+        on attach only. (A tail deleted with the head rewritten to match cannot be seen.)
+        """
+        head = await self.store.stream_head(self.call_id)
+        if head is None:
+            if state.version:
+                raise StreamDamaged("it has events but no head row", stream_id=self.call_id,
+                                    version=state.version)
+            return
+        version, last_hash, epoch = head
+        if version < state.version:
+            raise StreamDamaged(f"the head says version {version} but events go up to "
+                                f"{state.version} (written behind the log's back?)",
+                                stream_id=self.call_id, version=version + 1)
+        if version == state.version:
+            last = await self.store.read(self.call_id, from_version=version, to_version=version)
+            if not last or last[0].hash != last_hash:
+                raise StreamDamaged("the last event's hash does not match the head (events "
+                                    "deleted from the end and the head moved back?)",
+                                    stream_id=self.call_id, version=version)
+            if epoch > state.epoch:
+                raise StreamDamaged(f"the head's fencing epoch {epoch} is ahead of every "
+                                    f"worker the log records (epoch {state.epoch})",
+                                    stream_id=self.call_id, version=version)
+        # version > state.version: another worker appended since we read (or the tail is
+        # gone); the append below conflicts and the next round tells which.
 
     async def record(self, *events: ev.Event, then: Then | None = None) -> list[ev.Event]:
         """Append events (write-ahead) and fold them into the state.

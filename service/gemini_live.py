@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import re
 import time
 import uuid
@@ -373,7 +374,11 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         changed = await super()._update_settings(delta)
         if changed:
             keys = tuple(sorted(changed))
-            values = redact_settings({k: _plain(getattr(self._settings, k, None)) for k in keys})
+            # A key pipecat did not recognise lives in `extra` (its value was logged as null).
+            extra = getattr(self._settings, "extra", None) or {}
+            values = redact_settings({k: _plain(extra[k] if k in extra
+                                                else getattr(self._settings, k, None))
+                                      for k in keys})
             # Nothing in a Gemini Live setup applies to a running session: every change
             # needs a new one (buffered while the bot speaks).
             await self._observe(SettingsUpdate(keys, values, needs_reconnect=True))
@@ -381,9 +386,18 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
 
     # ------------------------------------------------------------------ decide and act
 def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, (str, int, float, bool)):
+    """A setting as plain JSON. Mappings and lists stay structured, so that redact_settings
+    can still mask a secret nested in them by its key (str() of a dict would hide the key
+    from it and log the secret)."""
+    if value is None or isinstance(value, (str, int, bool)):
         return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
     if type(value).__name__ == "NotGiven":
         return None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
     return str(value)
 

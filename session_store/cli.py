@@ -59,7 +59,10 @@ def _run(coro_fn: Callable[..., Awaitable[Any]], *args) -> Any:
 async def _open(db: str | None, schema: str | None):
     from .storage import open_store
 
-    return await open_store(db or DEFAULT_URL, **({"schema": schema} if schema else {}))
+    try:
+        return await open_store(db or DEFAULT_URL, **({"schema": schema} if schema else {}))
+    except ValueError as exc:  # a bad --db or --schema: one line, not a traceback
+        raise UserError(str(exc)) from None
 
 
 def _with_store(db: str | None, schema: str | None, fn: Callable[[Any], Awaitable[Any]]) -> Any:
@@ -91,10 +94,11 @@ def _now_us() -> int:
 
 
 async def _require_call(store, call: str) -> int:
-    from .audit.queries import valid_id
+    from .audit.queries import damage_if_headless, valid_id
 
     version = await store.stream_version(call) if valid_id(call) else 0
     if version == 0:
+        await damage_if_headless(store, call)  # events without a head: say so, not "not found"
         raise UserError(f"call {call!r} not found")
     return version
 
@@ -104,7 +108,13 @@ def migrate(db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) 
     """Create or upgrade the schema (alembic upgrade head)."""
     from .migrate import upgrade
 
-    _run(lambda: upgrade(db or DEFAULT_URL, schema=schema))
+    async def go():
+        try:
+            await upgrade(db or DEFAULT_URL, schema=schema)
+        except ValueError as exc:  # a bad --schema: one line, not a traceback
+            raise UserError(str(exc)) from None
+
+    _run(go)
     console.print("schema is at head")
 
 
@@ -146,6 +156,7 @@ def timeline(call: str,
              as_json: bool = JsonOption) -> None:
     """One ordered view of a call: speech, tool calls (wait, run, delivery), reconnects…"""
     from .audit import build_timeline
+    from .audit.queries import expect_versions
     from .audit.text import timeline_view
     from .projection import fold
 
@@ -155,6 +166,7 @@ def timeline(call: str,
         head = await _require_call(store, call)
         to = head if limit is None else min(head, from_version + max(limit, 1) - 1)
         recs = await store.read(call, from_version=max(from_version, 1), to_version=to)
+        expect_versions(call, recs, max(from_version, 1), to, head)
         first = recs[:1] if from_version <= 1 else await store.read(call, to_version=1)
         final = fold(recs) if from_version <= 1 and to == head else None
         return build_timeline(redactor.redact_records(recs), call_id=call,
@@ -199,15 +211,21 @@ def export(call: str, redact: bool = RedactOption,
            db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) -> None:
     """Every event of a call as JSON Lines (one event a line; secrets always masked)."""
     from .audit import export_line
-    from .audit.queries import iter_records
+    from .audit.queries import VersionCheck, iter_records
 
     redactor = _redactor(redact, redact_keys, redact_config)
 
     async def go(store):
-        await _require_call(store, call)
+        head = await _require_call(store, call)
+        versions = VersionCheck(call, head)
         async for chunk in iter_records(store, call):
             sys.stdout.write("".join(json.dumps(export_line(r, redactor), sort_keys=True,
                                                 ensure_ascii=False) + "\n" for r in chunk))
+            versions.saw(chunk)
+        # Every stored event went out; a gap or a tail missing under the head is an error
+        # (exit 2) after them, so nothing is held back and nobody takes it for the whole call.
+        sys.stdout.flush()
+        versions.done()
 
     _with_store(db, schema, go)
 
@@ -260,13 +278,16 @@ def replay(call: str,
     """Feed the log through today's decide/due and report every decision that differs."""
     from .audit import Redactor, parse_policy
     from .audit import replay as run_replay
+    from .audit.queries import expect_versions
     from .audit.text import replay_text
 
     policy = parse_policy(defer, idempotent, reuse, go_away_margin)
 
     async def go(store):
-        await _require_call(store, call)
-        return run_replay(await store.read(call), policy, call_id=call)
+        head = await _require_call(store, call)
+        recs = await store.read(call)
+        expect_versions(call, recs, 1, head, head)
+        return run_replay(recs, policy, call_id=call)
 
     report = _with_store(db, schema, go)
     redactor = Redactor()

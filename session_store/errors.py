@@ -54,6 +54,20 @@ class CorruptEvent(EventDecodeError):
     """The row's payload is not valid JSON or does not fit its type."""
 
 
+class StreamDamaged(SessionStoreError, ValueError):
+    """The stored stream contradicts itself: a version is missing or out of order, or the
+    stream's head row disagrees with its rows (rows deleted, reordered, or written behind
+    the log's back). Acting on what is left would act on a partial call: refuse, and say
+    to run `session-store verify`. (A ValueError too: the fold raised that before.)"""
+
+    def __init__(self, message: str, *, stream_id: str | None = None,
+                 version: int | None = None):
+        self.stream_id, self.version = stream_id, version
+        at = f" at version {version}" if version is not None else ""
+        super().__init__(f"stream {stream_id!r} is damaged{at}: {message}; "
+                         "run `session-store verify` on it")
+
+
 class SchemaMismatch(SessionStoreError):
     """The database schema is missing, older or newer than this code's migrations."""
 

@@ -2,9 +2,44 @@
 
 from __future__ import annotations
 
+import logging
+
 from .projection import (CROSSING_WINDOW_US, HANDLE_TTL_US, PROJECTION_VERSION, HistoryNeeded,
                          SessionState, compact, fold_into, from_snapshot, to_snapshot)
 from .storage import Snapshot, SqlEventStore
+
+log = logging.getLogger(__name__)
+
+
+async def snapshot_state(store: SqlEventStore, stream_id: str,
+                         max_version: int | None = None) -> SessionState | None:
+    """The state cached in the stream's snapshot, if it is one this code can trust.
+
+    A snapshot is only a cache: the log is the truth. One that does not parse, that names
+    another stream or version than its row, or that covers events the log does not hold
+    (rows deleted after it was taken) is ignored with a warning, and the caller folds the
+    log instead: the answer is then the log's, never the damaged cache's.
+    """
+    snap = await store.load_snapshot(stream_id)
+    if snap is None or snap.projection_version != PROJECTION_VERSION:
+        return None
+    if max_version is not None and snap.version > max_version:
+        return None
+    try:
+        state = from_snapshot(snap.state_json)
+        if (state.stream_id, state.version) != (stream_id, snap.version):
+            raise ValueError(f"it holds {state.stream_id!r}@{state.version}")
+    except Exception as exc:  # noqa: BLE001 - any unreadable cache is ignored, loudly
+        log.warning("ignoring the snapshot of %r at version %s: it cannot be read (%s: %s); "
+                    "folding the log instead", stream_id, snap.version, type(exc).__name__, exc)
+        return None
+    if snap.version and not await store.read(stream_id, from_version=snap.version,
+                                             to_version=snap.version):
+        log.warning("ignoring the snapshot of %r at version %s: the log has no event %s "
+                    "(rows deleted after it was taken?); folding the log instead",
+                    stream_id, snap.version, snap.version)
+        return None
+    return state
 
 
 async def load_state(store: SqlEventStore, stream_id: str, *, use_snapshot: bool = True,
@@ -16,9 +51,8 @@ async def load_state(store: SqlEventStore, stream_id: str, *, use_snapshot: bool
     the whole call pass `use_snapshot=False`. If an event after the snapshot needs what
     compaction left out (a fresh session, an archived call), the whole log is folded."""
     if use_snapshot and to_version is None:
-        snap = await store.load_snapshot(stream_id)
-        if snap is not None and snap.projection_version == PROJECTION_VERSION:
-            state = from_snapshot(snap.state_json)
+        state = await snapshot_state(store, stream_id)
+        if state is not None:
             tail = await store.read(stream_id, from_version=state.version + 1)
             try:
                 # Built here and owned by no one else: fold in place, no copy.

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import events as ev
+from .errors import CorruptEvent, EventDecodeError, StreamDamaged
 from .records import RecordedEvent
 
 PROJECTION_VERSION = 4
@@ -355,7 +356,7 @@ def _inherit_outcome(s: SessionState, original: CallState) -> None:
 def evolve(state: SessionState, event: RecordedEvent) -> SessionState:
     """The state after one more event. Does not modify `state`."""
     new = copy.deepcopy(state)
-    _apply(new, event)
+    _apply_checked(new, event)
     return new
 
 
@@ -369,10 +370,28 @@ def fold_into(state: SessionState, recorded: Iterable[RecordedEvent]) -> Session
     (the service's driver), which would otherwise copy the whole state per event."""
     for rec in recorded:
         if rec.version != state.version + 1:
-            raise ValueError(f"fold of {rec.stream_id}: expected version {state.version + 1}, "
-                             f"got {rec.version} (gap or reorder in the stream)")
-        _apply(state, rec)
+            raise StreamDamaged(f"fold expected version {state.version + 1}, got {rec.version} "
+                                "(gap or reorder in the stream)", stream_id=rec.stream_id,
+                                version=state.version + 1)
+        _apply_checked(state, rec)
     return state
+
+
+def _apply_checked(state: SessionState, rec: RecordedEvent) -> None:
+    """`_apply`, with a stored event that does not fit the state reported as that event.
+
+    A row can decode and still make no sense here (a deferral of a call that was never
+    requested, a payload of the right shape from a damaged log): the fold would die with a
+    bare KeyError, or worse go on. Whoever reads the log gets an error naming the event.
+    """
+    try:
+        _apply(state, rec)
+    except EventDecodeError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise CorruptEvent(f"does not fit the call's state at this point ({type(exc).__name__}: "
+                           f"{exc}), e.g. it names a tool call the log never requested",
+                           event_type=rec.type, **rec.where) from exc
 
 
 # ------------------------------------------------------------------------- snapshots

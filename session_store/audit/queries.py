@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import and_, exists, func, not_, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..projection import PROJECTION_VERSION, SessionState, fold, from_snapshot
+from ..errors import StreamDamaged
+from ..loading import snapshot_state
+from ..projection import SessionState, fold
 from ..records import RecordedEvent
 from ..schema import events, streams
 from .summaries import (COUNTED_TYPES, STALE_AFTER_US, CallFilter, CallSummary, like_pattern,
@@ -190,6 +192,69 @@ async def iter_records(store, call_id: str, *, from_version: int = 1,
             return
 
 
+class VersionCheck:
+    """Checks that records read in order are exactly versions 1..head, chunk by chunk.
+
+    The readers of the tools read ranges by version: rows deleted from the middle or the end
+    would otherwise just not be there, and what is left would pass for the whole call.
+    """
+
+    def __init__(self, call_id: str, head: int, first: int = 1):
+        self.call_id, self.head, self.next = call_id, head, first
+        self.gap: int | None = None
+
+    def saw(self, recs: list[RecordedEvent]) -> None:
+        for r in recs:
+            if r.version != self.next and self.gap is None:
+                self.gap = self.next
+            self.next = r.version + 1
+
+    def done(self, last: int | None = None) -> None:
+        """Raise StreamDamaged if a version up to `last` (default: the head) was missing."""
+        last = self.head if last is None else last
+        if self.gap is not None:
+            raise StreamDamaged(f"version {self.gap} is missing (events deleted?)",
+                                stream_id=self.call_id, version=self.gap)
+        if self.next <= last:
+            raise StreamDamaged(f"events {self.next}-{last} are missing, the head row says "
+                                f"the call has {self.head} (events deleted from the end?)",
+                                stream_id=self.call_id, version=self.next)
+
+
+def expect_versions(call_id: str, recs: list[RecordedEvent], first: int, last: int,
+                    head: int) -> None:
+    """`recs` must be exactly versions first..last of a call whose head is at `head`."""
+    check = VersionCheck(call_id, head, first)
+    check.saw(recs)
+    check.done(last)
+
+
+async def damage_if_headless(store, call_id: str) -> None:
+    """A call id with no head row is unknown, unless events of it are stored: then the log
+    is damaged (the head row was deleted), and "not found" would hide them."""
+    if valid_id(call_id) and await store.read(call_id, limit=1):
+        raise StreamDamaged("it has events but no head row (the row in session_streams was "
+                            "deleted?)", stream_id=call_id, version=None)
+
+
+async def check_complete(store, call_id: str) -> None:
+    """Raise StreamDamaged unless the call's events are exactly versions 1..head (one
+    aggregate over the call's index range; no rows are read)."""
+    stmt = select(func.count(), func.min(events.c.version), func.max(events.c.version)).where(
+        events.c.stream_id == call_id)
+    async with engine_of(store).connect() as conn:
+        head = await conn.scalar(select(streams.c.version).where(streams.c.stream_id == call_id))
+        n, lo, hi = (await conn.execute(stmt)).one()
+    if head is None:
+        if n:
+            await damage_if_headless(store, call_id)
+        return
+    if (n, lo, hi) != (head, 1, head):
+        raise StreamDamaged(f"the head row says {head} events, the log holds {n} "
+                            f"(versions {lo}-{hi}): events deleted or added behind its back",
+                            stream_id=call_id, version=None)
+
+
 @dataclass
 class StateCache:
     """Folded states of calls at checkpoint versions (every `every`), for a few calls.
@@ -231,15 +296,21 @@ async def state_at(store, call_id: str, at: int | None = None,
     cached = cache.best(call_id, target) if cache else None
     if cached is not None:
         state = cached
-    snap = await store.load_snapshot(call_id)
-    if (snap is not None and snap.projection_version == PROJECTION_VERSION
-            and state.version < snap.version <= target):
-        state = from_snapshot(snap.state_json)
+    snap = await snapshot_state(store, call_id, max_version=target)
+    if snap is not None and snap.version > state.version:
+        state = snap
     every = cache.every if cache else 10_000
     while state.version < target:
         hi = min(target, (state.version // every + 1) * every)
-        state = fold(await store.read(call_id, from_version=state.version + 1, to_version=hi),
-                     state)
+        recs = await store.read(call_id, from_version=state.version + 1, to_version=hi)
+        if not recs or recs[-1].version != hi:
+            # The head row promises events up to `target` that are not stored: showing the
+            # fold of what is left as "the state" would be a wrong answer.
+            got = recs[-1].version if recs else state.version
+            raise StreamDamaged(f"the head says version {head} but the events end at {got} "
+                                "(events deleted from the end?)", stream_id=call_id,
+                                version=got + 1)
+        state = fold(recs, state)
         if cache is not None and state.version % every == 0:
             cache.put(call_id, state)
     return state

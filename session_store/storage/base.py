@@ -322,6 +322,15 @@ class SqlEventStore:
             v = await conn.scalar(select(streams.c.version).where(streams.c.stream_id == stream_id))
         return v or 0
 
+    async def stream_head(self, stream_id: str) -> tuple[int, str, int] | None:
+        """The stream's head row: (version, last_hash, epoch), or None if there is none."""
+        self._check_open()
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(select(streams.c.version, streams.c.last_hash,
+                                             streams.c.epoch)
+                                      .where(streams.c.stream_id == stream_id))).first()
+        return tuple(row) if row else None
+
     def _visible_to_tailing_readers(self):
         """Extra WHERE clause for read_all: only rows no in-flight writer can precede."""
         return None

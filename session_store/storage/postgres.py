@@ -26,6 +26,15 @@ from ..schema import events, streams
 from .base import SqlEventStore, _RetryBatch
 
 
+def check_schema_name(schema: str) -> str:
+    """A PostgreSQL schema name from configuration, checked: a plain identifier only (it goes
+    into the search path, and a value like "a,b" or one with quotes would mean another)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", schema):
+        raise ValueError(f"invalid schema name {schema!r}: use letters, digits and _ "
+                         "(at most 63, not starting with a digit)")
+    return schema
+
+
 def _as_bigint(expr):
     return cast(cast(expr, Text), BigInteger)
 
@@ -63,9 +72,7 @@ class PostgresEventStore(SqlEventStore):
     def __init__(self, url: str, *, schema: str | None = None, pool_size: int = 8, **kwargs):
         server_settings = {"synchronous_commit": "on", "application_name": "session_store"}
         if schema:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", schema):
-                raise ValueError(f"invalid schema name {schema!r}")
-            server_settings["search_path"] = schema
+            server_settings["search_path"] = check_schema_name(schema)
         engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size,
                                      pool_pre_ping=True,
                                      connect_args={"server_settings": server_settings})

@@ -32,7 +32,8 @@ from starlette.routing import Route
 
 from ..audit import (CallFilter, RedactionConfig, Redactor, build_timeline, export_line,
                      parse_policy, parse_time, replay, state_view)
-from ..audit.queries import (StateCache, call_summary, count_calls, iter_records, list_calls,
+from ..audit.queries import (StateCache, call_summary, check_complete, count_calls,
+                             damage_if_headless, expect_versions, iter_records, list_calls,
                              overview, state_at, valid_id)
 from ..audit.summaries import STATUSES
 from ..errors import SessionStoreError
@@ -169,7 +170,8 @@ class Viewer:
         html = self.env.get_template(name).render(**ctx)
         return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
 
-    def not_found(self, request: Request, call_id: str, api: bool) -> Response:
+    async def not_found(self, request: Request, call_id: str, api: bool) -> Response:
+        await damage_if_headless(self.store, call_id)  # events without a head: an error
         if api:
             return JSONResponse({"error": "not found", "call": call_id}, 404,
                                 headers=SECURITY_HEADERS)
@@ -213,6 +215,7 @@ class Viewer:
         n = _int(request, "n", self.page_size, 1, 5000)
         first = _int(request, "from", 1, 1, max(summary.events, 1))
         recs = await self.store.read(call_id, from_version=first, to_version=first + n - 1)
+        expect_versions(call_id, recs, first, min(first + n - 1, summary.events), summary.events)
         final = fold(recs) if first == 1 and summary.events <= n else None
         tl = build_timeline(self.redactor(request).redact_records(recs), call_id=call_id,
                             t0_us=summary.started_at_us, final_state=final)
@@ -222,7 +225,7 @@ class Viewer:
         call_id = request.path_params.get("call_id") or request.query_params.get("id", "")
         found = await self._window(request, call_id) if valid_id(call_id) else None
         if found is None:
-            return self.not_found(request, call_id, api=False)
+            return await self.not_found(request, call_id, api=False)
         summary, tl, first, n = found
         ov = await overview(self.store, call_id, summary.started_at_us, summary.last_event_at_us)
         redact = self.redacting(request)
@@ -241,7 +244,7 @@ class Viewer:
         call_id = request.path_params["call_id"]
         found = await self._window(request, call_id) if valid_id(call_id) else None
         if found is None:
-            return self.not_found(request, call_id, api=True)
+            return await self.not_found(request, call_id, api=True)
         summary, tl, _first, _n = found
         return JSONResponse({"summary": summary.to_json(), "timeline": tl.to_json()},
                             headers=SECURITY_HEADERS)
@@ -251,7 +254,7 @@ class Viewer:
         at = _int(request, "at", None, 0, 2**62)
         s = await state_at(self.store, call_id, at, self.cache) if valid_id(call_id) else None
         if s is None:
-            return self.not_found(request, call_id, api=True)
+            return await self.not_found(request, call_id, api=True)
         redactor = self.redactor(request)
         event = None
         if s.version:
@@ -265,12 +268,14 @@ class Viewer:
 
     async def replay_api(self, request: Request) -> Response:
         call_id = request.path_params["call_id"]
-        if not valid_id(call_id) or await self.store.stream_version(call_id) == 0:
-            return self.not_found(request, call_id, api=True)
+        head = await self.store.stream_version(call_id) if valid_id(call_id) else 0
+        if head == 0:
+            return await self.not_found(request, call_id, api=True)
         qp = request.query_params
         policy = parse_policy(qp.get("defer", "all"), qp.get("idempotent", ""),
                               qp.get("reuse", "all"))
         recs = await self.store.read(call_id)
+        expect_versions(call_id, recs, 1, head, head)
         report = (await asyncio.to_thread(replay, recs, policy, call_id=call_id)).to_json()
         redactor = self.redactors[False]
         for d in report["divergences"]:
@@ -281,8 +286,11 @@ class Viewer:
     async def export(self, request: Request) -> Response:
         call_id = request.path_params["call_id"]
         if not valid_id(call_id) or await self.store.stream_version(call_id) == 0:
-            return self.not_found(request, call_id, api=True)
+            return await self.not_found(request, call_id, api=True)
         redactor = self.redactor(request)
+        # Checked before the first byte goes out (a status cannot change mid-stream): a call
+        # with events missing is refused with the reason, not exported as if it were whole.
+        await check_complete(self.store, call_id)
 
         async def lines():
             async for chunk in iter_records(self.store, call_id):
