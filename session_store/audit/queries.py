@@ -62,6 +62,10 @@ def _where(flt: CallFilter, now_us: int, stale_after_us: int) -> list:
         conds.append(streams.c.created_at_us < flt.until_us)
     if flt.search:
         conds.append(streams.c.stream_id.like(like_pattern(flt.search), escape="\\"))
+        # SQLite's LIKE ignores the case of ASCII letters (PostgreSQL's does not): "support"
+        # would list "Support-1" on one database only. replace() is case-sensitive on both,
+        # and removes something only from an id that contains the text.
+        conds.append(func.replace(streams.c.stream_id, flt.search, "") != streams.c.stream_id)
     recent = streams.c.updated_at_us >= now_us - stale_after_us
     if flt.status == "closed":
         conds.append(_closed())

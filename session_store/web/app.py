@@ -62,8 +62,17 @@ def is_loopback(host: str) -> bool:
         return False  # a name could resolve to anything
 
 
+def check_token(token: str | None) -> None:
+    """A token, when given, must be one: an empty one (an empty $SESSION_STORE_WEB_TOKEN)
+    would let `?token=` in, and with a token set the loopback-host rule is off."""
+    if token is not None and not token.strip():
+        raise ValueError("the viewer's token is empty: set a real one (--token or "
+                         "$SESSION_STORE_WEB_TOKEN), or none to serve on loopback only")
+
+
 def check_bind(host: str, token: str | None) -> None:
     """Refuse to serve call logs on a non-loopback address without a token."""
+    check_token(token)
     if not is_loopback(host) and not token:
         raise ValueError(f"refusing to bind to {host}: it is not a loopback address, so the "
                          "viewer needs --token (or $SESSION_STORE_WEB_TOKEN); every request "
@@ -88,6 +97,7 @@ class Gate:
     """ASGI middleware: the token rule (or, without a token, the loopback-host rule)."""
 
     def __init__(self, app, token: str | None):
+        check_token(token)
         self.app, self.token = app, token
         self.cookie = (hashlib.sha256(f"session-store-viewer\x1f{token}".encode()).hexdigest()
                        if token else None)
