@@ -94,11 +94,12 @@ def _now_us() -> int:
 
 
 async def _require_call(store, call: str) -> int:
-    from .audit.queries import damage_if_headless, valid_id
+    """The call's head version; "not found", or the damage that keeps it from being read
+    whole (events missing, a head row deleted: never shown as a shorter call)."""
+    from .audit.queries import complete_head
 
-    version = await store.stream_version(call) if valid_id(call) else 0
+    version = await complete_head(store, call)
     if version == 0:
-        await damage_if_headless(store, call)  # events without a head: say so, not "not found"
         raise UserError(f"call {call!r} not found")
     return version
 
@@ -156,7 +157,6 @@ def timeline(call: str,
              as_json: bool = JsonOption) -> None:
     """One ordered view of a call: speech, tool calls (wait, run, delivery), reconnects…"""
     from .audit import build_timeline
-    from .audit.queries import expect_versions
     from .audit.text import timeline_view
     from .projection import fold
 
@@ -166,7 +166,6 @@ def timeline(call: str,
         head = await _require_call(store, call)
         to = head if limit is None else min(head, from_version + max(limit, 1) - 1)
         recs = await store.read(call, from_version=max(from_version, 1), to_version=to)
-        expect_versions(call, recs, max(from_version, 1), to, head)
         first = recs[:1] if from_version <= 1 else await store.read(call, to_version=1)
         final = fold(recs) if from_version <= 1 and to == head else None
         return build_timeline(redactor.redact_records(recs), call_id=call,
@@ -211,21 +210,22 @@ def export(call: str, redact: bool = RedactOption,
            db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) -> None:
     """Every event of a call as JSON Lines (one event a line; secrets always masked)."""
     from .audit import export_line
-    from .audit.queries import VersionCheck, iter_records
+    from .audit.queries import iter_records
+    from .errors import StreamDamaged
 
     redactor = _redactor(redact, redact_keys, redact_config)
 
     async def go(store):
-        head = await _require_call(store, call)
-        versions = VersionCheck(call, head)
-        async for chunk in iter_records(store, call):
+        try:
+            head, damage = await _require_call(store, call), None
+        except StreamDamaged as exc:  # export what is stored all the same, then say so
+            head, damage = None, exc
+        async for chunk in iter_records(store, call, to_version=head):
             sys.stdout.write("".join(json.dumps(export_line(r, redactor), sort_keys=True,
                                                 ensure_ascii=False) + "\n" for r in chunk))
-            versions.saw(chunk)
-        # Every stored event went out; a gap or a tail missing under the head is an error
-        # (exit 2) after them, so nothing is held back and nobody takes it for the whole call.
-        sys.stdout.flush()
-        versions.done()
+        if damage is not None:
+            sys.stdout.flush()
+            raise damage  # exit 2: nobody takes what went out for the whole call
 
     _with_store(db, schema, go)
 
@@ -278,16 +278,13 @@ def replay(call: str,
     """Feed the log through today's decide/due and report every decision that differs."""
     from .audit import Redactor, parse_policy
     from .audit import replay as run_replay
-    from .audit.queries import expect_versions
     from .audit.text import replay_text
 
     policy = parse_policy(defer, idempotent, reuse, go_away_margin)
 
     async def go(store):
         head = await _require_call(store, call)
-        recs = await store.read(call)
-        expect_versions(call, recs, 1, head, head)
-        return run_replay(recs, policy, call_id=call)
+        return run_replay(await store.read(call, to_version=head), policy, call_id=call)
 
     report = _with_store(db, schema, go)
     redactor = Redactor()

@@ -196,67 +196,35 @@ async def iter_records(store, call_id: str, *, from_version: int = 1,
             return
 
 
-class VersionCheck:
-    """Checks that records read in order are exactly versions 1..head, chunk by chunk.
+async def complete_head(store, call_id: str) -> int:
+    """The call's head version (0: no such call), once its events are known to be exactly
+    versions 1..head; else StreamDamaged, naming what is off.
 
-    The readers of the tools read ranges by version: rows deleted from the middle or the end
-    would otherwise just not be there, and what is left would pass for the whole call.
+    The tools read a call by version ranges up to its head: rows deleted from the middle or
+    the end, a head row deleted, or rows written past the head would otherwise just be left
+    out, and what is left would pass for the whole call (or for "not found"). One statement
+    (one snapshot: a call being written cannot look damaged), an aggregate over the call's
+    index range; no rows are read.
     """
-
-    def __init__(self, call_id: str, head: int, first: int = 1):
-        self.call_id, self.head, self.next = call_id, head, first
-        self.gap: int | None = None
-
-    def saw(self, recs: list[RecordedEvent]) -> None:
-        for r in recs:
-            if r.version != self.next and self.gap is None:
-                self.gap = self.next
-            self.next = r.version + 1
-
-    def done(self, last: int | None = None) -> None:
-        """Raise StreamDamaged if a version up to `last` (default: the head) was missing."""
-        last = self.head if last is None else last
-        if self.gap is not None:
-            raise StreamDamaged(f"version {self.gap} is missing (events deleted?)",
-                                stream_id=self.call_id, version=self.gap)
-        if self.next <= last:
-            raise StreamDamaged(f"events {self.next}-{last} are missing, the head row says "
-                                f"the call has {self.head} (events deleted from the end?)",
-                                stream_id=self.call_id, version=self.next)
-
-
-def expect_versions(call_id: str, recs: list[RecordedEvent], first: int, last: int,
-                    head: int) -> None:
-    """`recs` must be exactly versions first..last of a call whose head is at `head`."""
-    check = VersionCheck(call_id, head, first)
-    check.saw(recs)
-    check.done(last)
-
-
-async def damage_if_headless(store, call_id: str) -> None:
-    """A call id with no head row is unknown, unless events of it are stored: then the log
-    is damaged (the head row was deleted), and "not found" would hide them."""
-    if valid_id(call_id) and await store.read(call_id, limit=1):
-        raise StreamDamaged("it has events but no head row (the row in session_streams was "
-                            "deleted?)", stream_id=call_id, version=None)
-
-
-async def check_complete(store, call_id: str) -> None:
-    """Raise StreamDamaged unless the call's events are exactly versions 1..head (one
-    aggregate over the call's index range; no rows are read)."""
-    stmt = select(func.count(), func.min(events.c.version), func.max(events.c.version)).where(
-        events.c.stream_id == call_id)
+    if not valid_id(call_id):
+        return 0
+    head = select(streams.c.version).where(streams.c.stream_id == call_id).scalar_subquery()
+    stmt = select(head, func.count(), func.min(events.c.version),
+                  func.max(events.c.version)).where(events.c.stream_id == call_id)
     async with engine_of(store).connect() as conn:
-        head = await conn.scalar(select(streams.c.version).where(streams.c.stream_id == call_id))
-        n, lo, hi = (await conn.execute(stmt)).one()
-    if head is None:
-        if n:
-            await damage_if_headless(store, call_id)
-        return
-    if (n, lo, hi) != (head, 1, head):
-        raise StreamDamaged(f"the head row says {head} events, the log holds {n} "
-                            f"(versions {lo}-{hi}): events deleted or added behind its back",
-                            stream_id=call_id, version=None)
+        version, n, lo, hi = (await conn.execute(stmt)).one()
+    if version is None and not n:
+        return 0
+    if version is None:
+        raise StreamDamaged(f"it has {n} events but no head row (the row in session_streams "
+                            "was deleted?)", stream_id=call_id, version=None)
+    if (n, lo, hi) != (version, 1, version):
+        missing = ("events are missing" if n < version or (hi or 0) < version
+                   else "events were added past the head")
+        raise StreamDamaged(f"the head row says {version} events, the log holds {n} "
+                            f"(versions {lo}-{hi}): {missing}", stream_id=call_id,
+                            version=None)
+    return version
 
 
 @dataclass

@@ -243,8 +243,8 @@ class _Builder:
         try:
             d = rec.data
         except Exception as exc:  # noqa: BLE001 - shown as a problem, never hidden
-            d = {}
-            self.problem(rec, "unreadable_event", str(exc))
+            d, unreadable = {}, str(exc)
+            self.problem(rec, "unreadable_event", unreadable)
         else:
             try:
                 rec.event  # noqa: B018 - a newer schema or a payload of the wrong shape

@@ -32,9 +32,8 @@ from starlette.routing import Route
 
 from ..audit import (CallFilter, RedactionConfig, Redactor, build_timeline, export_line,
                      parse_policy, parse_time, replay, state_view)
-from ..audit.queries import (StateCache, call_summary, check_complete, count_calls,
-                             damage_if_headless, expect_versions, iter_records, list_calls,
-                             overview, state_at, valid_id)
+from ..audit.queries import (StateCache, call_summary, complete_head, count_calls,
+                             iter_records, list_calls, overview, state_at, valid_id)
 from ..audit.summaries import STATUSES
 from ..errors import SessionStoreError
 from ..projection import fold
@@ -180,8 +179,7 @@ class Viewer:
         html = self.env.get_template(name).render(**ctx)
         return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
 
-    async def not_found(self, request: Request, call_id: str, api: bool) -> Response:
-        await damage_if_headless(self.store, call_id)  # events without a head: an error
+    def not_found(self, request: Request, call_id: str, api: bool) -> Response:
         if api:
             return JSONResponse({"error": "not found", "call": call_id}, 404,
                                 headers=SECURITY_HEADERS)
@@ -219,13 +217,14 @@ class Viewer:
 
     # -------------------------------------------------------------- one call
     async def _window(self, request: Request, call_id: str):
+        if not await complete_head(self.store, call_id):  # damaged: StreamDamaged, a 500
+            return None
         summary = await call_summary(self.store, call_id, time.time_ns() // 1000)
         if summary is None:
             return None
         n = _int(request, "n", self.page_size, 1, 5000)
         first = _int(request, "from", 1, 1, max(summary.events, 1))
         recs = await self.store.read(call_id, from_version=first, to_version=first + n - 1)
-        expect_versions(call_id, recs, first, min(first + n - 1, summary.events), summary.events)
         final = fold(recs) if first == 1 and summary.events <= n else None
         tl = build_timeline(self.redactor(request).redact_records(recs), call_id=call_id,
                             t0_us=summary.started_at_us, final_state=final)
@@ -235,7 +234,7 @@ class Viewer:
         call_id = request.path_params.get("call_id") or request.query_params.get("id", "")
         found = await self._window(request, call_id) if valid_id(call_id) else None
         if found is None:
-            return await self.not_found(request, call_id, api=False)
+            return self.not_found(request, call_id, api=False)
         summary, tl, first, n = found
         ov = await overview(self.store, call_id, summary.started_at_us, summary.last_event_at_us)
         redact = self.redacting(request)
@@ -254,7 +253,7 @@ class Viewer:
         call_id = request.path_params["call_id"]
         found = await self._window(request, call_id) if valid_id(call_id) else None
         if found is None:
-            return await self.not_found(request, call_id, api=True)
+            return self.not_found(request, call_id, api=True)
         summary, tl, _first, _n = found
         return JSONResponse({"summary": summary.to_json(), "timeline": tl.to_json()},
                             headers=SECURITY_HEADERS)
@@ -262,9 +261,10 @@ class Viewer:
     async def state_api(self, request: Request) -> Response:
         call_id = request.path_params["call_id"]
         at = _int(request, "at", None, 0, 2**62)
-        s = await state_at(self.store, call_id, at, self.cache) if valid_id(call_id) else None
+        found = await complete_head(self.store, call_id)
+        s = await state_at(self.store, call_id, at, self.cache) if found else None
         if s is None:
-            return await self.not_found(request, call_id, api=True)
+            return self.not_found(request, call_id, api=True)
         redactor = self.redactor(request)
         event = None
         if s.version:
@@ -278,14 +278,13 @@ class Viewer:
 
     async def replay_api(self, request: Request) -> Response:
         call_id = request.path_params["call_id"]
-        head = await self.store.stream_version(call_id) if valid_id(call_id) else 0
+        head = await complete_head(self.store, call_id)
         if head == 0:
-            return await self.not_found(request, call_id, api=True)
+            return self.not_found(request, call_id, api=True)
         qp = request.query_params
         policy = parse_policy(qp.get("defer", "all"), qp.get("idempotent", ""),
                               qp.get("reuse", "all"))
-        recs = await self.store.read(call_id)
-        expect_versions(call_id, recs, 1, head, head)
+        recs = await self.store.read(call_id, to_version=head)
         report = (await asyncio.to_thread(replay, recs, policy, call_id=call_id)).to_json()
         redactor = self.redactors[False]
         for d in report["divergences"]:
@@ -295,15 +294,15 @@ class Viewer:
 
     async def export(self, request: Request) -> Response:
         call_id = request.path_params["call_id"]
-        if not valid_id(call_id) or await self.store.stream_version(call_id) == 0:
-            return await self.not_found(request, call_id, api=True)
-        redactor = self.redactor(request)
         # Checked before the first byte goes out (a status cannot change mid-stream): a call
         # with events missing is refused with the reason, not exported as if it were whole.
-        await check_complete(self.store, call_id)
+        head = await complete_head(self.store, call_id)
+        if head == 0:
+            return self.not_found(request, call_id, api=True)
+        redactor = self.redactor(request)
 
         async def lines():
-            async for chunk in iter_records(self.store, call_id):
+            async for chunk in iter_records(self.store, call_id, to_version=head):
                 yield "".join(json.dumps(export_line(r, redactor), sort_keys=True,
                                          ensure_ascii=False) + "\n" for r in chunk)
 
