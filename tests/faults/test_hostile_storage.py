@@ -28,10 +28,10 @@ Item 7, "hostile storage":
   `test_a_tail_deleted_with_its_head_rewritten_is_invisible` (strict xfail: the known limit);
   verify's view of each: tests/store/test_tamper.py; snapshots that no longer fit the log:
   `test_untrustworthy_snapshots_are_ignored`.
-- two workers racing to take over one call — `test_eight_workers_race_to_take_over_one_call`
-  (8 store instances in one process) and `test_worker_processes_race_to_take_over_one_call`
-  (4 processes), both databases; an old worker fenced by a live new one:
-  tests/crash/test_fencing.py.
+- two workers racing to take over one call — tests/faults/test_takeover_race.py:
+  `test_eight_workers_race_to_take_over_one_call` (8 store instances in one process) and
+  `test_worker_processes_race_to_take_over_one_call` (4 processes), both databases; an old
+  worker fenced by a live new one: tests/crash/test_fencing.py.
 
 Item 8, "security" (tests/faults/test_security.py unless named):
 
