@@ -243,7 +243,9 @@ async def test_cli_filters_and_call_ids_are_bound_parameters(migrated):
     @given(call=st.sampled_from(ids) | text | st.sampled_from(ids).map(str.swapcase),
            command=st.sampled_from(["state", "timeline", "export", "verify", "replay"]))
     def per_call(call, command):
-        r = cli(command, call, *(["--json"] if command != "export" else []), backend=migrated)
+        # Options first, then "--": an id may begin with "-" (as a shell user must write it).
+        r = cli(command, *(["--json"] if command != "export" else []),
+                *migrated.cli_args, "--", call)
         assert "Traceback" not in r.output
         if call in ids:
             assert r.exit_code in (0, 1) if command == "replay" else r.exit_code == 0, r.output
