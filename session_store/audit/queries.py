@@ -269,7 +269,9 @@ async def state_at(store, call_id: str, at: int | None = None,
     if cached is not None:
         state = cached
     snap = await snapshot_state(store, call_id, max_version=target)
-    if snap is not None and snap.version > state.version:
+    # A compacted snapshot (all the driver saves) lacks the conversation and the calls
+    # settled for good: shown as "the state", it would be a wrong one.
+    if snap is not None and snap.history_complete and snap.version > state.version:
         state = snap
     every = cache.every if cache else 10_000
     while state.version < target:

@@ -404,3 +404,16 @@ async def test_untrustworthy_snapshots_are_ignored(migrated, store, caplog):
     assert (await load_state(store, "snap-a")).version == N - 1
     taken = await CallDriver(store, "snap-a", worker_id="taker").attach(**MODEL)
     assert taken.version == N  # 23 events + its own WorkerAttached: nothing from the cache
+
+
+async def test_the_tools_never_show_a_compacted_snapshot_as_the_state(migrated, store):
+    """Snapshots hold the decision state only (no conversation, settled calls archived): the
+    state the CLI and the viewer show is the fold of the whole log, snapshot or not."""
+    await write_call(migrated, "snap-c", support_call())
+    whole = await acli("state", "snap-c", "--json", backend=migrated)
+    await save_snapshot(store, await load_state(store, "snap-c", use_snapshot=False))
+    assert not (await load_state(store, "snap-c")).history_complete  # the snapshot is used
+    again = await acli("state", "snap-c", "--json", backend=migrated)
+    assert json.loads(again.stdout) == json.loads(whole.stdout)
+    assert json.loads(again.stdout)["conversation_total"] == 3
+
