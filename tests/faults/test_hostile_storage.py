@@ -27,7 +27,8 @@ Item 7, "hostile storage":
   `test_damaged_streams_in_process`, `test_damaged_streams_through_the_cli_and_web`,
   `test_a_tail_deleted_with_its_head_rewritten_is_invisible` (strict xfail: the known limit);
   verify's view of each: tests/store/test_tamper.py; snapshots that no longer fit the log:
-  `test_untrustworthy_snapshots_are_ignored`.
+  `test_untrustworthy_snapshots_are_ignored`, and a compacted snapshot never shown as the
+  whole state: `test_the_tools_never_show_a_compacted_snapshot_as_the_state`.
 - two workers racing to take over one call — tests/faults/test_takeover_race.py:
   `test_eight_workers_race_to_take_over_one_call` (8 store instances in one process) and
   `test_worker_processes_race_to_take_over_one_call` (4 processes), both databases; an old
