@@ -105,6 +105,10 @@ class CallDriver:
     def has_notes(self) -> bool:
         return bool(self._notes)
 
+    @property
+    def pending_notes(self) -> int:
+        return len(self._notes)
+
     async def flush(self, then: Then | None = None) -> list[ev.Event]:
         """Append whatever was noted (and what `then` decides on the state after it)."""
         async with self._lock:

@@ -124,7 +124,7 @@ class SqlEventStore:
 
     async def _check_schema(self) -> None:
         try:
-            async with self._engine.connect() as conn:
+            async with self._connect() as conn:
                 rows = (await conn.execute(text("SELECT version_num FROM alembic_version"))).all()
         except (ProgrammingError, OperationalError) as exc:
             if "alembic_version" not in str(exc):
@@ -156,6 +156,32 @@ class SqlEventStore:
             await asyncio.gather(*self._writers, return_exceptions=True)
         await self._close_dialect()
         await self._engine.dispose()
+
+    @contextlib.asynccontextmanager
+    async def _connect(self, *, begin: bool = False):
+        """A pooled connection for reads (and snapshot writes). A database that is down
+        gives StoreUnavailable naming the cause, as an append does, not the driver's own
+        exception (a bare ConnectionRefusedError, a wrapped "the database system is starting
+        up"), so callers can tell an outage from a bug."""
+        try:
+            async with (self._engine.begin() if begin else self._engine.connect()) as conn:
+                yield conn
+        except Exception as exc:  # noqa: BLE001 - sorted out below
+            cause = self._outage_cause(exc)
+            if cause is None:
+                raise
+            raise StoreUnavailable(f"cannot reach the database ({self._describe_outage(cause)})"
+                                   ) from exc
+
+    def _outage_cause(self, exc: BaseException) -> BaseException | None:
+        """The driver's outage error behind `exc`, which SQLAlchemy may have wrapped (`orig`,
+        and the asyncpg adapter's `__cause__`)."""
+        orig = getattr(exc, "orig", None)
+        for candidate in (exc, orig, getattr(orig, "__cause__", None)):
+            if candidate is not None and not isinstance(candidate, StoreUnavailable) \
+                    and self._is_outage(candidate):
+                return candidate
+        return None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -350,12 +376,12 @@ class SqlEventStore:
             stmt = stmt.where(events.c.version <= to_version)
         if limit is not None:
             stmt = stmt.limit(limit)
-        async with self._engine.connect() as conn:
+        async with self._connect() as conn:
             return [RecordedEvent(*row) for row in await conn.execute(stmt)]
 
     async def stream_version(self, stream_id: str) -> int:
         self._check_open()
-        async with self._engine.connect() as conn:
+        async with self._connect() as conn:
             v = await conn.scalar(select(streams.c.version).where(streams.c.stream_id == stream_id))
         return v or 0
 
@@ -380,7 +406,7 @@ class SqlEventStore:
         guard = self._visible_to_tailing_readers()
         if guard is not None:
             stmt = stmt.where(guard)
-        async with self._engine.connect() as conn:
+        async with self._connect() as conn:
             return [RecordedEvent(*row) for row in await conn.execute(stmt)]
 
     async def list_streams(self, *, limit: int | None = None, after: str | None = None
@@ -393,7 +419,7 @@ class SqlEventStore:
             stmt = stmt.where(streams.c.stream_id > after)
         if limit is not None:
             stmt = stmt.limit(limit)
-        async with self._engine.connect() as conn:
+        async with self._connect() as conn:
             return [StreamHead(*row) for row in await conn.execute(stmt)]
 
     # ------------------------------------------------------------------ follow
@@ -440,12 +466,12 @@ class SqlEventStore:
                   "projection_version": stmt.excluded.projection_version,
                   "state": stmt.excluded.state, "created_at_us": stmt.excluded.created_at_us},
             where=snapshots.c.version < stmt.excluded.version)
-        async with self._engine.begin() as conn:
+        async with self._connect(begin=True) as conn:
             await conn.execute(stmt)
 
     async def load_snapshot(self, stream_id: str) -> Snapshot | None:
         self._check_open()
-        async with self._engine.connect() as conn:
+        async with self._connect() as conn:
             row = (await conn.execute(
                 select(snapshots.c.stream_id, snapshots.c.version,
                        snapshots.c.projection_version, snapshots.c.state)
@@ -456,7 +482,7 @@ class SqlEventStore:
     async def verify(self, stream_id: str | None = None) -> list[StreamReport]:
         """Recompute hash chains; one report per stream, naming the first bad event."""
         self._check_open()
-        async with self._engine.connect() as conn:
+        async with self._connect() as conn:
             if stream_id is None:
                 ids = sorted(set((await conn.scalars(select(streams.c.stream_id))).all())
                              | set((await conn.scalars(

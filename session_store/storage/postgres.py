@@ -117,9 +117,11 @@ class PostgresEventStore(SqlEventStore):
         return isinstance(exc, asyncpg.IntegrityConstraintViolationError)
 
     def _is_outage(self, exc):
+        # Unreachable or refused (OSError), the connection lost mid-statement, the server
+        # starting up or shutting down, restarting after a crash of one of its processes.
         return isinstance(exc, (OSError, ConnectionError, asyncpg.PostgresConnectionError,
                                 asyncpg.InterfaceError, asyncpg.CannotConnectNowError,
-                                asyncpg.AdminShutdownError))
+                                asyncpg.AdminShutdownError, asyncpg.CrashShutdownError))
 
     def _insert(self, table):
         return pg_insert(table)

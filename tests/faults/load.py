@@ -137,7 +137,7 @@ class Load:
             self.reread_attempts += 1
             try:
                 return await self.store.stream_version(sid)
-            except Exception:  # noqa: BLE001 - the database is still down
+            except StoreUnavailable:  # the database is still down (any other error: a finding)
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.1)

@@ -120,11 +120,14 @@ class PrivateCluster:
         an orderly shutdown that aborts open transactions and disconnects every client."""
         self._run("pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "-t", "60", "stop")
 
-    async def restart(self, mode: str, down_for: float) -> Outage:
-        """Stop the server (`mode`), keep it down for `down_for` seconds, start it again."""
+    async def restart(self, mode: str, down_for: float, on_down=None) -> Outage:
+        """Stop the server (`mode`), keep it down for `down_for` seconds, start it again.
+        `on_down()` is called as soon as the server is gone."""
         stop_at = time.monotonic()
         await asyncio.to_thread(self.stop, mode)
         down_at = time.monotonic()
+        if on_down is not None:
+            on_down()
         await asyncio.sleep(max(0.0, down_for - (down_at - stop_at)))
         start_at = time.monotonic()
         await asyncio.to_thread(self.start)

@@ -24,8 +24,15 @@ import os
 import time
 
 import pytest
+from loguru import logger
+from pipecat.frames.frames import InputAudioRawFrame
 
+from service.local_live import (Audio, Call, Script, Sleep, ToolCall, TurnComplete, WaitSignal,
+                                WaitToolResponse)
 from session_store import open_store
+from tests.service.helpers import (Ctl, Flavour, assert_answered_once, assert_chain_ok,
+                                   assert_log_settled, assert_ran_once, assert_server_clean,
+                                   run_call)
 from session_store.migrate import upgrade
 
 from .load import Load, check_log
@@ -187,3 +194,111 @@ async def test_sqlite_unwritable_while_100_calls_append(unwritable_dir):
                                        tail=4.0)
     report("sqlite unwritable", figures)
     assert figures["failed"] > 0
+
+
+# --------------------------------------------------------------------------- the voice path
+
+ORDER = "lookup_order"
+MIC_FRAME = InputAudioRawFrame(audio=b"\0" * 640, sample_rate=16000, num_channels=1)  # 20 ms
+
+
+def _voice_script(variant: str) -> Script:
+    """The bot speaks (paced like real speech: one 40 ms chunk every ~40 ms) before and during
+    the outage, and the tool call c1 arrives once the database is down, while the bot speaks.
+    That turn ends during the outage, so c1's start is due while the log cannot take it.
+    `waits`: the bot goes on with a second turn while c1 waits. `fails`: then nothing more
+    happens until c1 is answered: only the service itself can get the call going again."""
+    second = [Sleep(0.8), Audio(chunks=50, pause_ms=40), TurnComplete()] if variant == "waits" \
+        else []
+    return Script([Audio(chunks=10), WaitSignal("db_down", timeout=30),
+                   Audio(chunks=15, pause_ms=40), ToolCall(Call("c1", ORDER, {"id": 1})),
+                   Audio(chunks=15, pause_ms=40), TurnComplete(), *second,
+                   WaitToolResponse("c1", timeout=60), Audio(chunks=5), TurnComplete()],
+                  reply=())
+
+
+async def _feed_mic(ctl: Ctl) -> None:
+    """The user's microphone: 20 ms frames into the pipeline, as an input transport does."""
+    while True:
+        await ctl.task.queue_frame(MIC_FRAME)
+        await asyncio.sleep(0.02)
+
+
+def _max_gap(times: list[float], start: float, end: float) -> float:
+    """The longest stretch in [start, end] without a frame."""
+    inside = [start, *(t for t in times if start <= t <= end), end]
+    return max(b - a for a, b in zip(inside, inside[1:]))
+
+
+# `fails`: appends give up after 1 s, and the silence watchdog (1 s) tries to log the end of
+# speech while the database is still down.
+@pytest.mark.parametrize("variant, append_timeout, down_for",
+                         [("waits", 30.0, 4.0), ("fails", 1.0, 4.5)])
+async def test_voice_path_flows_while_postgres_restarts(private_pg, pg_store_factory, variant,
+                                                        append_timeout, down_for):
+    """A real pipeline (DurableGeminiLiveLLMService, google-genai, the local Gemini Live
+    server) while the database crashes and restarts: the bot's audio keeps playing and the
+    user's audio keeps reaching Gemini; the tool call that arrives meanwhile is logged
+    (write-ahead) after recovery, then runs exactly once and is answered once. With a short
+    append deadline (`fails`) its appends fail with StoreUnavailable during the outage (the
+    service logs that and keeps the facts queued) and still go through after recovery."""
+    store = await pg_store_factory(append_timeout=append_timeout)
+    errors: list[str] = []
+    sink = logger.add(lambda m: errors.append(str(m)), level="ERROR")
+    marks: dict[str, float] = {}
+
+    async def drive(ctl: Ctl) -> None:
+        assert await ctl.wait(lambda: len(ctl.tap.audio_at) >= 3, timeout=20), "no audio"
+        mic = asyncio.create_task(_feed_mic(ctl))
+
+        def on_down() -> None:
+            marks["down"] = time.time()
+            ctl.server.signal("db_down")
+
+        try:
+            outage = await private_pg.restart("immediate", down_for, on_down=on_down)
+            marks["up"] = time.time()
+            marks["starting"] = marks["up"] - (outage.up_at - outage.start_at)
+            await ctl.wait(lambda: bool(ctl.results("c1")) and ctl.script_done(0)
+                           and not ctl.tap.speaking, timeout=60)
+        finally:
+            mic.cancel()
+        await ctl.settle(0.5)
+
+    try:
+        run = await run_call(Flavour("postgres", store), [_voice_script(variant)], drive,
+                             timeout=120, speaking_timeout_s=1.0 if variant == "fails" else 4.0)
+    finally:
+        logger.remove(sink)
+
+    down, up = marks["down"], marks["up"]
+    asked = next(m.at for m in run.connections[0].sent
+                 if isinstance(m.message, dict) and "toolCall" in m.message)
+    assert down <= asked <= up, "the tool call did not arrive while the database was down"
+    # The voice path: the bot's audio played on, the user's audio reached Gemini.
+    played = [t for t in run.tap.audio_at if down <= t <= up]
+    mic = [m.at for m in run.connections[0].received if m.kind == "realtime_input"]
+    heard = [t for t in mic if down <= t <= up]
+    assert played, "no bot audio reached the output while the database was down"
+    assert heard, "no user audio reached Gemini while the database was down"
+    # The microphone sends every 20 ms: a long silence at Gemini means the service held the
+    # user's audio back (generous bound; the figures below say what it was).
+    mic_gap = _max_gap(mic, down, up)
+    assert mic_gap < 1.5, f"the user's audio stopped reaching Gemini for {mic_gap:.2f}s"
+    # Write-ahead: the call waited for the log, then ran once and was answered once.
+    assert_server_clean(run)
+    assert_answered_once(run, "c1", ORDER)
+    ran = assert_ran_once(run, "c1")
+    assert ran["t"] >= marks["starting"], "the tool ran before the database was back"
+    assert_log_settled(run)
+    await assert_chain_ok(run)
+    failures = [e for e in errors if "StoreUnavailable" in e or "within its deadline" in e]
+    if variant == "fails":
+        assert failures, "no append failed during the outage: the deadline was not short enough"
+    report(f"voice {variant}", {
+        "down_s": round(up - down, 2), "bot_audio_frames_during": len(played),
+        # Over the whole outage, including the pause between the bot's two turns.
+        "max_bot_audio_gap_s": round(_max_gap(run.tap.audio_at, played[0], played[-1]), 3),
+        "mic_frames_to_gemini_during": len(heard), "max_mic_gap_s": round(mic_gap, 3),
+        "tool_ran_after_up_s": round(ran["t"] - up, 2), "append_failures_logged": len(failures),
+        "store_retries": store.stats["retries"]})
