@@ -52,7 +52,7 @@ class CallDriver:
         self.epoch = 0
         self.fenced = False
         self._lock = asyncio.Lock()
-        self._notes: deque[Observation | ev.Event] = deque()
+        self._notes: deque[Observation | ev.Event | Then] = deque()
         self._stale = False  # a failed append left the state unsure: re-read before use
 
     async def attach(self, *, model: str, tools: list[str], settings: dict) -> SessionState:
@@ -95,10 +95,13 @@ class CallDriver:
         async with self._lock:
             return await self._commit(obs, then)
 
-    def note(self, item: Observation | ev.Event) -> None:
+    def note(self, item: Observation | ev.Event | Then) -> None:
         """Queue a fact that must be logged in order but need not hold up the caller (a
         resumption handle, speech starting on the audio path): it is decided and appended
-        with the next record/observe/flush, ahead of their events, in the order noted."""
+        with the next record/observe/flush, ahead of their events, in the order noted. A
+        `Then` is called on the state as it is when logged and returns the events (e.g. a
+        tool result whose own append failed: logged unless that append committed after
+        all, which the state re-read from the log shows)."""
         self._notes.append(item)
 
     @property
@@ -131,8 +134,9 @@ class CallDriver:
             while self._notes:
                 item = self._notes.popleft()
                 taken.append(item)
-                found = [item] if isinstance(item, ev.Event) else decide(self.state, item,
-                                                                         self.policy)
+                found = ([item] if isinstance(item, ev.Event)
+                         else (item(self.state) or []) if callable(item)
+                         else decide(self.state, item, self.policy))
                 batch += self._stage(found, at)
             mine = self._stage(what if isinstance(what, list)
                                else decide(self.state, what, self.policy), at)

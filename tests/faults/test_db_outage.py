@@ -27,8 +27,8 @@ import pytest
 from loguru import logger
 from pipecat.frames.frames import InputAudioRawFrame
 
-from service.local_live import (Audio, Call, Script, Sleep, ToolCall, TurnComplete, WaitSignal,
-                                WaitToolResponse)
+from service.local_live import (Audio, Call, Interrupted, Script, Sleep, ToolCall, TurnComplete,
+                                WaitSignal, WaitToolResponse)
 from session_store import open_store
 from tests.service.helpers import (Ctl, Flavour, assert_answered_once, assert_chain_ok,
                                    assert_log_settled, assert_ran_once, assert_server_clean,
@@ -198,22 +198,27 @@ async def test_sqlite_unwritable_while_100_calls_append(unwritable_dir):
 
 # --------------------------------------------------------------------------- the voice path
 
-ORDER = "lookup_order"
+ORDER, WEATHER = "lookup_order", "get_weather"
 MIC_FRAME = InputAudioRawFrame(audio=b"\0" * 640, sample_rate=16000, num_channels=1)  # 20 ms
 
 
 def _voice_script(variant: str) -> Script:
-    """The bot speaks (paced like real speech: one 40 ms chunk every ~40 ms) before and during
-    the outage, and the tool call c1 arrives once the database is down, while the bot speaks.
-    That turn ends during the outage, so c1's start is due while the log cannot take it.
-    `waits`: the bot goes on with a second turn while c1 waits. `fails`: then nothing more
-    happens until c1 is answered: only the service itself can get the call going again."""
-    second = [Sleep(0.8), Audio(chunks=50, pause_ms=40), TurnComplete()] if variant == "waits" \
-        else []
-    return Script([Audio(chunks=10), WaitSignal("db_down", timeout=30),
+    """Before the outage the bot says a little and asks for c0 (a slow tool, 2 s): the test
+    takes the database down while c0 runs, so its result arrives during the outage. Then the
+    bot speaks (paced like real speech, one 40 ms chunk every ~40 ms) and asks for c1 while
+    the database is down; that turn ends during the outage too, so c1's start is due while
+    the log cannot take it. `waits`: the user interrupts that turn, and the bot goes on
+    with another one meanwhile. `fails`:
+    nothing more happens until both are answered, so only the service itself can get them
+    going again."""
+    # `waits`: the user barges in (serverContent.interrupted) and the bot answers.
+    end = [Interrupted(), Sleep(0.5), Audio(chunks=50, pause_ms=40), TurnComplete()] \
+        if variant == "waits" else [TurnComplete()]
+    return Script([Audio(chunks=5), TurnComplete(), ToolCall(Call("c0", WEATHER, {"id": 0})),
+                   WaitSignal("db_down", timeout=30),
                    Audio(chunks=15, pause_ms=40), ToolCall(Call("c1", ORDER, {"id": 1})),
-                   Audio(chunks=15, pause_ms=40), TurnComplete(), *second,
-                   WaitToolResponse("c1", timeout=60), Audio(chunks=5), TurnComplete()],
+                   Audio(chunks=15, pause_ms=40), *end,
+                   WaitToolResponse(["c0", "c1"], timeout=60), Audio(chunks=5), TurnComplete()],
                   reply=())
 
 
@@ -224,6 +229,12 @@ async def _feed_mic(ctl: Ctl) -> None:
         await asyncio.sleep(0.02)
 
 
+def _is_audio(message) -> bool:
+    parts = (((message.get("serverContent") or {}).get("modelTurn") or {}).get("parts") or []
+             if isinstance(message, dict) else [])
+    return any("inlineData" in part for part in parts)
+
+
 def _max_gap(times: list[float], start: float, end: float) -> float:
     """The longest stretch in [start, end] without a frame."""
     inside = [start, *(t for t in times if start <= t <= end), end]
@@ -231,35 +242,38 @@ def _max_gap(times: list[float], start: float, end: float) -> float:
 
 
 # `fails`: appends give up after 1 s, and the silence watchdog (1 s) tries to log the end of
-# speech while the database is still down.
-@pytest.mark.parametrize("variant, append_timeout, down_for",
-                         [("waits", 30.0, 4.0), ("fails", 1.0, 4.5)])
+# speech while the database is still down. `waits` restarts with `fast`, `fails` crashes it.
+@pytest.mark.parametrize("variant, append_timeout, mode, down_for",
+                         [("waits", 30.0, "fast", 4.0), ("fails", 1.0, "immediate", 4.5)])
 async def test_voice_path_flows_while_postgres_restarts(private_pg, pg_store_factory, variant,
-                                                        append_timeout, down_for):
+                                                        append_timeout, mode, down_for):
     """A real pipeline (DurableGeminiLiveLLMService, google-genai, the local Gemini Live
-    server) while the database crashes and restarts: the bot's audio keeps playing and the
-    user's audio keeps reaching Gemini; the tool call that arrives meanwhile is logged
-    (write-ahead) after recovery, then runs exactly once and is answered once. With a short
-    append deadline (`fails`) its appends fail with StoreUnavailable during the outage (the
-    service logs that and keeps the facts queued) and still go through after recovery."""
+    server) while the database goes down and comes back: the bot's audio keeps playing and
+    the user's audio keeps reaching Gemini. What must be logged first waits for the log: c0's
+    result (it arrives during the outage) is sent only after it is logged, c1 (asked for
+    during the outage) is logged after recovery and only then runs; each runs exactly once
+    and is answered once. With a short append deadline (`fails`) the appends fail with
+    StoreUnavailable during the outage (the service logs that and keeps the facts queued)
+    and still go through after recovery."""
     store = await pg_store_factory(append_timeout=append_timeout)
     errors: list[str] = []
     sink = logger.add(lambda m: errors.append(str(m)), level="ERROR")
     marks: dict[str, float] = {}
 
     async def drive(ctl: Ctl) -> None:
-        assert await ctl.wait(lambda: len(ctl.tap.audio_at) >= 3, timeout=20), "no audio"
+        assert await ctl.wait(lambda: bool(ctl.ledger.runs), timeout=20), "c0 never started"
         mic = asyncio.create_task(_feed_mic(ctl))
+        await asyncio.sleep(0.3)  # the microphone is flowing before the outage
 
         def on_down() -> None:
             marks["down"] = time.time()
             ctl.server.signal("db_down")
 
         try:
-            outage = await private_pg.restart("immediate", down_for, on_down=on_down)
+            outage = await private_pg.restart(mode, down_for, on_down=on_down)
             marks["up"] = time.time()
             marks["starting"] = marks["up"] - (outage.up_at - outage.start_at)
-            await ctl.wait(lambda: bool(ctl.results("c1")) and ctl.script_done(0)
+            await ctl.wait(lambda: len(ctl.results()) >= 2 and ctl.script_done(0)
                            and not ctl.tap.speaking, timeout=60)
         finally:
             mic.cancel()
@@ -267,14 +281,18 @@ async def test_voice_path_flows_while_postgres_restarts(private_pg, pg_store_fac
 
     try:
         run = await run_call(Flavour("postgres", store), [_voice_script(variant)], drive,
-                             timeout=120, speaking_timeout_s=1.0 if variant == "fails" else 4.0)
+                             timeout=120, tool_delay={WEATHER: 2.0, ORDER: 0.05},
+                             speaking_timeout_s=1.0 if variant == "fails" else 4.0)
     finally:
         logger.remove(sink)
 
     down, up = marks["down"], marks["up"]
     asked = next(m.at for m in run.connections[0].sent
-                 if isinstance(m.message, dict) and "toolCall" in m.message)
-    assert down <= asked <= up, "the tool call did not arrive while the database was down"
+                 if isinstance(m.message, dict) and "toolCall" in m.message
+                 and "c1" in json.dumps(m.message))
+    assert down <= asked <= up, "c1 was not asked for while the database was down"
+    c0_done = run.runs("c0")[0]["t"] + 2.0
+    assert down <= c0_done <= up, "c0's result did not arrive while the database was down"
     # The voice path: the bot's audio played on, the user's audio reached Gemini.
     played = [t for t in run.tap.audio_at if down <= t <= up]
     mic = [m.at for m in run.connections[0].received if m.kind == "realtime_input"]
@@ -285,20 +303,32 @@ async def test_voice_path_flows_while_postgres_restarts(private_pg, pg_store_fac
     # user's audio back (generous bound; the figures below say what it was).
     mic_gap = _max_gap(mic, down, up)
     assert mic_gap < 1.5, f"the user's audio stopped reaching Gemini for {mic_gap:.2f}s"
-    # Write-ahead: the call waited for the log, then ran once and was answered once.
+    # The bot's audio, from the outage until Gemini's last audio chunk sent during it,
+    # including the pause between turns (0.5 s after the interruption in `waits`). A stall
+    # lasts as long as the outage (seen: the receive loop waited for the log to record the
+    # interruption, and the next turn's audio played only after the database was back).
+    spoken_until = max(m.at for m in run.connections[0].sent
+                       if m.at <= up and _is_audio(m.message))
+    bot_gap = _max_gap(run.tap.audio_at, down, spoken_until)
+    assert bot_gap < 2.0, f"the bot's audio stopped for {bot_gap:.2f}s during the outage"
+    # Write-ahead: each waited for the log, then ran once and was answered once.
     assert_server_clean(run)
-    assert_answered_once(run, "c1", ORDER)
+    c0 = assert_answered_once(run, "c0", WEATHER)
+    c1 = assert_answered_once(run, "c1", ORDER)
+    assert c0.at >= marks["starting"], "c0's result was sent before it could be logged"
+    assert_ran_once(run, "c0")
     ran = assert_ran_once(run, "c1")
-    assert ran["t"] >= marks["starting"], "the tool ran before the database was back"
+    assert ran["t"] >= marks["starting"], "c1 ran before the database was back"
     assert_log_settled(run)
     await assert_chain_ok(run)
     failures = [e for e in errors if "StoreUnavailable" in e or "within its deadline" in e]
     if variant == "fails":
         assert failures, "no append failed during the outage: the deadline was not short enough"
     report(f"voice {variant}", {
-        "down_s": round(up - down, 2), "bot_audio_frames_during": len(played),
-        # Over the whole outage, including the pause between the bot's two turns.
-        "max_bot_audio_gap_s": round(_max_gap(run.tap.audio_at, played[0], played[-1]), 3),
+        "mode": mode, "down_s": round(up - down, 2), "bot_audio_frames_during": len(played),
+        "max_bot_audio_gap_s": round(bot_gap, 3),
         "mic_frames_to_gemini_during": len(heard), "max_mic_gap_s": round(mic_gap, 3),
-        "tool_ran_after_up_s": round(ran["t"] - up, 2), "append_failures_logged": len(failures),
-        "store_retries": store.stats["retries"]})
+        "c0_answered_after_up_s": round(c0.at - up, 2),
+        "c1_ran_after_up_s": round(ran["t"] - up, 2),
+        "c1_answered_after_up_s": round(c1.at - up, 2),
+        "append_failures_logged": len(failures), "store_retries": store.stats["retries"]})
