@@ -73,8 +73,12 @@ async def _pg_restarts(private_pg, pg_store_factory, plan: list[tuple[str, float
     for o in outages:
         during = load.issued_between(o.stop_at, o.up_at)
         assert during, f"no append was issued during the {o.mode} outage"
-        waited = [a for a in during if a.acknowledged and a.ended >= o.down_at]
-        assert waited, f"no append issued during the {o.mode} outage was acknowledged after it"
+        if o.duration < load.long_timeout - 2:
+            waited = [a for a in during if a.acknowledged and a.ended >= o.up_at - 0.5]
+            assert waited, f"no append issued during the {o.mode} outage waited it out"
+        else:  # longer than any append may wait: those issued then all failed
+            assert all(a.error is not None for a in during if a.issued <= o.up_at
+                       - load.long_timeout - 1), "an append outlived its deadline"
     last = outages[-1]
     after = [a for a in load.issued_between(last.up_at + 0.5, time.monotonic())
              if a.acknowledged]
@@ -187,6 +191,23 @@ async def test_sqlite_disk_full_while_100_calls_append(tiny_disk):
     assert all("disk is full" in e for e in figures["errors"]), figures["errors"]
 
 
+@long_only
+async def test_long_sqlite_disk_full(tiny_disk):
+    async with sqlite_store(tiny_disk.path) as store:
+        @contextlib.contextmanager
+        def disk_full():
+            tiny_disk.fill()
+            try:
+                yield
+            finally:
+                tiny_disk.free()
+
+        figures = await _sqlite_faults(store, tiny_disk.path / "log.db", disk_full,
+                                       [(10.0, 2.0), (15.0, 8.0), (15.0, 35.0), (15.0, 1.0)],
+                                       tail=15.0)
+    report("sqlite disk full long", figures)
+
+
 async def test_sqlite_unwritable_while_100_calls_append(unwritable_dir):
     db = unwritable_dir / "log.db"
     async with sqlite_store(unwritable_dir) as store:
@@ -194,6 +215,16 @@ async def test_sqlite_unwritable_while_100_calls_append(unwritable_dir):
                                        tail=4.0)
     report("sqlite unwritable", figures)
     assert figures["failed"] > 0
+
+
+@long_only
+async def test_long_sqlite_unwritable(unwritable_dir):
+    db = unwritable_dir / "log.db"
+    async with sqlite_store(unwritable_dir) as store:
+        figures = await _sqlite_faults(store, db, lambda: Unwritable(db),
+                                       [(10.0, 2.0), (15.0, 8.0), (15.0, 35.0), (15.0, 1.0)],
+                                       tail=15.0)
+    report("sqlite unwritable long", figures)
 
 
 # --------------------------------------------------------------------------- the voice path
