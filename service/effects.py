@@ -254,7 +254,8 @@ class DueEffects:
 
         def completion(state) -> list[ev.Event]:
             call = state.calls.get(call_id)
-            return [] if call is None or call.has_outcome else [ev.ToolCallCompleted(call_id, value)]
+            done = call is None or call.has_outcome
+            return [] if done else [ev.ToolCallCompleted(call_id, value)]
 
         self._note(completion)
 

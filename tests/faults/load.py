@@ -30,7 +30,8 @@ from session_store.events import canonical_json
 TOOLS = ("lookup_order", "check_stock", "book_delivery_slot")
 
 
-def call_steps(rng: random.Random, call: str, pace: float) -> Iterator[tuple[float, list[ev.Event]]]:
+def call_steps(rng: random.Random, call: str,
+               pace: float) -> Iterator[tuple[float, list[ev.Event]]]:
     """(pause before it, events of one append) for one call, forever. `pace` scales the pauses
     (1.0 = the tempo of a real call, ~2 appends per second)."""
     u = lambda a, b: rng.uniform(a, b) * pace  # noqa: E731

@@ -31,9 +31,9 @@ def find_pg_bin() -> tuple[Path | None, str]:
     """The directory holding initdb and pg_ctl, or None and why not."""
     candidates = [os.environ["SESSION_STORE_PG_BIN"]] if os.environ.get("SESSION_STORE_PG_BIN") \
         else [d for g in PG_BIN_GLOBS for d in sorted(glob.glob(g), reverse=True)]
+    needed = ("initdb", "pg_ctl", "postgres")
     found = next((Path(d) for d in candidates
-                  if all(os.access(Path(d) / b, os.X_OK) for b in ("initdb", "pg_ctl", "postgres"))),
-                 None)
+                  if all(os.access(Path(d) / b, os.X_OK) for b in needed)), None)
     if found is None:
         return None, (f"no PostgreSQL server binaries (initdb, pg_ctl, postgres) in "
                       f"{candidates or list(PG_BIN_GLOBS)}")
