@@ -163,6 +163,8 @@ class Load:
         in_doubt = [a for a in failed if a.reread is not None and a.reread > a.expected]
         return {"appends": len(self.appends), "acknowledged": len(acked),
                 "failed": len(failed), "failed_but_committed": len(in_doubt),
+                "failed_by_deadline_s": {str(t): sum(1 for a in failed if a.timeout == t)
+                                         for t in sorted({a.timeout for a in failed})},
                 "unexpected_errors": len(self.unexpected),
                 "waited_over_0.5s": sum(1 for a in acked if a.waited > 0.5),
                 "max_wait_acknowledged_s": round(max((a.waited for a in acked), default=0), 2),

@@ -76,9 +76,11 @@ async def _pg_restarts(private_pg, pg_store_factory, plan: list[tuple[str, float
         if o.duration < load.long_timeout - 2:
             waited = [a for a in during if a.acknowledged and a.ended >= o.up_at - 0.5]
             assert waited, f"no append issued during the {o.mode} outage waited it out"
-        else:  # longer than any append may wait: those issued then all failed
-            assert all(a.error is not None for a in during if a.issued <= o.up_at
-                       - load.long_timeout - 1), "an append outlived its deadline"
+        else:  # longer than any append may wait: those issued once it was down all failed
+            doomed = [a for a in during
+                      if o.down_at <= a.issued <= o.up_at - load.long_timeout - 1]
+            assert doomed and all(a.error is not None for a in doomed), (
+                "an append outlived its deadline")
     last = outages[-1]
     after = [a for a in load.issued_between(last.up_at + 0.5, time.monotonic())
              if a.acknowledged]
