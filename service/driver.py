@@ -62,7 +62,7 @@ class CallDriver:
         self.epoch = 0
         self.fenced = False
         self._lock = asyncio.Lock()
-        self._notes: deque[Observation | ev.Event] = deque()
+        self._notes: deque[Observation | ev.Event | Then] = deque()
         self._stale = False  # a failed append left the state unsure: re-read before use
         self._full_history = False  # reload from the whole log, not a snapshot
         self.snapshot_every = snapshot_every
@@ -157,15 +157,22 @@ class CallDriver:
         async with self._lock:
             return await self._commit(obs, then)
 
-    def note(self, item: Observation | ev.Event) -> None:
+    def note(self, item: Observation | ev.Event | Then) -> None:
         """Queue a fact that must be logged in order but need not hold up the caller (a
         resumption handle, speech starting on the audio path): it is decided and appended
-        with the next record/observe/flush, ahead of their events, in the order noted."""
+        with the next record/observe/flush, ahead of their events, in the order noted. A
+        `Then` is called on the state as it is when logged and returns the events (e.g. a
+        tool result whose own append failed: logged unless that append committed after
+        all, which the state re-read from the log shows)."""
         self._notes.append(item)
 
     @property
     def has_notes(self) -> bool:
         return bool(self._notes)
+
+    @property
+    def pending_notes(self) -> int:
+        return len(self._notes)
 
     async def flush(self, then: Then | None = None) -> list[ev.Event]:
         """Append whatever was noted (and what `then` decides on the state after it)."""
@@ -228,8 +235,9 @@ class CallDriver:
             while self._notes:
                 item = self._notes.popleft()
                 taken.append(item)
-                found = [item] if isinstance(item, ev.Event) else decide(self.state, item,
-                                                                         self.policy)
+                found = ([item] if isinstance(item, ev.Event)
+                         else (item(self.state) or []) if callable(item)
+                         else decide(self.state, item, self.policy))
                 batch += self._stage(found, at)
             mine = self._stage(what if isinstance(what, list)
                                else decide(self.state, what, self.policy), at)

@@ -77,4 +77,7 @@ class StoreClosed(SessionStoreError):
 
 
 class StoreUnavailable(SessionStoreError):
-    """The database could not be reached within the bounded wait; nothing was written."""
+    """The database did not take an append within its bounded wait (down, unreachable, disk
+    full, read-only). The append was not acknowledged; it is in the log only if the
+    connection broke in the middle of its commit, so re-read the stream before appending
+    again. The message says what the database reported."""
