@@ -109,28 +109,35 @@ class Load:
         for pause, events in call_steps(rng, sid, self.pace):
             with _suppress_timeout():
                 await asyncio.wait_for(self._stop.wait(), pause)
+            # A step the log did not take is tried again (as the service keeps a fact it
+            # could not log): a call's events stay a valid call, whose chain `verify` folds.
+            while not self._stop.is_set():
+                a = Append(sid, version, [(e.TYPE, canonical_json(e.to_data())) for e in events],
+                           timeout, time.monotonic())
+                self.appends.append(a)
+                try:
+                    a.version = await self.store.append(sid, events, version, timeout=timeout)
+                    version = a.version
+                    a.ended = time.monotonic()
+                    break
+                except StoreUnavailable as exc:
+                    a.error = exc
+                    # As the CallDriver does: the log says what happened (the append may have
+                    # committed before its acknowledgement was lost). Reads fail while the
+                    # database is down; keep trying, as the next append would.
+                    a.ended = time.monotonic()
+                    a.reread = await self._reread(sid)
+                    committed = a.reread != version
+                    version = a.reread
+                    if committed:
+                        break
+                except Exception as exc:  # noqa: BLE001 - any other error is a finding
+                    a.error = exc
+                    self.unexpected.append(f"{sid}@{version}: {type(exc).__name__}: {exc}")
+                    a.ended = time.monotonic()
+                    return
             if self._stop.is_set():
                 return
-            a = Append(sid, version, [(e.TYPE, canonical_json(e.to_data())) for e in events],
-                       timeout, time.monotonic())
-            self.appends.append(a)
-            try:
-                a.version = await self.store.append(sid, events, version, timeout=timeout)
-                version = a.version
-            except StoreUnavailable as exc:
-                a.error = exc
-                # As the CallDriver does: the log says what happened (the append may have
-                # committed before its acknowledgement was lost). Reads fail while the
-                # database is down; keep trying, as the next append would.
-                a.ended = time.monotonic()
-                a.reread = version = await self._reread(sid)
-                continue
-            except Exception as exc:  # noqa: BLE001 - any other error is a finding
-                a.error = exc
-                self.unexpected.append(f"{sid}@{version}: {type(exc).__name__}: {exc}")
-                a.ended = time.monotonic()
-                return
-            a.ended = time.monotonic()
 
     async def _reread(self, sid: str) -> int:
         deadline = time.monotonic() + 120
