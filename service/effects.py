@@ -57,10 +57,15 @@ class DueEffects:
 
     async def _flush_notes(self) -> None:
         try:
+            # Until no note is left: one noted while this task performs what is due would
+            # find it still running, start no flush of its own, and wait for the next
+            # append (seen: a toolCall that arrived while the previous result was being
+            # sent stayed unlogged, and unanswered, while the server waited for it).
             while self._driver.has_notes:
-                started = await self._driver.flush(then=self._starts_now)
-                await self._run_started(started)
-            await self._perform_due()
+                while self._driver.has_notes:
+                    started = await self._driver.flush(then=self._starts_now)
+                    await self._run_started(started)
+                await self._perform_due()
         except Fenced:
             await self._on_fenced()
         except Exception as exc:  # noqa: BLE001 - a task: report, the next append retries
