@@ -161,7 +161,7 @@ hostile_calls = st.builds(
     id_generated=st.booleans(), has_handler=st.booleans())
 
 
-@settings(max_examples=150, deadline=None, database=None)
+@settings(max_examples=100, deadline=None, database=None)
 @given(batches=st.lists(st.lists(hostile_calls, min_size=1, max_size=4), min_size=1,
                         max_size=4))
 def test_no_tool_call_batch_breaks_decide_or_the_log(batches):
