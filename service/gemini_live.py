@@ -49,6 +49,8 @@ RESTORED_SETTINGS = ("system_instruction", "voice", "language")
 #: and is answered with an explicit error, instead of the client closing the socket (1009)
 #: on a call the model would ask for again on the resumed session, until pipecat gives up.
 MAX_FRAME_BYTES = 16 << 20
+#: Reconnects that back off when they repeat (see _replace_session).
+PACED_REASONS = RESYNC_KINDS | {"error"}
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*s?\s*$")
 
 
@@ -209,6 +211,17 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
                 self._session = None
                 await self._reconnect_now("handshake_failed")
 
+    async def _handle_connection_error(self, error: Exception) -> bool:
+        go_on = await super()._handle_connection_error(error)
+        if not go_on:
+            # Upstream gives the service up (MAX_CONSECUTIVE_FAILURES; it pushes an
+            # ErrorFrame for the app): the log says so, with what is still undelivered.
+            await self._record_quietly(ev.AnomalyRecorded("connection_given_up", {
+                "failures": self._consecutive_failures, "error": str(error)[:300],
+                "undelivered": [c.call_id for c in self._driver.state.undelivered()][:20]},
+                self._driver.state.generation))
+        return go_on
+
     async def _handle_session_ready(self, session):
         # Before upstream's receive loop starts: frames the SDK cannot parse are reported
         # and skipped instead of failing the loop (service/wire.py).
@@ -246,10 +259,10 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             self._reconnecting = False
 
     async def _replace_session(self, reason: str) -> None:
-        if reason in RESYNC_KINDS:
-            # A server that garbles every session must not get a reconnect loop at
-            # handshake speed: back off with the number of recent resyncs (never give up:
-            # the log keeps every call's result for whichever session comes next).
+        if reason in PACED_REASONS:
+            # A server that garbles or drops every session must not get a reconnect loop at
+            # handshake speed: back off with the number of recent ones (never give up: the
+            # log keeps every call's result for whichever session comes next).
             now = time.monotonic()
             self._resyncs = [t for t in self._resyncs if now - t < 30.0] + [now]
             await asyncio.sleep(min(0.25 * (len(self._resyncs) - 1), 2.0))
@@ -288,6 +301,11 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
 
     # ------------------------------------------------------------------ server messages
     async def _handle_server_message(self, message):
+        # A session that delivered a message is progress. pipecat resets its failure count
+        # only after 10 s on one connection, so three sessions each closed right after a
+        # toolCall (seen in the hostile-wire fuzz) gave the service up, results undelivered.
+        # Handshakes failing in a row still count: an unreachable server is given up.
+        self._consecutive_failures = 0
         try:
             await self._observe_server_message(message)
         except Fenced:

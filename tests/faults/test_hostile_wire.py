@@ -328,6 +328,28 @@ async def test_values_json_allows_but_the_log_cannot_store(flavour):
 
 # --------------------------------------------------------------------------- close right after
 
+async def test_sessions_closed_right_after_each_call_never_give_the_service_up(flavour):
+    """Three sessions in a row, each closed right after a toolCall: pipecat's rule (three
+    connection errors within 10 s) gave the service up here, with results undelivered. A
+    session that delivered a message is progress: every call is answered, the next session
+    each time, and later sessions back off."""
+    close = Close(1011, "internal error")
+    scripts = [Script([ToolCall(Call("c0", ORDER, {"n": 0})), close], reply=()),
+               Script([ToolCall(Call("c1", ORDER, {"n": 1})), close], reply=()),
+               # The last close comes once everything is answered: nothing left to send
+               # would have woken the given-up service (a failed send does).
+               Script([ToolCall(Call("c2", ORDER, {"n": 2})),
+                       WaitToolResponse(["c0", "c1", "c2"]), close], reply=()),
+               Script(alive_steps(), reply=())]
+    run = await run_call(flavour, scripts, drive_until_alive, timeout=30)
+
+    assert [c.close_code for c in run.connections[:3]] == [1011] * 3
+    assert len(run.connections) == 4, "the service gave up"
+    assert not run.find("anomaly.recorded", kind="connection_given_up")
+    assert {"c0", "c1", "c2"} <= set(run.connections[2].state.results)
+    await finish(run, Counter(), [{"n": 0}, {"n": 1}, {"n": 2}, {"city": "Oslo"}])
+
+
 @pytest.mark.parametrize("how", ["close_1011", "tcp_drop"])
 async def test_a_call_then_an_immediate_close_is_run_once_and_answered_once(flavour, how):
     end = Close(1011, "internal error") if how == "close_1011" else Drop()
@@ -505,6 +527,7 @@ FUZZ = dict(deadline=None, database=None,
             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
+@pytest.mark.timeout(120 + 20 * EXAMPLES)  # one pytest test runs every example
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 @settings(max_examples=EXAMPLES, **FUZZ)
 @given(kinds=steps)
@@ -512,6 +535,7 @@ async def test_fuzzed_hostile_sequences_keep_every_invariant_sqlite(flavour, kin
     await run_plan(flavour, kinds)
 
 
+@pytest.mark.timeout(120 + 20 * PG_EXAMPLES)
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 @settings(max_examples=PG_EXAMPLES, **FUZZ)
 @given(kinds=steps)

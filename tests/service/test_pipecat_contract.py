@@ -51,9 +51,9 @@ METHODS = {
     "process_frame": (
         _G, "(self, frame: pipecat.frames.frames.Frame, "
             "direction: pipecat.processors.frame_processor.FrameDirection)", True),
+    "_handle_connection_error": (_G, "(self, error: Exception) -> bool", True),
     # called
     "_disconnect": (_G, "(self)", True),
-    "_handle_connection_error": (_G, "(self, error: Exception) -> bool", True),
     "_cancel_function_calls_by_tool_call_id": (_LLM, "(self, tool_call_id: 'str')", True),
     "run_function_calls": (
         _LLM, "(self, function_calls: 'Sequence[FunctionCallFromLLM]')", True),
