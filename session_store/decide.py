@@ -36,7 +36,7 @@ class Policy:
     #: A call whose arguments exceed this (canonical JSON, UTF-8 bytes) is not run: it is
     #: recorded with a bounded stand-in for its arguments and answered with an explicit
     #: error. 1 MiB is google-genai's default websocket frame limit, so no stock client ever
-    #: ran anything larger; one such event costs ~15 ms to append (bench in the report).
+    #: ran anything larger; a 1 MB event appends in ~10-50 ms (bench/huge_args.py).
     max_args_bytes: int = 1 << 20
 
     def defers(self, name: str) -> bool:
