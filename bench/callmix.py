@@ -94,6 +94,21 @@ def call_script(rng: random.Random, call_id: str, *, first_delay: float = 0.0,
             yield 0.2, [ev.Connected(gen, handle, SYSTEM_SHA)]
 
 
+def scripted_steps(n: int, call_id: str, seed: int = 1) -> list[tuple[float, list[ev.Event]]]:
+    """The appends of a scripted call holding its first `n` events, each with the time (in
+    seconds from the start of the call) it is made: a long call's log as it was written."""
+    out: list[tuple[float, list[ev.Event]]] = []
+    at, count = 0.0, 0
+    for pause, step in call_script(random.Random(seed), call_id):
+        at += pause
+        step = step[:n - count]
+        out.append((at, step))
+        count += len(step)
+        if count >= n:
+            return out
+    raise AssertionError("unreachable")
+
+
 def scripted_events(n: int, call_id: str, seed: int = 1) -> list[ev.Event]:
     """The first `n` events of a scripted call (pauses dropped): a long call's log."""
     out: list[ev.Event] = []

@@ -7,31 +7,46 @@ the turn to end); the worker process is SIGKILLed while a tool result is in flig
 worker process takes the call over from the log and finishes it. Then the call is checked
 against the server's record, the tools' side-effect ledger and the log (I1–I7), and its
 timeline and verdict are printed.
+
+With `live` (``session-store demo --live``, GOOGLE_API_KEY set) the same call runs against the
+real Gemini Live API: a real model decides when to call the tools, so the call is complete
+once everything it asked for has reached it, and it is checked against the log and the tool
+ledger (there is no server record to check against).
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
 from rich.console import Console
 
-from service.crash.harness import Kill, run_case
+from service.crash.harness import Kill, LiveTarget, run_case
 from session_store import open_store
 from session_store.migrate import upgrade
 
 console = Console()
 
 
-async def run_demo(db: str, quiet: bool = False) -> dict:
+class LiveDemoUnavailable(RuntimeError):
+    """The live demo cannot run here (no API key)."""
+
+
+async def run_demo(db: str, quiet: bool = False, live: LiveTarget | None = None) -> dict:
+    if live is not None and not os.environ.get("GOOGLE_API_KEY"):
+        raise LiveDemoUnavailable("--live talks to the real Gemini Live API: set GOOGLE_API_KEY "
+                                  "(the key is read from the environment, never logged)")
     await upgrade(db)
     with tempfile.TemporaryDirectory(prefix="session-store-demo-") as tmp:
         if not quiet:
-            console.print("[bold]demo call[/bold]: bot speaks, a tool call arrives mid-speech, "
-                          "the prompt changes mid-turn, the worker is killed while a result is "
-                          "in flight, a new worker takes over…")
-        result = await run_case("prompt_change", db, workdir=Path(tmp),
-                                kills=[Kill(after_event="tool.result_sending")])
+            where = "the real Gemini Live API" if live else "a local Gemini Live server"
+            console.print(f"[bold]demo call[/bold] against {where}: bot speaks, a tool call "
+                          "arrives mid-speech, the prompt changes mid-turn, the worker is "
+                          "killed while a result is in flight, a new worker takes over…")
+        result = await run_case("live" if live else "prompt_change", db, workdir=Path(tmp),
+                                kills=[Kill(after_event="tool.result_sending")], live=live,
+                                timeout_s=150.0 if live else 60.0)
     store = await open_store(db)
     try:
         records = await store.read(result.call_id)
@@ -40,7 +55,7 @@ async def run_demo(db: str, quiet: bool = False) -> dict:
         await store.close()
     verdict = {"ok": result.ok and chain_ok, "call": result.call_id,
                "violations": result.violations, "events": len(records), "kills": result.kills,
-               "workers": result.workers, "chain_verified": chain_ok,
+               "workers": result.workers, "chain_verified": chain_ok, "live": live is not None,
                "takeover_s": [round(t, 3) for t in result.takeover_s]}
     if not quiet:
         from session_store.audit.text import timeline_view

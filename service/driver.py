@@ -14,6 +14,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 import os
+import random
 import socket
 import time
 import uuid
@@ -21,13 +22,17 @@ import uuid
 from session_store import Policy, SessionState, choose_resumption, decide, due, load_state
 from session_store import events as ev
 from session_store.decide import Effect, Observation
-from session_store.errors import ConcurrencyConflict, Fenced
+from session_store.errors import ConcurrencyConflict, Fenced, StreamDamaged
 from session_store.events import canonical_json
-from session_store.projection import fold_into
+from session_store.projection import (PROJECTION_VERSION, HistoryNeeded, compact, fold_into,
+                                      to_snapshot)
 from session_store.records import RecordedEvent
-from session_store.storage import SqlEventStore
+from session_store.storage import Snapshot, SqlEventStore
 
 log = logging.getLogger(__name__)
+
+#: Rounds of read-and-append an attach makes while other workers keep moving the stream.
+ATTACH_TRIES = 8
 
 #: Decides more events on the state after a record's own (same append, same commit).
 Then = Callable[[SessionState], list[ev.Event]]
@@ -59,10 +64,15 @@ def storable(events: list[ev.Event], generation: int) -> list[ev.Event]:
 
 
 class CallDriver:
-    """Owns the in-memory state of one call and keeps it equal to the fold of the log."""
+    """Owns the in-memory state of one call and keeps it equal to the fold of the log.
+
+    Every `snapshot_every` events it saves a snapshot (compacted: bounded however long the
+    call) in the background, so a takeover of a long call loads in constant time. A state
+    loaded from a snapshot is the decision state; `ensure_history()` loads the rest when it is
+    needed (seeding a fresh session), and a fold that needs it reloads the whole log."""
 
     def __init__(self, store: SqlEventStore, call_id: str, policy: Policy | None = None,
-                 worker_id: str | None = None):
+                 worker_id: str | None = None, snapshot_every: int = 500):
         self.store, self.call_id = store, call_id
         self.policy = policy or Policy()
         self.worker_id = worker_id or default_worker_id()
@@ -70,21 +80,36 @@ class CallDriver:
         self.epoch = 0
         self.fenced = False
         self._lock = asyncio.Lock()
-        self._notes: deque[Observation | ev.Event] = deque()
+        self._notes: deque[Observation | ev.Event | Then] = deque()
         self._stale = False  # a failed append left the state unsure: re-read before use
         # (version before, rows, how many noted items) of an append whose outcome is unknown
         # (it failed or its caller was cancelled, possibly after the commit).
         self._unsure: tuple[int, list[tuple[str, str]], int] | None = None
+        self._full_history = False  # reload from the whole log, not a snapshot
+        self.snapshot_every = snapshot_every
+        self._snapshot_version = 0
+        self._snapshot_task: asyncio.Task | None = None
 
     async def attach(self, *, model: str, tools: list[str], settings: dict) -> SessionState:
         """Open the call, or take it over: a new fencing epoch shuts the old worker out (I6)."""
         async with self._lock:
-            for _ in range(5):
+            conflict: ConcurrencyConflict | None = None
+            for _ in range(ATTACH_TRIES):
                 # Loaded aside and published only once this worker owns the call: a reader
                 # of `state` (the app, the crash harness's control loop) must never see the
                 # dead worker's last state — "connected, all delivered" — as this worker's
                 # (seen: a takeover ended the call before it ever reconnected).
                 state = await load_state(self.store, self.call_id)
+                if conflict is not None and conflict.actual is not None \
+                        and state.version < conflict.actual:
+                    # Read after the append that told us the head is at `actual`: fewer
+                    # events than that means rows under the head are gone.
+                    raise StreamDamaged(
+                        f"the head is at version {conflict.actual} but the events end at "
+                        f"{state.version} (events deleted from the end?); not taking the "
+                        "call over from a partial log", stream_id=self.call_id,
+                        version=state.version + 1)
+                await self._check_tail(state)
                 epoch = state.epoch + 1
                 first = (ev.SessionOpened(model, tools, self.worker_id, epoch, settings)
                          if not state.opened
@@ -93,13 +118,50 @@ class CallDriver:
                 try:
                     await self.store.append(self.call_id, [first], state.version, epoch=epoch,
                                             recorded_at_us=at)
-                except ConcurrencyConflict:
-                    continue  # another worker moved the stream: read again and retry
+                except ConcurrencyConflict as exc:
+                    # Another worker moved the stream (Fenced: two or more attached since we
+                    # read, so our epoch is already too old): read again and retry.
+                    conflict = exc
+                    await asyncio.sleep(random.uniform(0, 0.02))  # de-synchronise racers
+                    continue
                 self.state = state
                 self._stage([first], at)
                 self.epoch = epoch
                 return self.state
-            raise ConcurrencyConflict(self.call_id, self.state.version, None)
+            raise ConcurrencyConflict(
+                self.call_id, state.version, conflict.actual) from conflict
+
+    async def _check_tail(self, state: SessionState) -> None:
+        """Refuse to take a call over when its head row disagrees with the events just read.
+
+        The fold catches gaps and unreadable rows, but not a tail that is simply missing or
+        that does not lead to the head: a new worker would then act as if the last events
+        never happened (run a finished tool again). One head read and at most one event read,
+        on attach only. (A tail deleted with the head rewritten to match cannot be seen.)
+        """
+        head = await self.store.stream_head(self.call_id)
+        if head is None:
+            if state.version:
+                raise StreamDamaged("it has events but no head row", stream_id=self.call_id,
+                                    version=state.version)
+            return
+        version, last_hash, epoch = head
+        if version < state.version:
+            raise StreamDamaged(f"the head says version {version} but events go up to "
+                                f"{state.version} (written behind the log's back?)",
+                                stream_id=self.call_id, version=version + 1)
+        if version == state.version:
+            last = await self.store.read(self.call_id, from_version=version, to_version=version)
+            if not last or last[0].hash != last_hash:
+                raise StreamDamaged("the last event's hash does not match the head (events "
+                                    "deleted from the end and the head moved back?)",
+                                    stream_id=self.call_id, version=version)
+            if epoch > state.epoch:
+                raise StreamDamaged(f"the head's fencing epoch {epoch} is ahead of every "
+                                    f"worker the log records (epoch {state.epoch})",
+                                    stream_id=self.call_id, version=version)
+        # version > state.version: another worker appended since we read (or the tail is
+        # gone); the append below conflicts and the next round tells which.
 
     async def record(self, *events: ev.Event, then: Then | None = None) -> list[ev.Event]:
         """Append events (write-ahead) and fold them into the state.
@@ -116,23 +178,69 @@ class CallDriver:
         async with self._lock:
             return await self._commit(obs, then)
 
-    def note(self, item: Observation | ev.Event) -> None:
+    def note(self, item: Observation | ev.Event | Then) -> None:
         """Queue a fact that must be logged in order but need not hold up the caller (a
         resumption handle, speech starting on the audio path): it is decided and appended
-        with the next record/observe/flush, ahead of their events, in the order noted."""
+        with the next record/observe/flush, ahead of their events, in the order noted. A
+        `Then` is called on the state as it is when logged and returns the events (e.g. a
+        tool result whose own append failed: logged unless that append committed after
+        all, which the state re-read from the log shows)."""
         self._notes.append(item)
 
     @property
     def has_notes(self) -> bool:
         return bool(self._notes)
 
+    @property
+    def pending_notes(self) -> int:
+        return len(self._notes)
+
     async def flush(self, then: Then | None = None) -> list[ev.Event]:
         """Append whatever was noted (and what `then` decides on the state after it)."""
         async with self._lock:
             return await self._commit([], then)
 
+    async def ensure_history(self) -> None:
+        """Make sure the state holds the whole conversation (it may come from a snapshot)."""
+        if not self.state.history_complete:
+            async with self._lock:
+                self._full_history = True
+                await self._reload()
+
     async def _commit(self, what: list[ev.Event] | Observation, then: Then | None
                       ) -> list[ev.Event]:
+        try:
+            mine = await self._commit_once(what, then)
+        except HistoryNeeded:
+            # Staging needed what the snapshot left out (a fresh session, an archived call):
+            # nothing was appended; decide again on the whole history.
+            self._full_history = True
+            await self._reload()
+            mine = await self._commit_once(what, then)
+        self._maybe_snapshot()
+        return mine
+
+    def _maybe_snapshot(self) -> None:
+        """Right after a commit, under the lock: the state is exactly the fold of the log
+        (later, another commit may have staged events it has not appended yet)."""
+        if (self.snapshot_every and not self.fenced and not self._stale
+                and self.state.version - self._snapshot_version >= self.snapshot_every
+                and (self._snapshot_task is None or self._snapshot_task.done())):
+            self._snapshot_version = self.state.version
+            snapshot = Snapshot(self.call_id, self.state.version, PROJECTION_VERSION,
+                                to_snapshot(compact(
+                                    self.state, handle_ttl_us=self.policy.handle_ttl_us,
+                                    crossing_window_us=int(self.policy.crossing_window_s * 1e6))))
+            self._snapshot_task = asyncio.ensure_future(self._save_snapshot(snapshot))
+
+    async def _save_snapshot(self, snapshot: Snapshot) -> None:
+        try:
+            await self.store.save_snapshot(snapshot)
+        except Exception as exc:  # noqa: BLE001 - a cache: the log is the truth
+            log.warning("snapshot of %s at v%s failed: %s", self.call_id, snapshot.version, exc)
+
+    async def _commit_once(self, what: list[ev.Event] | Observation, then: Then | None
+                           ) -> list[ev.Event]:
         if self.fenced:
             raise Fenced(self.call_id, self.epoch, self.state.epoch)
         if self._stale:
@@ -148,9 +256,13 @@ class CallDriver:
             while self._notes:
                 item = self._notes.popleft()
                 taken.append(item)
-                found = [item] if isinstance(item, ev.Event) else decide(self.state, item,
-                                                                         self.policy)
-                batch += self._stage(storable(found, self.state.generation), at)
+                # Facts from the wire (noted events, observations) go through `storable`;
+                # a `Then` is the service's own decision.
+                found = ((item(self.state) or []) if callable(item)
+                         else storable([item] if isinstance(item, ev.Event)
+                                       else decide(self.state, item, self.policy),
+                                       self.state.generation))
+                batch += self._stage(found, at)
             mine = self._stage(what if isinstance(what, list) else storable(
                 decide(self.state, what, self.policy), self.state.generation), at)
             if then is not None:
@@ -203,7 +315,8 @@ class CallDriver:
         return list(events)
 
     async def _reload(self) -> None:
-        self.state = await load_state(self.store, self.call_id)
+        self.state = await load_state(self.store, self.call_id,
+                                      use_snapshot=not self._full_history)
         if self._unsure is not None:
             before, rows, noted = self._unsure
             if self.state.version >= before + len(rows):

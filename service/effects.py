@@ -31,6 +31,11 @@ def jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+# Backoff of the task that logs noted facts while the log is unavailable (each try itself
+# waits up to the store's append_timeout).
+NOTES_RETRY_FIRST_S, NOTES_RETRY_MAX_S = 0.25, 2.0
+
+
 class DueEffects:
     """Observe → commit → act, for DurableGeminiLiveLLMService (uses its driver and session)."""
 
@@ -56,6 +61,7 @@ class DueEffects:
             self._notes_task = self.create_task(self._flush_notes(), "log_notes")
 
     async def _flush_notes(self) -> None:
+        delay = NOTES_RETRY_FIRST_S
         try:
             # Until no note is left: one noted while this task performs what is due would
             # find it still running, start no flush of its own, and wait for the next
@@ -63,7 +69,26 @@ class DueEffects:
             # sent stayed unlogged, and unanswered, while the server waited for it).
             while self._driver.has_notes:
                 while self._driver.has_notes:
-                    started = await self._driver.flush(then=self._starts_now)
+                    try:
+                        started = await self._driver.flush(then=self._starts_now)
+                    except Fenced:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - the log is down: keep them, retry
+                        # StoreUnavailable: the store's bounded wait ran out, or a read failed
+                        # while the database is down. What was noted stays queued and is
+                        # tried again until the log takes it: a tool call among the notes
+                        # must not be left unlogged, unrun and unanswered for good (seen: a
+                        # 9 s PostgreSQL outage left the model waiting for ever when nothing
+                        # else came to flush).
+                        if self._driver.state.closed or self._driver.fenced:
+                            raise
+                        logger.error(f"{self}: call {self.call_id}: the log did not take "
+                                     f"{self._driver.pending_notes} noted fact(s), retrying "
+                                     f"in {delay:.1f}s: {type(exc).__name__}: {exc}")
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, NOTES_RETRY_MAX_S)
+                        continue
+                    delay = NOTES_RETRY_FIRST_S
                     await self._run_started(started)
                 await self._perform_due()
         except Fenced:
@@ -206,16 +231,39 @@ class DueEffects:
                     "second_result", {"call_id": call.call_id, "name": call.name}))
             else:
                 # The result and the intent to send it (if it can go now): one commit.
+                value = jsonable(frame.result)
                 async with self._due_lock:
-                    sending = await self._driver.record(
-                        ev.ToolCallCompleted(call.call_id, jsonable(frame.result)),
-                        then=self._sends_now)
+                    try:
+                        sending = await self._driver.record(
+                            ev.ToolCallCompleted(call.call_id, value), then=self._sends_now)
+                    except Fenced:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - the log is down: keep the result
+                        self._keep_result(call.call_id, value, exc)
+                        return
                     await self._deliver([e for e in sending
                                          if isinstance(e, ev.ToolResultSending)])
         except Fenced:
             await self._on_fenced()
             return
         await self._perform_due()
+
+    def _keep_result(self, call_id: str, value: Any, exc: Exception) -> None:
+        """The log did not take a tool's result (StoreUnavailable: the database is down).
+        The tool ran and the model waits for its answer, so the result must not go down with
+        the exception (seen: it did, and the model waited for ever). It is noted instead:
+        the notes task logs it once the log is back, unless the failed append committed
+        after all, and what is due then sends it; never before it is logged."""
+        logger.error(f"{self}: call {self.call_id}: the log did not take the result of "
+                     f"{call_id}; it is kept and logged when the log is back: "
+                     f"{type(exc).__name__}: {exc}")
+
+        def completion(state) -> list[ev.Event]:
+            call = state.calls.get(call_id)
+            done = call is None or call.has_outcome
+            return [] if done else [ev.ToolCallCompleted(call_id, value)]
+
+        self._note(completion)
 
     async def _tool_result(self, tool_call_id, tool_name, tool_result_message, *, is_final=True,
                            spoken=True):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import re
 import time
 import uuid
@@ -76,18 +77,20 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
     turnComplete, for pipelines without an output transport) and `speaking_timeout_s` (a
     safety net: with no model output and no transport signal for that long the bot counts as
     silent, so a server that holds turnComplete until it gets a tool response cannot
-    deadlock the call). `max_frame_bytes`: the largest server frame read (MAX_FRAME_BYTES).
+    deadlock the call). `snapshot_every`: events between snapshots of the call's decision
+    state (a takeover of a long call loads the newest one and the events after it).
+    `max_frame_bytes`: the largest server frame read (MAX_FRAME_BYTES).
     """
 
     def __init__(self, *args, store: SqlEventStore, call_id: str, policy: Policy | None = None,
                  worker_id: str | None = None,
                  speaking_signal: Literal["transport", "model"] = "transport",
-                 speaking_timeout_s: float = 4.0, max_frame_bytes: int = MAX_FRAME_BYTES,
-                 **kwargs):
+                 speaking_timeout_s: float = 4.0, snapshot_every: int = 500,
+                 max_frame_bytes: int = MAX_FRAME_BYTES, **kwargs):
         kwargs["http_options"] = with_frame_limit(kwargs.get("http_options"), max_frame_bytes)
         super().__init__(*args, **kwargs)
         self._max_frame_bytes = max_frame_bytes
-        self._driver = CallDriver(store, call_id, policy, worker_id)
+        self._driver = CallDriver(store, call_id, policy, worker_id, snapshot_every)
         self._speaking_signal = speaking_signal
         self._speaking_timeout_s = speaking_timeout_s
         self._last_speech_activity = 0.0
@@ -154,6 +157,12 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         if self._watchdog_task:
             await self.cancel_task(self._watchdog_task)
             self._watchdog_task = None
+        if self._notes_task and not self._notes_task.done() and self._driver.has_notes:
+            # stop() already tried to log everything: what is left is the notes task waiting
+            # out an outage past the end of the call. Say so, do not leave it running.
+            logger.error(f"{self}: call {self.call_id} ended with "
+                         f"{self._driver.pending_notes} noted fact(s) the log never took")
+            await self.cancel_task(self._notes_task)
         await super().cleanup()
 
     async def _close_call(self, reason: str) -> None:
@@ -326,8 +335,8 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         sc = message.server_content
         if sc and sc.turn_complete:
             await self._flush_transcript()
-            if self._speaking_signal == "model":
-                await self._observe(SpeechStopped(self._driver.state.generation, "turn_complete"))
+            if self._speaking_signal == "model":  # noted: the receive loop must not wait
+                self._note(SpeechStopped(self._driver.state.generation, "turn_complete"))
 
     async def _observe_server_message(self, message) -> None:
         gen = self._driver.state.generation
@@ -354,7 +363,10 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             return
         if sc.interrupted:
             self._turns_played = self._model_turns  # the transport drops the queued audio
-            await self._observe(InterruptionObserved(gen))
+            # Noted, not awaited: this is the receive loop, and the model's next audio is
+            # behind it (seen: while PostgreSQL restarted, the answer to a barge-in played
+            # only once the database was back).
+            self._note(InterruptionObserved(gen))
         if sc.model_turn:
             self._last_speech_activity = time.monotonic()
         if sc.input_transcription and sc.input_transcription.text:
@@ -420,10 +432,15 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             return
         if direction != FrameDirection.UPSTREAM:
             return
+        # The transport's speech changes are noted, not awaited: system frames share one task
+        # with the user's microphone audio, which must not wait for the database (seen: while
+        # PostgreSQL restarted, an awaited stop held the user's audio back for the rest of
+        # the outage). A noted fact is also never dropped when its append fails: it stays
+        # queued, in order, until the log takes it (an awaited one was lost with the error).
         if isinstance(frame, BotStartedSpeakingFrame):
             self._transport_speaking = True
             self._last_speech_activity = time.monotonic()
-            await self._observe(SpeechStarted(self._driver.state.generation, "transport"))
+            self._note(SpeechStarted(self._driver.state.generation, "transport"))
         elif isinstance(frame, BotStoppedSpeakingFrame):
             self._transport_speaking = False
             # Gemini streams faster than real time: when a turn's playback ends (its
@@ -434,7 +451,7 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             # turn, so it counts too: no deadlock.
             self._turns_played = min(self._turns_played + 1, self._model_turns)
             if self._turns_played >= self._model_turns:
-                await self._observe(SpeechStopped(self._driver.state.generation, "transport"))
+                self._note(SpeechStopped(self._driver.state.generation, "transport"))
 
     async def _speech_watchdog(self) -> None:
         """Silence safety net for speech the transport never reported (no output transport,
@@ -442,19 +459,32 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         faster than real time, so the last chunk can arrive seconds before playback ends (seen
         on the wire: a deferred call started 1.4 s before the audio finished). The transport
         itself always ends its stretch (TTSStoppedFrame, or its own 3 s fallback)."""
+        pause = 0.25
         while True:
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(pause)
+            pause = 0.25
             silent_for = time.monotonic() - self._last_speech_activity
+            # Not while facts wait to be logged: they go first (the transport's own stop may
+            # be among them), and while the log is down the notes task is retrying them.
             if (self._driver.state.bot_speaking and not self._transport_speaking
-                    and silent_for > self._speaking_timeout_s):
-                await self._observe(SpeechStopped(self._driver.state.generation, "timeout"))
+                    and silent_for > self._speaking_timeout_s and not self._driver.has_notes):
+                try:
+                    await self._observe(SpeechStopped(self._driver.state.generation, "timeout"))
+                except Exception as exc:  # noqa: BLE001 - the log is down: try again later
+                    # (an exception here used to end the watchdog for the rest of the call)
+                    logger.error(f"{self}: could not log the end of speech: {exc}")
+                    pause = 2.0
 
     # ------------------------------------------------------------------ settings
     async def _update_settings(self, delta):
         changed = await super()._update_settings(delta)
         if changed:
             keys = tuple(sorted(changed))
-            values = redact_settings({k: _plain(getattr(self._settings, k, None)) for k in keys})
+            # A key pipecat did not recognise lives in `extra` (its value was logged as null).
+            extra = getattr(self._settings, "extra", None) or {}
+            values = redact_settings({k: _plain(extra[k] if k in extra
+                                                else getattr(self._settings, k, None))
+                                      for k in keys})
             # Nothing in a Gemini Live setup applies to a running session: every change
             # needs a new one (buffered while the bot speaks).
             await self._observe(SettingsUpdate(keys, values, needs_reconnect=True))
@@ -462,9 +492,18 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
 
     # ------------------------------------------------------------------ decide and act
 def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, (str, int, float, bool)):
+    """A setting as plain JSON. Mappings and lists stay structured, so that redact_settings
+    can still mask a secret nested in them by its key (str() of a dict would hide the key
+    from it and log the secret)."""
+    if value is None or isinstance(value, (str, int, bool)):
         return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
     if type(value).__name__ == "NotGiven":
         return None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
     return str(value)
 

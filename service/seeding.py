@@ -58,6 +58,9 @@ class SessionSeeding:
             # earlier result into the model twice (upstream does, on its first context).
             self._ready_for_realtime_input = True
             return
+        # A fresh session gets the whole conversation: a state from a snapshot lacks it.
+        await self._driver.ensure_history()
+        state = self._driver.state
         turns = seed_history(state)
         if not turns:
             self._ready_for_realtime_input = True
@@ -90,7 +93,7 @@ class SessionSeeding:
 
     async def _log_initial_context(self) -> None:
         """Log the pipecat context's opening messages once, so any worker can seed from them."""
-        if self._context is None or any(r != "tool" for r, _ in self._driver.state.conversation):
+        if self._context is None or self._driver.state.messages:
             return
         events = []
         for message in self._context.get_messages():

@@ -6,7 +6,7 @@ Pure core (events, projection, decide) plus storage; it never imports pipecat.
 from .decide import Policy, choose_resumption, decide, due, seed_history
 from .errors import (ConcurrencyConflict, CorruptEvent, EventDecodeError, Fenced,
                      SchemaMismatch, SchemaVersionTooNew, SessionStoreError, StoreClosed,
-                     StoreUnavailable, UnknownEventType)
+                     StoreUnavailable, StreamDamaged, UnknownEventType)
 from .events import Event
 from .loading import load_state, save_snapshot
 from .projection import CallState, SessionState, evolve, fold
@@ -19,4 +19,5 @@ __all__ = [
     "Policy", "decide", "due", "choose_resumption", "seed_history",
     "SessionStoreError", "ConcurrencyConflict", "Fenced", "EventDecodeError", "UnknownEventType",
     "SchemaVersionTooNew", "CorruptEvent", "SchemaMismatch", "StoreClosed", "StoreUnavailable",
+    "StreamDamaged",
 ]

@@ -59,7 +59,10 @@ def _run(coro_fn: Callable[..., Awaitable[Any]], *args) -> Any:
 async def _open(db: str | None, schema: str | None):
     from .storage import open_store
 
-    return await open_store(db or DEFAULT_URL, **({"schema": schema} if schema else {}))
+    try:
+        return await open_store(db or DEFAULT_URL, **({"schema": schema} if schema else {}))
+    except ValueError as exc:  # a bad --db or --schema: one line, not a traceback
+        raise UserError(str(exc)) from None
 
 
 def _with_store(db: str | None, schema: str | None, fn: Callable[[Any], Awaitable[Any]]) -> Any:
@@ -91,9 +94,11 @@ def _now_us() -> int:
 
 
 async def _require_call(store, call: str) -> int:
-    from .audit.queries import valid_id
+    """The call's head version; "not found", or the damage that keeps it from being read
+    whole (events missing, a head row deleted: never shown as a shorter call)."""
+    from .audit.queries import complete_head
 
-    version = await store.stream_version(call) if valid_id(call) else 0
+    version = await complete_head(store, call)
     if version == 0:
         raise UserError(f"call {call!r} not found")
     return version
@@ -104,7 +109,13 @@ def migrate(db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) 
     """Create or upgrade the schema (alembic upgrade head)."""
     from .migrate import upgrade
 
-    _run(lambda: upgrade(db or DEFAULT_URL, schema=schema))
+    async def go():
+        try:
+            await upgrade(db or DEFAULT_URL, schema=schema)
+        except ValueError as exc:  # a bad --schema: one line, not a traceback
+            raise UserError(str(exc)) from None
+
+    _run(go)
     console.print("schema is at head")
 
 
@@ -200,14 +211,21 @@ def export(call: str, redact: bool = RedactOption,
     """Every event of a call as JSON Lines (one event a line; secrets always masked)."""
     from .audit import export_line
     from .audit.queries import iter_records
+    from .errors import StreamDamaged
 
     redactor = _redactor(redact, redact_keys, redact_config)
 
     async def go(store):
-        await _require_call(store, call)
-        async for chunk in iter_records(store, call):
+        try:
+            head, damage = await _require_call(store, call), None
+        except StreamDamaged as exc:  # export what is stored all the same, then say so
+            head, damage = None, exc
+        async for chunk in iter_records(store, call, to_version=head):
             sys.stdout.write("".join(json.dumps(export_line(r, redactor), sort_keys=True,
                                                 ensure_ascii=False) + "\n" for r in chunk))
+        if damage is not None:
+            sys.stdout.flush()
+            raise damage  # exit 2: nobody takes what went out for the whole call
 
     _with_store(db, schema, go)
 
@@ -265,8 +283,8 @@ def replay(call: str,
     policy = parse_policy(defer, idempotent, reuse, go_away_margin)
 
     async def go(store):
-        await _require_call(store, call)
-        return run_replay(await store.read(call), policy, call_id=call)
+        head = await _require_call(store, call)
+        return run_replay(await store.read(call, to_version=head), policy, call_id=call)
 
     report = _with_store(db, schema, go)
     redactor = Redactor()
@@ -345,11 +363,26 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind;
 
 @app.command()
 def demo(db: str = typer.Option("sqlite+aiosqlite:///sessions.db", "--db"),
-         as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON.")) -> None:
-    """Run the demo call offline (no API key, no network) and print its timeline and verdict."""
-    from service.demo import run_demo  # the demo drives the pipecat service
+         as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
+         live: bool = typer.Option(False, "--live", help="Run against the real Gemini Live "
+                                   "API (needs GOOGLE_API_KEY in the environment)."),
+         model: Optional[str] = typer.Option(None, "--model", help="Live: the Gemini Live "
+                                             "model (default: the demo's model)."),
+         base_url: Optional[str] = typer.Option(None, "--base-url", hidden=True,
+                                                help="Live: another endpoint speaking the API."),
+         ca_cert: Optional[str] = typer.Option(None, "--ca-cert", hidden=True,
+                                               help="Live: CA certificate for --base-url.")
+         ) -> None:
+    """Run the demo call (offline by default: no API key, no network); print its timeline
+    and verdict."""
+    from service.crash.harness import LiveTarget  # the demo drives the pipecat service
+    from service.demo import LiveDemoUnavailable, run_demo
 
-    verdict = _run(run_demo, db, as_json)
+    target = LiveTarget(base_url, ca_cert, model) if live else None
+    try:
+        verdict = _run(run_demo, db, as_json, target)
+    except LiveDemoUnavailable as exc:
+        _fail(str(exc))
     if as_json:
         _print_json(verdict)
     if not verdict["ok"]:

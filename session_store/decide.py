@@ -170,7 +170,7 @@ def _decide_tool_calls(state: SessionState, obs: ToolCallsArrived, policy: Polic
     answer that id twice, running it would run one request twice), and an id or name that is
     not valid text (it cannot be stored, so not answered either: the session is resynced)."""
     out: list[ev.Event] = []
-    seen: dict[str, str] = {}
+    seen: set[str] = set()
     for call in obs.calls:
         gen = obs.generation
         name = call.name if isinstance(call.name, str) else ""
@@ -191,15 +191,14 @@ def _decide_tool_calls(state: SessionState, obs: ToolCallsArrived, policy: Polic
         if call.id_generated:
             out.append(ev.AnomalyRecorded("tool_call_without_id",
                                           {"call_id": call.call_id, "name": name}, gen))
-        first = state.calls.get(call.call_id)
-        if first is not None or call.call_id in seen:
+        if state.knows_call_id(call.call_id) or call.call_id in seen:
+            # (Where the first one is: nothing about it that a compacted state may not know.)
             out.append(ev.AnomalyRecorded("duplicate_tool_call_id", {
                 "call_id": call.call_id, "name": name,
-                "first_name": first.name if first else seen[call.call_id],
-                "first_status": first.status if first else "same_tool_call",
+                "first": "same_tool_call" if call.call_id in seen else "earlier_call",
                 "args": _preview(call.args)}, gen))
             continue
-        seen[call.call_id] = name
+        seen.add(call.call_id)
         args, size = _storable_args(call.args)
         out.append(ev.ToolCallRequested(call.call_id, name, args, gen))
         refused = None
@@ -304,6 +303,8 @@ def _decide_cancellation(state: SessionState, obs: CancellationArrived) -> list[
     out: list[ev.Event] = []
     for call_id in obs.call_ids:
         call = state.calls.get(call_id)
+        if call_id in state.archived:
+            continue  # answered (or cancelled) for good: nothing left to cancel
         if call is None:
             out.append(ev.AnomalyRecorded("cancellation_for_unknown_call",
                                           {"call_id": _clean(str(call_id))}, obs.generation))
@@ -398,27 +399,11 @@ def choose_resumption(state: SessionState, policy: Policy, now_us: int) -> str |
     for h in state.handles.values():
         if now_us - h.issued_at_us > policy.handle_ttl_us:
             continue
-        if any(_handle_may_hold(state, h, s) for s in unconfirmed):
+        if any(state.handle_may_hold(h, s) for s in unconfirmed):
             continue
         if best is None or h.version > best.version:
             best = h
     return best.handle if best else None
-
-
-def _handle_may_hold(state: SessionState, h, send) -> bool:
-    """Could the server state saved in handle `h` hold `send`? Only if the send was made in
-    that state's lineage (the handle's generation up to the handle, its parents up to the
-    handles they resumed from) before the cutoff: a send in another lineage never is."""
-    gen, cutoff, seen = h.generation, h.version, set()
-    while gen and gen not in seen:
-        seen.add(gen)
-        if send.generation == gen and send.version < cutoff:
-            return True
-        info = state.generations.get(gen)
-        if info is None or info.parent is None:
-            return False
-        gen, cutoff = info.parent, info.parent_cutoff
-    return False
 
 
 def seed_history(state: SessionState) -> list[tuple[str, str]]:
@@ -426,8 +411,10 @@ def seed_history(state: SessionState) -> list[tuple[str, str]]:
 
     Each call with an outcome appears once, with its function name and its result verbatim
     (JSON), so seeding delivers it exactly once; cancelled calls and calls still running are
-    left out (their results are sent when they exist).
+    left out (their results are sent when they exist). Needs the whole history: raises
+    HistoryNeeded on a compacted state.
     """
+    state.require_history()
     turns: list[tuple[str, str]] = []
     for role, text in state.conversation:
         if role != "tool":

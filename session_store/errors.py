@@ -54,6 +54,20 @@ class CorruptEvent(EventDecodeError):
     """The row's payload is not valid JSON or does not fit its type."""
 
 
+class StreamDamaged(SessionStoreError, ValueError):
+    """The stored stream contradicts itself: a version is missing or out of order, or the
+    stream's head row disagrees with its rows (rows deleted, reordered, or written behind
+    the log's back). Acting on what is left would act on a partial call: refuse, and say
+    to run `session-store verify`. (A ValueError too: the fold raised that before.)"""
+
+    def __init__(self, message: str, *, stream_id: str | None = None,
+                 version: int | None = None):
+        self.stream_id, self.version = stream_id, version
+        at = f" at version {version}" if version is not None else ""
+        super().__init__(f"stream {stream_id!r} is damaged{at}: {message}; "
+                         "run `session-store verify` on it")
+
+
 class SchemaMismatch(SessionStoreError):
     """The database schema is missing, older or newer than this code's migrations."""
 
@@ -63,4 +77,7 @@ class StoreClosed(SessionStoreError):
 
 
 class StoreUnavailable(SessionStoreError):
-    """The database could not be reached within the bounded wait; nothing was written."""
+    """The database did not take an append within its bounded wait (down, unreachable, disk
+    full, read-only). The append was not acknowledged; it is in the log only if the
+    connection broke in the middle of its commit, so re-read the stream before appending
+    again. The message says what the database reported."""

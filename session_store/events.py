@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -26,6 +28,7 @@ class Event:
     SCHEMA: ClassVar[int]
     _FIELDS: ClassVar[tuple[str, ...]]
     _REQUIRED: ClassVar[frozenset[str]]
+    _CHECKS: ClassVar[dict[str, Callable[[Any], bool]]]
 
     def to_data(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._FIELDS}
@@ -48,10 +51,44 @@ def event_type(name: str, schema: int = 1):
         cls._REQUIRED = frozenset(
             f.name for f in fields
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # noqa: BLE001 - an annotation we cannot resolve is not checked
+            hints = {}
+        cls._CHECKS = {f.name: _json_check(hints[f.name]) for f in fields if f.name in hints}
         _CATALOGUE[name] = cls
         return cls
 
     return register
+
+
+def _json_check(tp: Any) -> Callable[[Any], bool]:
+    """Does a decoded JSON value fit annotation `tp`? A row whose value has the wrong type
+    (a generation stored as "2", a list where a dict belongs) must not be folded: comparisons
+    with it would silently come out wrong (a disconnect of generation 2 would not match
+    generation "2", and the call would stay "connected")."""
+    if tp is Any:
+        return lambda v: True
+    if tp is bool:
+        return lambda v: isinstance(v, bool)
+    if tp is int:
+        return lambda v: isinstance(v, int) and not isinstance(v, bool)
+    if tp is float:
+        return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    if tp is str:
+        return lambda v: isinstance(v, str)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        checks = [_json_check(a) for a in args]
+        return lambda v: any(c(v) for c in checks)
+    if tp is type(None):
+        return lambda v: v is None
+    if origin is list:
+        item = _json_check(args[0]) if args else (lambda v: True)
+        return lambda v: isinstance(v, list) and all(item(x) for x in v)
+    if origin is dict or tp is dict:
+        return lambda v: isinstance(v, dict)
+    return lambda v: True  # anything else: not checked
 
 
 def upcaster(name: str, from_schema: int):
@@ -102,8 +139,18 @@ def decode(event_type_name: str, schema_version: int, data: dict[str, Any], *,
     if missing:
         raise CorruptEvent(f"payload lacks field(s) {sorted(missing)}",
                            event_type=event_type_name, **where)
+    for name, check in cls._CHECKS.items():
+        if name in data and not check(data[name]):
+            raise CorruptEvent(
+                f"field {name!r} holds {type(data[name]).__name__} {_short(data[name])}, "
+                f"which does not fit its type", event_type=event_type_name, **where)
     # Tolerant reader: fields added by newer writers at the same schema are ignored.
     return cls(**{k: data[k] for k in cls._FIELDS if k in data})
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # --------------------------------------------------------------------------- session

@@ -42,6 +42,10 @@ async def _run(url: str, schema: str | None, fn, revision: str) -> None:
 
 
 async def _run_locked(url: str, schema: str | None, fn, revision: str) -> None:
+    if schema:
+        from .storage.postgres import check_schema_name
+
+        check_schema_name(schema)  # the same rule as the store's
     connect_args = {"server_settings": {"search_path": schema}} if schema else {}
     engine = create_async_engine(url, poolclass=pool.NullPool, connect_args=connect_args)
     try:

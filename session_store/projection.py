@@ -3,6 +3,14 @@
 `evolve(state, event)` returns a new state; `fold(events)` folds many. Snapshots are a cache
 of this fold (`to_snapshot` / `from_snapshot`): `PROJECTION_VERSION` changes whenever the fold
 changes meaning, and a snapshot from another version is ignored, so it never changes an answer.
+
+`compact(state)` is what a snapshot stores: the *decision* state, bounded however long the
+call. It leaves out what no decision can need again — calls settled for good (archived by id
+only), handles that can never be chosen, generations outside every lineage still reachable —
+and the conversation, which only seeding a fresh session needs: a compacted state says so
+(`history_complete = False`), and whoever needs the history (seeding) loads the whole log
+(`HistoryNeeded`). Decisions on a compacted state equal those on the full fold
+(tests/store/test_compaction.py).
 """
 
 from __future__ import annotations
@@ -14,10 +22,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import events as ev
+from .errors import CorruptEvent, EventDecodeError, StreamDamaged
 from .records import RecordedEvent
 
-PROJECTION_VERSION = 3
+PROJECTION_VERSION = 4
 HANDLE_TTL_US = 2 * 3600 * 1_000_000  # Gemini keeps a resumption handle ~2 h
+# A call answered as content this recently may have crossed a re-ask on the wire
+# (decide.Policy.crossing_window_s): compaction keeps such calls whatever the window.
+CROSSING_WINDOW_US = 10 * 1_000_000
+
+
+class HistoryNeeded(LookupError):
+    """The state was compacted (loaded from a snapshot) and this needs what compaction left
+    out: the conversation, or a call archived as settled for good. Load the whole log."""
 
 OUTCOMES = ("completed", "failed")
 
@@ -107,6 +124,19 @@ class SessionState:
     conversation: list[tuple[str, str]] = field(default_factory=list)
     anomalies: int = 0
     reconnects: int = 0
+    messages: int = 0  # conversation messages logged (user/assistant turns)
+    # Set by compaction: ids of calls settled for good (their events are in the log), and
+    # whether `conversation` (and with it, every call) is all there.
+    archived: set[str] = field(default_factory=set)
+    history_complete: bool = True
+
+    def knows_call_id(self, call_id: str) -> bool:
+        return call_id in self.calls or call_id in self.archived
+
+    def require_history(self) -> None:
+        if not self.history_complete:
+            raise HistoryNeeded(f"{self.stream_id}: this state was compacted; load the whole "
+                                "log for its conversation")
 
     # ---------------------------------------------------------------- derived views
     def pending(self) -> list[CallState]:
@@ -137,9 +167,11 @@ class SessionState:
             return self.settled(self.calls[call.superseded_by])
         return call.status == "cancelled" or (call.has_outcome and self.in_model(call))
 
-    def _lineage(self):
-        """(generation, cutoff version) pairs whose model state the current session holds."""
-        gen, cutoff = self.generation, None
+    def _lineage(self, gen: int | None = None, cutoff: int | None = None):
+        """(generation, cutoff version) pairs whose model state the current session holds
+        (or, from `gen`/`cutoff`, a session resumed from a handle of `gen` at `cutoff`)."""
+        if gen is None:
+            gen, cutoff = self.generation, None
         seen = set()
         while gen and gen not in seen:
             seen.add(gen)
@@ -149,13 +181,22 @@ class SessionState:
                 return
             gen, cutoff = info.parent, info.parent_cutoff
 
-    def in_model(self, call: CallState) -> bool:
-        """Does the current session's model state hold this call's result (delivery rules)?"""
-        for gen, cutoff in self._lineage():
+    def in_model(self, call: CallState, handle: Handle | None = None) -> bool:
+        """Does the current session's model state hold this call's result (delivery rules)?
+        With `handle`: would a session resumed from that handle hold it?"""
+        lineage = self._lineage(handle.generation, handle.version) if handle else self._lineage()
+        for gen, cutoff in lineage:
             for s in call.sends:
                 if s.confirmed and s.generation == gen and (cutoff is None or s.version < cutoff):
                     return True
         return False
+
+    def handle_may_hold(self, handle: Handle, send: Send) -> bool:
+        """Could the server state saved in `handle` hold `send`? Only if the send was made in
+        that state's lineage (the handle's generation up to the handle, its parents up to the
+        handles they resumed from) before the cutoff: a send in another lineage never is."""
+        return any(send.generation == gen and send.version < cutoff
+                   for gen, cutoff in self._lineage(handle.generation, handle.version))
 
     def session_knows_call(self, call: CallState) -> bool:
         """Did the current session (or the state it resumed) issue this call id?"""
@@ -188,6 +229,7 @@ class SessionState:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["conversation"] = [list(m) for m in self.conversation]
+        data["archived"] = sorted(self.archived)
         return data
 
 
@@ -196,6 +238,16 @@ class SessionState:
 def _apply(s: SessionState, rec: RecordedEvent) -> None:
     """Apply one event in place (private: callers use evolve/fold, which never mutate)."""
     e = rec.event
+    if s.archived and (getattr(e, "call_id", None) in s.archived
+                       or getattr(e, "original", None) in s.archived):
+        raise HistoryNeeded(f"{rec.stream_id}@{rec.version} ({rec.type}) refers to a call "
+                            "this compacted state archived")
+    if (not s.history_complete and isinstance(e, ev.Connected)
+            and (e.handle is None or e.handle not in s.handles)):
+        # A session that does not resume a kept handle lacks the archived results: only the
+        # whole history can say what it holds (and seed it).
+        raise HistoryNeeded(f"{rec.stream_id}@{rec.version}: a fresh session on a compacted "
+                            "state")
     s.version, s.stream_id, s.last_event_at_us = rec.version, rec.stream_id, rec.recorded_at_us
     match e:
         case ev.SessionOpened():
@@ -284,6 +336,7 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
                                        at_us=rec.recorded_at_us))
         case ev.ConversationMessage():
             s.conversation.append((e.role, e.text))
+            s.messages += 1
         case ev.AnomalyRecorded():
             s.anomalies += 1
 
@@ -303,7 +356,7 @@ def _inherit_outcome(s: SessionState, original: CallState) -> None:
 def evolve(state: SessionState, event: RecordedEvent) -> SessionState:
     """The state after one more event. Does not modify `state`."""
     new = copy.deepcopy(state)
-    _apply(new, event)
+    _apply_checked(new, event)
     return new
 
 
@@ -317,10 +370,28 @@ def fold_into(state: SessionState, recorded: Iterable[RecordedEvent]) -> Session
     (the service's driver), which would otherwise copy the whole state per event."""
     for rec in recorded:
         if rec.version != state.version + 1:
-            raise ValueError(f"fold of {rec.stream_id}: expected version {state.version + 1}, "
-                             f"got {rec.version} (gap or reorder in the stream)")
-        _apply(state, rec)
+            raise StreamDamaged(f"fold expected version {state.version + 1}, got {rec.version} "
+                                "(gap or reorder in the stream)", stream_id=rec.stream_id,
+                                version=state.version + 1)
+        _apply_checked(state, rec)
     return state
+
+
+def _apply_checked(state: SessionState, rec: RecordedEvent) -> None:
+    """`_apply`, with a stored event that does not fit the state reported as that event.
+
+    A row can decode and still make no sense here (a deferral of a call that was never
+    requested, a payload of the right shape from a damaged log): the fold would die with a
+    bare KeyError, or worse go on. Whoever reads the log gets an error naming the event.
+    """
+    try:
+        _apply(state, rec)
+    except EventDecodeError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise CorruptEvent(f"does not fit the call's state at this point ({type(exc).__name__}: "
+                           f"{exc}), e.g. it names a tool call the log never requested",
+                           event_type=rec.type, **rec.where) from exc
 
 
 # ------------------------------------------------------------------------- snapshots
@@ -331,9 +402,76 @@ def to_snapshot(state: SessionState) -> str:
 
 def from_snapshot(text: str) -> SessionState:
     data = json.loads(text)
-    data["calls"] = {k: CallState(**{**c, "sends": [Send(**x) for x in c["sends"]]})
-                     for k, c in data["calls"].items()}
-    data["generations"] = {int(k): Generation(**g) for k, g in data["generations"].items()}
-    data["handles"] = {k: Handle(**h) for k, h in data["handles"].items()}
+    # The JSON has its keys sorted; the dicts must come back in log order, as the fold built
+    # them: deferred calls start in request order (I4), and "c10" sorts before "c2".
+    calls = [CallState(**{**c, "sends": [Send(**x) for x in c["sends"]]})
+             for c in data["calls"].values()]
+    data["calls"] = {c.call_id: c for c in sorted(calls, key=lambda c: c.requested_version)}
+    data["generations"] = {g.generation: g for g in sorted(
+        (Generation(**g) for g in data["generations"].values()), key=lambda g: g.generation)}
+    data["handles"] = {h.handle: h for h in sorted(
+        (Handle(**h) for h in data["handles"].values()), key=lambda h: h.version)}
     data["conversation"] = [tuple(m) for m in data["conversation"]]
+    data["archived"] = set(data["archived"])
     return SessionState(**data)
+
+
+# ------------------------------------------------------------------------- compaction
+
+def compact(state: SessionState, *, handle_ttl_us: int = HANDLE_TTL_US,
+            crossing_window_us: int = CROSSING_WINDOW_US) -> SessionState:
+    """The decision state of `state`, bounded: what a snapshot stores (see the module doc).
+
+    Pure; `state` is not modified (the result shares nothing mutable with it once
+    serialised: callers serialise it at once). Time is the state's own (its last event), so
+    the same state always compacts the same way. Options must be at least the policy's."""
+    now = state.last_event_at_us
+    # Handles a future session may still resume from (decide.choose_resumption): among the
+    # unexpired ones that provably lack every unconfirmed send, only the newest can ever be
+    # chosen (a later send is never in an existing handle's state); newer ones are kept too,
+    # as they become eligible once their unconfirmed sends are confirmed.
+    live = [h for h in state.handles.values() if now - h.issued_at_us <= handle_ttl_us]
+    unconfirmed = [s for _c, s in state.unconfirmed_sends()]
+    eligible = [h for h in live if not any(state.handle_may_hold(h, s) for s in unconfirmed)]
+    floor = max((h.version for h in eligible), default=0)
+    handles = {h.handle: h for h in live if h.version >= floor}
+    calls = {cid: c for cid, c in state.calls.items()
+             if not _settled_for_good(state, c, handles.values(), now, crossing_window_us)}
+    # Generations on a lineage a session can still hold (the current one's, every kept
+    # handle's), down to the oldest one a kept call was asked or answered in: the lineage
+    # walks of decisions only ever look for those (generations grow along a lineage).
+    oldest = min([state.generation] + [h.generation for h in handles.values()]
+                 + [g for c in calls.values() for g in [c.generation]
+                    + [s.generation for s in c.sends]])
+    generations: dict[int, Generation] = {}
+    for start in [None] + list(handles.values()):
+        lineage = state._lineage(start.generation, start.version) if start else state._lineage()
+        for gen, _cutoff in lineage:
+            if gen < oldest:
+                break
+            if gen in state.generations:
+                generations[gen] = state.generations[gen]
+    compacted = copy.copy(state)
+    compacted.handles, compacted.generations, compacted.calls = handles, generations, calls
+    compacted.archived = state.archived | (state.calls.keys() - calls.keys())
+    compacted.conversation, compacted.history_complete = [], False
+    compacted.settings, compacted.tools = dict(state.settings), list(state.tools)
+    compacted.reconnect_keys = list(state.reconnect_keys)
+    return compacted
+
+
+def _settled_for_good(state: SessionState, c: CallState, handles, now: int,
+                      crossing_window_us: int) -> bool:
+    """No decision can involve `c` again: it is cancelled or its outcome is in the model of
+    the current session and of every session a kept handle could resume (any later session
+    descends from one of those, or is fresh and loads the whole history), every send of it
+    is confirmed, it is past the crossing window, and no re-issue links it to another call."""
+    if c.reissue_of or c.superseded_by or any(not s.confirmed for s in c.sends):
+        return False
+    last = max([c.requested_at_us, c.finished_at_us or 0] + [s.at_us for s in c.sends])
+    if now - last <= crossing_window_us:
+        return False
+    if c.status == "cancelled":
+        return True
+    return (c.has_outcome and state.in_model(c)
+            and all(state.in_model(c, h) for h in handles))

@@ -10,12 +10,14 @@ against the server's record, the tool ledger and the log.
 
     python -m service.crash.harness --mode boundary --db sqlite
     python -m service.crash.harness --mode soak --kills 1000 --db postgres
+    python -m service.crash.harness --mode soak --kills 20 --start cold   # fresh interpreters
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import random
@@ -30,19 +32,24 @@ from service.local_live import LocalLiveServer
 from session_store import open_store
 
 from .invariants import check_call
-from .scenarios import SCENARIOS, ServerPlan
+from .scenarios import SCENARIOS, SCRIPTED, ServerPlan
 from .worker import WorkerConfig
 
 _CTX = None
+# "warm": workers fork from a server process that has pipecat imported (a pre-warmed worker
+# pool, as a deployment would keep): real processes that start in milliseconds. "cold": every
+# worker is a fresh interpreter that imports everything (the worst case of a takeover).
+START = "warm"
 
 
 def _context():
-    """Workers fork from a server process that has pipecat imported: real processes that
-    start in milliseconds instead of the seconds a fresh interpreter needs."""
     global _CTX
     if _CTX is None:
-        _CTX = multiprocessing.get_context("forkserver")
-        _CTX.set_forkserver_preload(["service.crash.worker"])
+        if START == "cold":
+            _CTX = multiprocessing.get_context("spawn")
+        else:
+            _CTX = multiprocessing.get_context("forkserver")
+            _CTX.set_forkserver_preload(["service.crash.worker"])
     return _CTX
 
 
@@ -61,6 +68,17 @@ class Kill:
         if self.in_tool:
             return f"inside {self.in_tool}"
         return f"after {self.after_s:.2f}s" if self.after_s is not None else "none"
+
+
+@dataclass(frozen=True)
+class LiveTarget:
+    """Where live workers connect: the real Gemini Live API (no base URL), or any endpoint
+    that speaks its protocol (a proxy; in tests, the local server). The API key is never
+    here: workers read GOOGLE_API_KEY from their environment."""
+
+    base_url: str | None = None
+    cert_path: str | None = None
+    model: str | None = None
 
 
 @dataclass
@@ -82,8 +100,12 @@ class CaseResult:
 
 async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None,
                    kills: list[Kill] = (), workdir: Path, timeout_s: float = 60.0,
-                   max_workers: int = 12) -> CaseResult:
-    """One call: workers run it, dying as `kills` says, until one finishes; then check."""
+                   max_workers: int = 12, live: LiveTarget | None = None) -> CaseResult:
+    """One call: workers run it, dying as `kills` says, until one finishes; then check.
+
+    Scripted, the call talks to a local Gemini Live server playing the scenario, and is
+    checked against that server's record too; `live`, it talks to `live` (the real API) and
+    is checked against the log and the tool ledger."""
     scenario = SCENARIOS[scenario_name]
     plan = ServerPlan(scenario)
     call_id = f"{scenario_name}-{uuid.uuid4().hex[:8]}"
@@ -92,20 +114,23 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
     planned = [k.label() for k in kills]
     kills = list(kills)
     killed, workers, takeovers = 0, 0, []
-    async with LocalLiveServer(plan.script) as server:
+    local = contextlib.nullcontext() if live else LocalLiveServer(plan.script)
+    async with local as server:
         while True:
             if workers >= max_workers:
                 raise RuntimeError(f"{call_id}: no worker finished after {workers} tries")
             kill = kills.pop(0) if kills else Kill()
-            cfg = WorkerConfig(db_url, call_id, scenario_name, server.base_url,
-                               str(server.cert_path), str(ledger), schema=schema,
-                               kill_at_version=kill.at_version, kill_in_tool=kill.in_tool,
-                               kill_after_event=kill.after_event,
-                               timeout_s=timeout_s)
+            base_url, cert = (live.base_url, live.cert_path) if live else \
+                (server.base_url, str(server.cert_path))
+            cfg = WorkerConfig(db_url, call_id, scenario_name, base_url, cert, str(ledger),
+                               schema=schema, kill_at_version=kill.at_version,
+                               kill_in_tool=kill.in_tool, kill_after_event=kill.after_event,
+                               timeout_s=timeout_s, live=live is not None,
+                               model=live.model if live else None)
             log_path = workdir / f"{call_id}.worker{workers + 1}.log"
             proc = _context().Process(target=_worker_entry, args=(asdict(cfg), str(log_path)),
                                       daemon=True)
-            t0, seen = time.time(), len(server.connections)
+            t0, seen = time.time(), len(server.connections) if server else 0
             proc.start()
             workers += 1
             if kill.after_s is not None:
@@ -117,7 +142,8 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
                 proc.kill()
                 raise RuntimeError(f"{call_id}: worker hung ({kill.label()}); log: {log_path}")
             if workers > 1:
-                first = _first_action_after(server, seen, t0)
+                first = _first_action_after(server, seen, t0) if server else \
+                    await _first_send_in_log(db_url, schema, call_id, t0)
                 if first is not None:
                     takeovers.append(first)
             exitcode = proc.exitcode
@@ -145,7 +171,7 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
         entries = [json.loads(line) for line in ledger.read_text().splitlines()] \
             if ledger.exists() else []
         problems = check_call(scenario, records, reports, server, entries)
-        if problems:  # keep what the server saw, next to the worker logs
+        if problems and server:  # keep what the server saw, next to the worker logs
             server.dump(workdir / f"{call_id}.server.json")
     return CaseResult(scenario_name, call_id, planned, killed, workers, len(records),
                       problems, takeovers, time.monotonic() - started)
@@ -155,6 +181,21 @@ async def _call_closed(db_url: str, schema: str | None, call_id: str) -> bool:
     store = await open_store(db_url, **({"schema": schema} if schema else {}))
     try:
         return any(r.type == "session.closed" for r in await store.read(call_id))
+    finally:
+        await store.close()
+
+
+async def _first_send_in_log(db_url: str, schema: str | None, call_id: str,
+                             t0: float) -> float | None:
+    """Without a server record (live): seconds from starting a worker to the first send it
+    confirmed in the log (a seed or a result) — an upper bound of the caller's pause."""
+    store = await open_store(db_url, **({"schema": schema} if schema else {}))
+    try:
+        for record in await store.read(call_id):
+            at = record.recorded_at_us / 1e6
+            if record.type == "tool.result_sent" and at >= t0:
+                return at - t0
+        return None
     finally:
         await store.close()
 
@@ -297,13 +338,18 @@ async def _main() -> int:
     parser = argparse.ArgumentParser(description="crash harness")
     parser.add_argument("--mode", choices=["boundary", "soak"], default="boundary")
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
-    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    parser.add_argument("--scenario", action="append", choices=sorted(SCRIPTED))
     parser.add_argument("--kills", type=int, default=20, help="soak: total kills")
     parser.add_argument("--parallel", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir", help="keep databases, ledgers and worker logs here")
+    parser.add_argument("--start", choices=["warm", "cold"], default="warm",
+                        help="workers fork from a preloaded server (warm) or start a fresh "
+                             "interpreter each (cold: takeover times include start-up)")
     args = parser.parse_args()
-    scenarios = args.scenario or sorted(SCENARIOS)
+    global START
+    START = args.start
+    scenarios = args.scenario or sorted(SCRIPTED)
     with tempfile.TemporaryDirectory(prefix="crash-harness-") as tmp:
         root = Path(args.workdir) if args.workdir else Path(tmp)
         root.mkdir(parents=True, exist_ok=True)

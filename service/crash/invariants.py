@@ -1,6 +1,7 @@
 """I1–I7, checked against three independent records of one call.
 
-- the local server's record: what Gemini actually received, on which connection;
+- the local server's record: what Gemini actually received, on which connection (absent
+  for a live call against the real API: then the log and the ledger are checked);
 - the tool ledger: every side effect a tool performed, written by the tool itself;
 - the event log: what the service recorded (and its hash chains).
 Each check returns readable violation strings; an empty list means the call was right.
@@ -8,6 +9,7 @@ Each check returns readable violation strings; an empty list means the call was 
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 from session_store.projection import SessionState, fold_into
@@ -17,7 +19,8 @@ from session_store import events as ev
 def check_call(scenario, records, reports, server, ledger: list[dict]) -> list[str]:
     problems: list[str] = []
     problems += _check_log(scenario, records, reports)
-    problems += _check_server(scenario, server)
+    if server is not None:
+        problems += _check_server(scenario, server)
     problems += _check_ledger(scenario, ledger, records)
     return problems
 
@@ -55,10 +58,14 @@ def _check_log(scenario, records, reports) -> list[str]:
     # I1: every call asked for ended delivered (result or failure) or cancelled.
     out += [f"I1: call {c.call_id} ({c.name}) is {c.status}, not delivered"
             for c in state.unanswered()]
-    for name in scenario.tool_names:
+    required = scenario.tool_names if scenario.every_tool_required else []
+    for name in required:
         if not any(c.name == name and c.has_outcome and state.in_model(c)
                    for c in state.calls.values()):
             out.append(f"I1: no result of {name} reached the model")
+    if not required and not any(c.has_outcome and state.in_model(c)
+                                for c in state.calls.values()):
+        out.append("I1: no tool result reached the model (did the model call any tool?)")
     return out
 
 
@@ -80,12 +87,15 @@ def _check_server(scenario, server) -> list[str]:
 
 
 def _check_ledger(scenario, ledger: list[dict], records) -> list[str]:
-    """I3: a tool runs at most once per logical call, unless idempotent (then one key)."""
+    """I3: a tool runs at most once per logical call, unless idempotent (then one key).
+
+    A logical call is a tool and its arguments: an equivalent call asked again (after a
+    resume, under a new id) is answered from the record, never run again."""
     out: list[str] = []
-    runs: dict[str, list[dict]] = defaultdict(list)
+    runs: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for entry in ledger:
-        runs[entry["tool"]].append(entry)
-    for name, entries in runs.items():
+        runs[(entry["tool"], json.dumps(entry.get("args"), sort_keys=True))].append(entry)
+    for (name, _), entries in runs.items():
         if len(entries) <= 1:
             continue
         if name not in scenario.idempotent:

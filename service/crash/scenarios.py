@@ -27,6 +27,13 @@ class Scenario:
     go_away_after_first: bool = False  # server sends goAway once the first call is answered
     tool_delay_s: float = 0.05
     description: str = ""
+    # What the app says and does (the live demo talks to a real model, which needs more).
+    prompt: str | None = None  # None: PROMPT
+    user_turn: str = "Where is my order 42?"
+    tool_descriptions: dict[str, str] = field(default_factory=dict)
+    tool_results: dict[str, dict] = field(default_factory=dict)
+    # Scripted scenarios ask for every tool; a real model chooses (at least one is needed).
+    every_tool_required: bool = True
 
     @property
     def tool_names(self) -> list[str]:
@@ -46,7 +53,24 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              description="an idempotent tool re-run with its key when in doubt"),
     Scenario("go_away", (("lookup_order", {"id": 1}), ("refund_order", {"id": 1})),
              go_away_after_first=True, description="goAway between two calls"),
+    Scenario("live", (("lookup_order", {"id": 42}), ("refund_order", {"id": 42})),
+             new_prompt=("You are a refunds specialist for an online shop. Be brief. When the "
+                         "customer wants a refund, call refund_order with the order id."),
+             prompt=("You are an order assistant for an online shop. Be brief. For any "
+                     "question about an order, call lookup_order with the order id before "
+                     "answering."),
+             user_turn=("Hi! Where is my order 42? It is late; if it has not arrived, please "
+                        "refund it."),
+             tool_descriptions={"lookup_order": "Look up an order's status by its id.",
+                                "refund_order": "Refund an order by its id."},
+             tool_results={"lookup_order": {"order": 42, "status": "lost in transit"},
+                           "refund_order": {"order": 42, "refunded": True, "amount": "59.90 EUR"}},
+             tool_delay_s=0.5, every_tool_required=False,
+             description="the live demo: a real model decides what to call"),
 ]}
+
+# Scenarios the offline crash harness runs (the live one needs the real API).
+SCRIPTED = tuple(name for name in SCENARIOS if SCENARIOS[name].every_tool_required)
 
 
 def known_results(conn) -> set[str]:
@@ -102,3 +126,29 @@ def scenario_complete(scenario: Scenario, state) -> bool:
         return False
     return (state.connected and not state.reconnect_pending and not state.bot_speaking
             and not state.unanswered())
+
+
+def live_complete(scenario: Scenario, quiet_s: float = 6.0):
+    """Completion for a real model, which decides itself what to call: at least one result
+    has reached it, nothing it asked for is unanswered, the new prompt is applied (the app
+    changes it when the bot first speaks), and the bot has been silent for `quiet_s` with
+    nothing new asked (so a follow-up call, e.g. the refund, is not cut off)."""
+    quiet_since: list[float] = []
+
+    def complete(state) -> bool:
+        import time
+
+        settled = (
+            any(c.has_outcome and state.in_model(c) for c in state.calls.values())
+            and (not scenario.new_prompt
+                 or state.settings.get("system_instruction") == scenario.new_prompt)
+            and state.connected and not state.reconnect_pending and not state.bot_speaking
+            and not state.unanswered())
+        if not settled:
+            quiet_since.clear()
+            return False
+        if not quiet_since:
+            quiet_since.append(time.monotonic())
+        return time.monotonic() - quiet_since[0] >= quiet_s
+
+    return complete

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 from pipecat.frames.frames import LLMUpdateSettingsFrame
 
-from service.crash.scenarios import PROMPT, SCENARIOS, scenario_complete
+from service.crash.scenarios import PROMPT, SCENARIOS, live_complete, scenario_complete
 from service.gemini_live import DurableGeminiLiveLLMService
 from service.local_live.server import http_options
 from service.testing.pipeline import MODEL, ToolLedger, run_pipeline, tools_schema
@@ -31,14 +31,22 @@ class WorkerConfig:
     db_url: str
     call_id: str
     scenario: str
-    base_url: str
-    cert_path: str
+    base_url: str | None  # None: the real Gemini Live API (the live demo)
+    cert_path: str | None
     ledger_path: str
     schema: str | None = None
     kill_at_version: int | None = None  # SIGKILL right after the log reaches this version
     kill_in_tool: str | None = None  # SIGKILL after this tool's side effect, before its outcome
     kill_after_event: str | None = None  # SIGKILL right after appending an event of this type
     timeout_s: float = 60.0
+    # Live mode: the key is read from GOOGLE_API_KEY in the worker (never put in a config,
+    # a file or the log), the model decides which tools to call, and the call is complete
+    # when everything it asked for has reached it (service.crash.scenarios.live_complete).
+    live: bool = False
+    model: str | None = None
+    # Snapshot every few events (the product default is 500): every takeover in the harness
+    # then starts from a compacted snapshot, and a fresh session from the whole log.
+    snapshot_every: int = 6
 
 
 def _die() -> None:
@@ -61,12 +69,18 @@ async def run_worker(cfg: WorkerConfig) -> None:
 
         store.append = append_then_maybe_die
     ledger = ToolLedger(cfg.ledger_path)
+    api_key = os.environ.get("GOOGLE_API_KEY", "") if cfg.live else "local-test-key"
+    connection = {"http_options": http_options(cfg.base_url, cfg.cert_path)} \
+        if cfg.base_url else {}
     llm = DurableGeminiLiveLLMService(
-        api_key="local-test-key",
-        settings=DurableGeminiLiveLLMService.Settings(model=MODEL, system_instruction=PROMPT),
-        tools=tools_schema(scenario.tool_names),
-        http_options=http_options(cfg.base_url, cfg.cert_path),
-        store=store, call_id=cfg.call_id, policy=Policy(idempotent=scenario.idempotent))
+        api_key=api_key,
+        settings=DurableGeminiLiveLLMService.Settings(
+            model=cfg.model or MODEL, system_instruction=scenario.prompt or PROMPT),
+        tools=tools_schema(scenario.tool_names, scenario.tool_descriptions),
+        store=store, call_id=cfg.call_id, policy=Policy(idempotent=scenario.idempotent),
+        snapshot_every=cfg.snapshot_every, **connection)
+    complete = live_complete(scenario) if cfg.live else \
+        (lambda state: scenario_complete(scenario, state))
 
     def make_handler(name: str):
         async def handler(params) -> None:
@@ -76,7 +90,8 @@ async def run_worker(cfg: WorkerConfig) -> None:
             if cfg.kill_in_tool == name:
                 _die()
             await asyncio.sleep(scenario.tool_delay_s)
-            await params.result_callback({"ok": True, "tool": name, "args": params.arguments})
+            await params.result_callback({"ok": True, "tool": name, "args": params.arguments,
+                                          **scenario.tool_results.get(name, {})})
         return handler
 
     for name in scenario.tool_names:
@@ -96,13 +111,13 @@ async def run_worker(cfg: WorkerConfig) -> None:
                     await asyncio.sleep(0.02)
             # Complete only when nothing observed is still waiting to be logged (a toolCall
             # received but not yet appended would otherwise be left unanswered).
-            if scenario_complete(scenario, state) and not llm.driver.has_notes:
+            if complete(state) and not llm.driver.has_notes:
                 return
             await asyncio.sleep(0.05)
 
     try:
         await run_pipeline(llm, control=control, timeout=cfg.timeout_s,
-                           initial_messages=[{"role": "user", "content": "Where is my order 42?"}])
+                           initial_messages=[{"role": "user", "content": scenario.user_turn}])
     finally:
         await store.close()
 

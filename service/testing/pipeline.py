@@ -59,10 +59,11 @@ class ToolLedger:
                 f.flush()
 
 
-def tools_schema(names: list[str]) -> ToolsSchema:
+def tools_schema(names: list[str], descriptions: dict[str, str] | None = None) -> ToolsSchema:
+    descriptions = descriptions or {}
     return ToolsSchema(standard_tools=[
-        FunctionSchema(name=n, description=f"{n} tool", properties={"id": {"type": "integer"}},
-                       required=[]) for n in names])
+        FunctionSchema(name=n, description=descriptions.get(n, f"{n} tool"),
+                       properties={"id": {"type": "integer"}}, required=[]) for n in names])
 
 
 def http_options_for(base_url: str, ssl_ctx) -> HttpOptions:

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import and_, exists, func, not_, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..projection import PROJECTION_VERSION, SessionState, fold, from_snapshot
+from ..errors import StreamDamaged
+from ..loading import snapshot_state
+from ..projection import SessionState, fold
 from ..records import RecordedEvent
 from ..schema import events, streams
 from .summaries import (COUNTED_TYPES, STALE_AFTER_US, CallFilter, CallSummary, like_pattern,
@@ -60,6 +62,10 @@ def _where(flt: CallFilter, now_us: int, stale_after_us: int) -> list:
         conds.append(streams.c.created_at_us < flt.until_us)
     if flt.search:
         conds.append(streams.c.stream_id.like(like_pattern(flt.search), escape="\\"))
+        # SQLite's LIKE ignores the case of ASCII letters (PostgreSQL's does not): "support"
+        # would list "Support-1" on one database only. replace() is case-sensitive on both,
+        # and removes something only from an id that contains the text.
+        conds.append(func.replace(streams.c.stream_id, flt.search, "") != streams.c.stream_id)
     recent = streams.c.updated_at_us >= now_us - stale_after_us
     if flt.status == "closed":
         conds.append(_closed())
@@ -190,6 +196,37 @@ async def iter_records(store, call_id: str, *, from_version: int = 1,
             return
 
 
+async def complete_head(store, call_id: str) -> int:
+    """The call's head version (0: no such call), once its events are known to be exactly
+    versions 1..head; else StreamDamaged, naming what is off.
+
+    The tools read a call by version ranges up to its head: rows deleted from the middle or
+    the end, a head row deleted, or rows written past the head would otherwise just be left
+    out, and what is left would pass for the whole call (or for "not found"). One statement
+    (one snapshot: a call being written cannot look damaged), an aggregate over the call's
+    index range; no rows are read.
+    """
+    if not valid_id(call_id):
+        return 0
+    head = select(streams.c.version).where(streams.c.stream_id == call_id).scalar_subquery()
+    stmt = select(head, func.count(), func.min(events.c.version),
+                  func.max(events.c.version)).where(events.c.stream_id == call_id)
+    async with engine_of(store).connect() as conn:
+        version, n, lo, hi = (await conn.execute(stmt)).one()
+    if version is None and not n:
+        return 0
+    if version is None:
+        raise StreamDamaged(f"it has {n} events but no head row (the row in session_streams "
+                            "was deleted?)", stream_id=call_id, version=None)
+    if (n, lo, hi) != (version, 1, version):
+        missing = ("events are missing" if n < version or (hi or 0) < version
+                   else "events were added past the head")
+        raise StreamDamaged(f"the head row says {version} events, the log holds {n} "
+                            f"(versions {lo}-{hi}): {missing}", stream_id=call_id,
+                            version=None)
+    return version
+
+
 @dataclass
 class StateCache:
     """Folded states of calls at checkpoint versions (every `every`), for a few calls.
@@ -231,15 +268,23 @@ async def state_at(store, call_id: str, at: int | None = None,
     cached = cache.best(call_id, target) if cache else None
     if cached is not None:
         state = cached
-    snap = await store.load_snapshot(call_id)
-    if (snap is not None and snap.projection_version == PROJECTION_VERSION
-            and state.version < snap.version <= target):
-        state = from_snapshot(snap.state_json)
+    snap = await snapshot_state(store, call_id, max_version=target)
+    # A compacted snapshot (all the driver saves) lacks the conversation and the calls
+    # settled for good: shown as "the state", it would be a wrong one.
+    if snap is not None and snap.history_complete and snap.version > state.version:
+        state = snap
     every = cache.every if cache else 10_000
     while state.version < target:
         hi = min(target, (state.version // every + 1) * every)
-        state = fold(await store.read(call_id, from_version=state.version + 1, to_version=hi),
-                     state)
+        recs = await store.read(call_id, from_version=state.version + 1, to_version=hi)
+        if not recs or recs[-1].version != hi:
+            # The head row promises events up to `target` that are not stored: showing the
+            # fold of what is left as "the state" would be a wrong answer.
+            got = recs[-1].version if recs else state.version
+            raise StreamDamaged(f"the head says version {head} but the events end at {got} "
+                                "(events deleted from the end?)", stream_id=call_id,
+                                version=got + 1)
+        state = fold(recs, state)
         if cache is not None and state.version % every == 0:
             cache.put(call_id, state)
     return state

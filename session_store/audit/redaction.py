@@ -262,6 +262,8 @@ class Redactor:
         """The same record with redacted data (its hash still the stored one)."""
         try:
             data = rec.data
+            if not isinstance(data, dict):  # valid JSON, but no event payload is a list
+                raise TypeError("not an object")
         except Exception:  # noqa: BLE001 - corrupt payloads are shown scrubbed, never raw
             return dataclasses.replace(rec, data_json=canonical_json(
                 {"_unreadable": self.scrub_text(rec.data_json)}))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..errors import CorruptEvent, SchemaVersionTooNew, UnknownEventType
 from ..projection import SessionState
 from ..records import RecordedEvent
 from .delivery import effective_sends, lineage_cutoffs, times_in_model
@@ -238,11 +239,24 @@ class _Builder:
                                rec.recorded_at_us, rec.recorded_at_us)
         tl, t, v = self.tl, rec.recorded_at_us, rec.version
         tl.last_version, tl.end_us = v, t
+        unreadable = None
         try:
             d = rec.data
         except Exception as exc:  # noqa: BLE001 - shown as a problem, never hidden
+            d, unreadable = {}, str(exc)
+            self.problem(rec, "unreadable_event", unreadable)
+        else:
+            try:
+                rec.event  # noqa: B018 - a newer schema or a payload of the wrong shape
+            except (SchemaVersionTooNew, CorruptEvent) as exc:
+                # Described from its raw data below, but flagged: this code cannot vouch
+                # for what it means (unknown types are flagged by `describe`).
+                unreadable = str(exc)
+                self.problem(rec, "unreadable_event", unreadable)
+            except UnknownEventType:
+                pass
+        if not isinstance(d, dict):
             d = {}
-            self.problem(rec, "unreadable_event", str(exc))
         level, call_id = "info", d.get("call_id") if isinstance(d.get("call_id"), str) else None
         if self.closed_version is not None:
             self.problem(rec, "event_after_close", {"type": rec.type,
@@ -250,6 +264,8 @@ class _Builder:
         summary = self.describe(rec, d)
         if isinstance(summary, tuple):
             summary, level = summary
+        if unreadable is not None:
+            summary, level = f"UNREADABLE by this code: {summary}", "error"
         tl.entries.append(Entry(v, rec.position, t, ms(tl.t0_us, t) or 0.0, rec.type,
                                 lane_of(rec.type), level, summary, d, call_id))
 

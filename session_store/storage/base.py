@@ -65,6 +65,16 @@ class BatchPlan:
     events: list[tuple] = field(default_factory=list)  # (stream_id, version, type, schema, data, at_us, hash)
 
 
+def _settle(request: _AppendRequest, outcome: Any) -> None:
+    """Hand an append its outcome (a new version or an error), unless it already has one."""
+    if request.future.done():
+        return
+    if isinstance(outcome, BaseException):
+        request.future.set_exception(outcome)
+    else:
+        request.future.set_result(outcome)
+
+
 class _RetryBatch(Exception):
     """A concurrent writer created a stream we meant to create: re-read heads and retry."""
 
@@ -114,7 +124,7 @@ class SqlEventStore:
 
     async def _check_schema(self) -> None:
         try:
-            async with self._engine.connect() as conn:
+            async with self._connect() as conn:
                 rows = (await conn.execute(text("SELECT version_num FROM alembic_version"))).all()
         except (ProgrammingError, OperationalError) as exc:
             if "alembic_version" not in str(exc):
@@ -147,6 +157,32 @@ class SqlEventStore:
         await self._close_dialect()
         await self._engine.dispose()
 
+    @contextlib.asynccontextmanager
+    async def _connect(self, *, begin: bool = False):
+        """A pooled connection for reads (and snapshot writes). A database that is down
+        gives StoreUnavailable naming the cause, as an append does, not the driver's own
+        exception (a bare ConnectionRefusedError, a wrapped "the database system is starting
+        up"), so callers can tell an outage from a bug."""
+        try:
+            async with (self._engine.begin() if begin else self._engine.connect()) as conn:
+                yield conn
+        except Exception as exc:  # noqa: BLE001 - sorted out below
+            cause = self._outage_cause(exc)
+            if cause is None:
+                raise
+            raise StoreUnavailable(f"cannot reach the database ({self._describe_outage(cause)})"
+                                   ) from exc
+
+    def _outage_cause(self, exc: BaseException) -> BaseException | None:
+        """The driver's outage error behind `exc`, which SQLAlchemy may have wrapped (`orig`,
+        and the asyncpg adapter's `__cause__`)."""
+        orig = getattr(exc, "orig", None)
+        for candidate in (exc, orig, getattr(orig, "__cause__", None)):
+            if candidate is not None and not isinstance(candidate, StoreUnavailable) \
+                    and self._is_outage(candidate):
+                return candidate
+        return None
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosed("the store is closed")
@@ -168,8 +204,10 @@ class SqlEventStore:
 
         Returns the stream's new version. Raises ConcurrencyConflict when the stream is not at
         `expected_version`, Fenced when `epoch` is older than the stream's epoch (a newer
-        worker owns the call), StoreUnavailable when the database cannot be reached within
-        `timeout` seconds (nothing was written). `recorded_at_us` stamps the events with the
+        worker owns the call), StoreUnavailable when the database did not take the append
+        within `timeout` seconds (default `append_timeout`): not acknowledged, and written
+        only if the connection broke during its commit, so read the stream again before the
+        next append (the CallDriver does). `recorded_at_us` stamps the events with the
         caller's clock instead of now: a writer that folds its own events (the service's
         CallDriver) then knows exactly what was stored without reading it back.
         """
@@ -192,36 +230,44 @@ class SqlEventStore:
             first = await self._queue.get()
             if first is None:
                 return
-            batch, size = [first], len(first.rows)
-            while size < self._max_batch_events and not self._queue.empty():
-                nxt = self._queue.get_nowait()
-                if nxt is None:  # closing: finish this batch, then stop
-                    self._queue.put_nowait(None)
-                    break
-                batch.append(nxt)
-                size += len(nxt.rows)
+            batch = [first]
+            self._take_queued(batch)
             try:
-                outcomes = await self._commit_with_retry(batch)
+                await self._commit_with_retry(batch)
             except Exception as exc:  # noqa: BLE001 - every caller must hear about it
-                outcomes = [exc] * len(batch)
-            for request, outcome in zip(batch, outcomes):
-                if request.future.done():
-                    continue
-                if isinstance(outcome, BaseException):
-                    request.future.set_exception(outcome)
-                else:
-                    request.future.set_result(outcome)
+                for request in batch:
+                    _settle(request, exc)
             self.stats["batches"] += 1
-            self.stats["events"] += size
+            self.stats["events"] += sum(len(r.rows) for r in batch)
             self._signal_change()
 
-    async def _commit_with_retry(self, batch: list[_AppendRequest]) -> list[Any]:
-        """Commit a batch; on a lost connection, retry with backoff until the deadline."""
+    def _take_queued(self, batch: list[_AppendRequest]) -> None:
+        """Move queued appends into `batch`, up to max_batch_events (a close stays queued)."""
+        size = sum(len(r.rows) for r in batch)
+        while size < self._max_batch_events and not self._queue.empty():
+            nxt = self._queue.get_nowait()
+            if nxt is None:  # closing: finish this batch, then stop
+                self._queue.put_nowait(None)
+                return
+            batch.append(nxt)
+            size += len(nxt.rows)
+
+    async def _commit_with_retry(self, batch: list[_AppendRequest]) -> None:
+        """Commit a batch and settle each request's future; on an outage, retry with backoff.
+
+        Each request waits for the database up to its own deadline, with a last try at it:
+        one whose deadline passes fails alone with StoreUnavailable (and leaves `batch`)
+        while the others keep waiting, and appends queued meanwhile join the retries, so
+        they wait for the same recovery under their own deadlines instead of behind this
+        batch. (Failing the whole batch at its earliest deadline failed appends that had
+        30 s to wait after 1 s, because they shared a commit with a 1 s one:
+        tests/faults/test_db_outage.py.)
+        """
         loop = asyncio.get_running_loop()
         delay = 0.02
-        while True:
+        while batch:
             try:
-                return await self._run_batch(batch)
+                outcomes = await self._run_batch(batch)
             except _RetryBatch:
                 self.stats["retries"] += 1
                 continue
@@ -230,19 +276,32 @@ class SqlEventStore:
                     # A row raced us past the head check: commit each request on its own so
                     # one caller's problem does not fail the others.
                     self.stats["retries"] += 1
-                    return [(await self._commit_with_retry([r]))[0] for r in batch]
+                    for request in list(batch):
+                        await self._commit_with_retry([request])
+                    return
                 if not self._is_outage(exc):
                     raise
-                deadline = min(r.deadline for r in batch)
-                if loop.time() + delay > deadline:
-                    raise StoreUnavailable(
-                        f"the database did not accept the append within the deadline "
-                        f"({exc.__class__.__name__}: {str(exc).splitlines()[0]}); nothing "
-                        "new was acknowledged") from exc
-                log.warning("append failed (%s); retrying in %.2fs", exc.__class__.__name__, delay)
+                now = loop.time()
+                for request in [r for r in batch if r.deadline <= now]:
+                    batch.remove(request)
+                    _settle(request, StoreUnavailable(
+                        f"the database did not accept the append within its deadline "
+                        f"({self._describe_outage(exc)}); it was not acknowledged (if the "
+                        "connection broke during the commit it may still have been written: "
+                        "read the stream again before the next append)"))
+                self._take_queued(batch)
+                if not batch:
+                    return
+                wait = min(delay, min(r.deadline for r in batch) - now)
+                log.warning("append failed (%s); retrying in %.2fs", self._describe_outage(exc),
+                            wait)
                 self.stats["retries"] += 1
-                await asyncio.sleep(delay)
+                await asyncio.sleep(max(wait, 0.0))
                 delay = min(delay * 2, 1.0)
+                continue
+            for request, outcome in zip(batch, outcomes):
+                _settle(request, outcome)
+            return
 
     async def _run_batch(self, batch: list[_AppendRequest]) -> list[Any]:
         """Dialect: one transaction that reads the heads, plans, writes, commits."""
@@ -258,6 +317,10 @@ class SqlEventStore:
     def _is_outage(self, exc: BaseException) -> bool:
         """Dialect: is this a lost/unreachable database (retry) rather than a bug (raise)?"""
         raise NotImplementedError
+
+    def _describe_outage(self, exc: BaseException) -> str:
+        """What went wrong, for StoreUnavailable and the log (dialects add detail)."""
+        return f"{exc.__class__.__name__}: {(str(exc).splitlines() or [''])[0]}"
 
     # ------------------------------------------------------------------ one batch
     def _plan_batch(self, batch: list[_AppendRequest],
@@ -313,14 +376,23 @@ class SqlEventStore:
             stmt = stmt.where(events.c.version <= to_version)
         if limit is not None:
             stmt = stmt.limit(limit)
-        async with self._engine.connect() as conn:
+        async with self._connect() as conn:
             return [RecordedEvent(*row) for row in await conn.execute(stmt)]
 
     async def stream_version(self, stream_id: str) -> int:
         self._check_open()
-        async with self._engine.connect() as conn:
+        async with self._connect() as conn:
             v = await conn.scalar(select(streams.c.version).where(streams.c.stream_id == stream_id))
         return v or 0
+
+    async def stream_head(self, stream_id: str) -> tuple[int, str, int] | None:
+        """The stream's head row: (version, last_hash, epoch), or None if there is none."""
+        self._check_open()
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(select(streams.c.version, streams.c.last_hash,
+                                             streams.c.epoch)
+                                      .where(streams.c.stream_id == stream_id))).first()
+        return tuple(row) if row else None
 
     def _visible_to_tailing_readers(self):
         """Extra WHERE clause for read_all: only rows no in-flight writer can precede."""
@@ -343,7 +415,7 @@ class SqlEventStore:
         guard = self._visible_to_tailing_readers()
         if guard is not None:
             stmt = stmt.where(guard)
-        async with self._engine.connect() as conn:
+        async with self._connect() as conn:
             return [RecordedEvent(*row) for row in await conn.execute(stmt)]
 
     async def list_streams(self, *, limit: int | None = None, after: str | None = None
@@ -356,7 +428,7 @@ class SqlEventStore:
             stmt = stmt.where(streams.c.stream_id > after)
         if limit is not None:
             stmt = stmt.limit(limit)
-        async with self._engine.connect() as conn:
+        async with self._connect() as conn:
             return [StreamHead(*row) for row in await conn.execute(stmt)]
 
     # ------------------------------------------------------------------ follow
@@ -403,12 +475,12 @@ class SqlEventStore:
                   "projection_version": stmt.excluded.projection_version,
                   "state": stmt.excluded.state, "created_at_us": stmt.excluded.created_at_us},
             where=snapshots.c.version < stmt.excluded.version)
-        async with self._engine.begin() as conn:
+        async with self._connect(begin=True) as conn:
             await conn.execute(stmt)
 
     async def load_snapshot(self, stream_id: str) -> Snapshot | None:
         self._check_open()
-        async with self._engine.connect() as conn:
+        async with self._connect() as conn:
             row = (await conn.execute(
                 select(snapshots.c.stream_id, snapshots.c.version,
                        snapshots.c.projection_version, snapshots.c.state)
@@ -419,7 +491,7 @@ class SqlEventStore:
     async def verify(self, stream_id: str | None = None) -> list[StreamReport]:
         """Recompute hash chains; one report per stream, naming the first bad event."""
         self._check_open()
-        async with self._engine.connect() as conn:
+        async with self._connect() as conn:
             if stream_id is None:
                 ids = sorted(set((await conn.scalars(select(streams.c.stream_id))).all())
                              | set((await conn.scalars(

@@ -23,6 +23,24 @@ from .base import SqlEventStore
 
 BUSY_TIMEOUT_MS = 5000
 
+# What a database that cannot take writes for now answers (locked past busy_timeout, disk
+# full, read-only, I/O error, cannot open): the append is retried until its deadline. Any
+# other error (no such table, a constraint, ...) is a bug and raised at once.
+_OUTAGE_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_NOMEM,
+                           sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL,
+                           sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL})
+# After these the writer connection itself may be what stays broken: a connection reopened
+# while the file was unwritable is read-only for good (SQLite falls back to O_RDONLY), so
+# every append failed until the store was reopened, long after the file was writable again
+# (tests/faults/test_db_outage.py). The next try opens a new connection.
+_REOPEN_CODES = frozenset({sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR,
+                           sqlite3.SQLITE_CANTOPEN})
+
+
+def _primary_code(exc: BaseException) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
 
 def _sql(stmt) -> str:
     return str(stmt.compile(dialect=sqlite_dialect.dialect(paramstyle="qmark")))
@@ -99,13 +117,15 @@ class SqliteEventStore(SqlEventStore):
                 conn.executemany(_INSERT_EVENT, plan.events)
             conn.execute("COMMIT")
             return plan.outcomes
-        except BaseException:
+        except BaseException as exc:
             if conn.in_transaction:
                 try:
                     conn.execute("ROLLBACK")
                 except sqlite3.Error:
                     self._drop_conn()
             else:
+                self._drop_conn()
+            if _primary_code(exc) in _REOPEN_CODES:
                 self._drop_conn()
             raise
 
@@ -124,8 +144,14 @@ class SqliteEventStore(SqlEventStore):
         return isinstance(exc, sqlite3.IntegrityError)
 
     def _is_outage(self, exc):
-        # Locked by another process past busy_timeout, disk full, read-only, I/O error.
-        return isinstance(exc, sqlite3.OperationalError)
+        if not isinstance(exc, sqlite3.OperationalError):
+            return False
+        code = _primary_code(exc)
+        return code is None or code in _OUTAGE_CODES
+
+    def _describe_outage(self, exc):
+        name = getattr(exc, "sqlite_errorname", None)
+        return f"{super()._describe_outage(exc)}{f' ({name})' if name else ''}"
 
     def _insert(self, table):
         return sqlite_insert(table)

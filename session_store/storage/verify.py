@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import EventDecodeError
+from ..projection import SessionState, fold_into
 from ..records import GENESIS_HASH, RecordedEvent, chain_hash
 
 
@@ -28,9 +30,13 @@ def verify_stream(stream_id: str, rows: list[RecordedEvent],
 
     Catches an edited row (hash mismatch), a deleted row (version gap, or a head ahead of the
     last row), reordered rows (versions swapped: the chain breaks; positions out of order),
-    and an inserted or truncated tail (head disagrees with the last row).
+    an inserted or truncated tail (head disagrees with the last row), and an intact row this
+    code cannot decode (unknown type, newer schema, corrupt payload) or fold (it names a tool
+    call never requested). A tail truncated with the head row rewritten to match (version
+    and hash) cannot be told from a shorter call: that needs a head kept outside the database.
     """
     prev_hash, prev_position = GENESIS_HASH, None
+    state = SessionState(stream_id=stream_id)
 
     def bad(ev: RecordedEvent | None, version: int, reason: str, checked: int) -> StreamReport:
         return StreamReport(stream_id, False, checked, version,
@@ -45,6 +51,13 @@ def verify_stream(stream_id: str, rows: list[RecordedEvent],
                               ev.recorded_at_us, ev.data_json)
         if expected != ev.hash:
             return bad(ev, i, "hash mismatch: the row was altered, or the one before it", i - 1)
+        try:
+            fold_into(state, [ev])  # decodes (and checks) the payload, then applies it
+        except EventDecodeError as exc:
+            # Intact, but this code cannot read it (or it makes no sense where it stands):
+            # every reader of the call refuses it, so "ok" would be the wrong answer to
+            # "is this call's log sound?".
+            return bad(ev, i, f"the event cannot be read by this code: {exc}", i - 1)
         prev_hash, prev_position = ev.hash, ev.position
     if head is None:
         if rows:

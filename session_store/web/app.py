@@ -32,8 +32,8 @@ from starlette.routing import Route
 
 from ..audit import (CallFilter, RedactionConfig, Redactor, build_timeline, export_line,
                      parse_policy, parse_time, replay, state_view)
-from ..audit.queries import (StateCache, call_summary, count_calls, iter_records, list_calls,
-                             overview, state_at, valid_id)
+from ..audit.queries import (StateCache, call_summary, complete_head, count_calls,
+                             iter_records, list_calls, overview, state_at, valid_id)
 from ..audit.summaries import STATUSES
 from ..errors import SessionStoreError
 from ..projection import fold
@@ -61,8 +61,17 @@ def is_loopback(host: str) -> bool:
         return False  # a name could resolve to anything
 
 
+def check_token(token: str | None) -> None:
+    """A token, when given, must be one: an empty one (an empty $SESSION_STORE_WEB_TOKEN)
+    would let `?token=` in, and with a token set the loopback-host rule is off."""
+    if token is not None and not token.strip():
+        raise ValueError("the viewer's token is empty: set a real one (--token or "
+                         "$SESSION_STORE_WEB_TOKEN), or none to serve on loopback only")
+
+
 def check_bind(host: str, token: str | None) -> None:
     """Refuse to serve call logs on a non-loopback address without a token."""
+    check_token(token)
     if not is_loopback(host) and not token:
         raise ValueError(f"refusing to bind to {host}: it is not a loopback address, so the "
                          "viewer needs --token (or $SESSION_STORE_WEB_TOKEN); every request "
@@ -87,6 +96,7 @@ class Gate:
     """ASGI middleware: the token rule (or, without a token, the loopback-host rule)."""
 
     def __init__(self, app, token: str | None):
+        check_token(token)
         self.app, self.token = app, token
         self.cookie = (hashlib.sha256(f"session-store-viewer\x1f{token}".encode()).hexdigest()
                        if token else None)
@@ -207,6 +217,8 @@ class Viewer:
 
     # -------------------------------------------------------------- one call
     async def _window(self, request: Request, call_id: str):
+        if not await complete_head(self.store, call_id):  # damaged: StreamDamaged, a 500
+            return None
         summary = await call_summary(self.store, call_id, time.time_ns() // 1000)
         if summary is None:
             return None
@@ -249,7 +261,8 @@ class Viewer:
     async def state_api(self, request: Request) -> Response:
         call_id = request.path_params["call_id"]
         at = _int(request, "at", None, 0, 2**62)
-        s = await state_at(self.store, call_id, at, self.cache) if valid_id(call_id) else None
+        found = await complete_head(self.store, call_id)
+        s = await state_at(self.store, call_id, at, self.cache) if found else None
         if s is None:
             return self.not_found(request, call_id, api=True)
         redactor = self.redactor(request)
@@ -265,12 +278,13 @@ class Viewer:
 
     async def replay_api(self, request: Request) -> Response:
         call_id = request.path_params["call_id"]
-        if not valid_id(call_id) or await self.store.stream_version(call_id) == 0:
+        head = await complete_head(self.store, call_id)
+        if head == 0:
             return self.not_found(request, call_id, api=True)
         qp = request.query_params
         policy = parse_policy(qp.get("defer", "all"), qp.get("idempotent", ""),
                               qp.get("reuse", "all"))
-        recs = await self.store.read(call_id)
+        recs = await self.store.read(call_id, to_version=head)
         report = (await asyncio.to_thread(replay, recs, policy, call_id=call_id)).to_json()
         redactor = self.redactors[False]
         for d in report["divergences"]:
@@ -280,12 +294,15 @@ class Viewer:
 
     async def export(self, request: Request) -> Response:
         call_id = request.path_params["call_id"]
-        if not valid_id(call_id) or await self.store.stream_version(call_id) == 0:
+        # Checked before the first byte goes out (a status cannot change mid-stream): a call
+        # with events missing is refused with the reason, not exported as if it were whole.
+        head = await complete_head(self.store, call_id)
+        if head == 0:
             return self.not_found(request, call_id, api=True)
         redactor = self.redactor(request)
 
         async def lines():
-            async for chunk in iter_records(self.store, call_id):
+            async for chunk in iter_records(self.store, call_id, to_version=head):
                 yield "".join(json.dumps(export_line(r, redactor), sort_keys=True,
                                          ensure_ascii=False) + "\n" for r in chunk)
 

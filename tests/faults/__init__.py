@@ -1,0 +1,1 @@
+"""Fault tests of issue #6 (scale and faults)."""

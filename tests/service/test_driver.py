@@ -160,3 +160,45 @@ async def test_an_append_that_failed_keeps_its_notes(store):
     await driver.flush()
     assert [r.type for r in await store.read("call-g")][-1] == "connection.handle_issued"
     await same_as_log(driver)
+
+
+async def test_snapshots_are_compacted_and_a_takeover_loads_from_them(store):
+    """The driver snapshots every `snapshot_every` events; a new worker loads the compacted
+    decision state from it and reloads the whole log only when a fresh session needs it."""
+    policy = Policy(defer="none", crossing_window_s=0)  # calls settle for good at once
+    first = CallDriver(store, "long", policy, worker_id="w1", snapshot_every=25)
+    await first.attach(model="m", tools=["lookup"], settings={})
+    await first.record(ev.Connected(1, None, "x"))
+    for turn in range(12):
+        cid = f"c{turn}"
+        await first.record(ev.ConversationMessage("user", f"question {turn}", 1))
+        await first.observe(ToolCallsArrived((FunctionCall(cid, "lookup", {"t": turn}),), 1),
+                            then=starts(first))
+        await first.record(ev.ToolCallCompleted(cid, {"answer": turn}),
+                           then=lambda s, cid=cid: [ev.ToolResultSending(cid, 1, "tool_response")])
+        await first.record(ev.ToolResultSent(cid, 1, "tool_response"),
+                           ev.HandleIssued(1, f"h{turn}", None))
+    await first._snapshot_task
+    snapshot = await store.load_snapshot("long")  # which one depends on timing: one is saved
+    assert snapshot is not None and snapshot.version >= 25   # at a time, none is ever waited for
+
+    second = CallDriver(store, "long", policy, worker_id="w2")
+    state = await second.attach(model="m", tools=["lookup"], settings={})
+    assert not state.history_complete and state.archived
+    full = await load_state(store, "long", use_snapshot=False)
+    assert second.due() == due(full, policy, 0) and not state.unanswered()
+    assert second.resumption_handle() == "h11"
+    # Resuming the newest handle needs nothing compaction left out.
+    await second.record(ev.Connected(2, "h11", "x"))
+    assert not second.state.history_complete and not second.state.undelivered()
+
+    # A fresh session lacks every archived result: the driver folds the whole log, and the
+    # seed then has them all.
+    third = CallDriver(store, "long", policy, worker_id="w3")
+    await third.attach(model="m", tools=["lookup"], settings={})
+    await third.record(ev.Connected(3, None, "x"))
+    assert third.state.history_complete
+    assert {c.call_id for c in third.state.undelivered()} == {f"c{t}" for t in range(12)}
+    await same_as_log(third)
+    await second.ensure_history()  # fenced or not, it can always read the history
+    assert second.state.history_complete and second.state.messages == 12

@@ -110,14 +110,12 @@ def test_an_id_that_cannot_be_stored_resyncs_the_session():
     assert Reconnect("malformed_message") in due(log.state(), ALL, log.now_us)
 
 
-def test_repeated_ids_are_logged_with_what_the_first_was():
+def test_repeated_ids_are_logged_with_where_the_first_was():
     log = live()
     out = arrive(log, FunctionCall("d1", "lookup", {"a": 1}), FunctionCall("d1", "book", {}))
-    assert out[-1].detail["first_status"] == "same_tool_call"
-    assert out[-1].detail["first_name"] == "lookup"
+    assert out[-1].detail["first"] == "same_tool_call" and out[-1].detail["name"] == "book"
     out = arrive(log, FunctionCall("d1", "lookup", {"a": 1}))
-    assert kinds(out) == ["duplicate_tool_call_id"] and out[0].detail["first_status"] == \
-        "requested"
+    assert kinds(out) == ["duplicate_tool_call_id"] and out[0].detail["first"] == "earlier_call"
     assert len(log.state().calls) == 1
 
 

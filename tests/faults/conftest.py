@@ -1,0 +1,48 @@
+"""Fixtures of the fault tests: a private PostgreSQL cluster they may crash and restart.
+
+`LONG_FAULTS=1` (or `-m long_faults`... see test_db_outage.py) turns on the long versions.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from session_store import open_store
+from session_store.migrate import upgrade
+
+from .pgcluster import find_pg_bin, start_private_cluster
+
+
+@pytest.fixture(scope="session")
+def private_pg():
+    """A throwaway PostgreSQL cluster on a free port (never the shared one on 5432)."""
+    bindir, why = find_pg_bin()
+    if bindir is None:
+        pytest.skip(f"cannot start a private PostgreSQL cluster: {why}")
+    cluster = start_private_cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+async def pg_store_factory(private_pg):
+    """Opens stores on a fresh migrated schema of the private cluster; closes them after."""
+    schema = f"f_{uuid.uuid4().hex[:12]}"
+    await private_pg.create_schema(schema)
+    await upgrade(private_pg.url, schema=schema)
+    opened = []
+
+    async def factory(**options):
+        store = await open_store(private_pg.url, schema=schema, **options)
+        opened.append(store)
+        return store
+
+    try:
+        yield factory
+    finally:
+        for store in opened:
+            await store.close()
