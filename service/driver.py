@@ -9,6 +9,7 @@ goes through `observe()` and every effect's outcome through `record()`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -45,6 +46,23 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+def storable(events: list[ev.Event], generation: int) -> list[ev.Event]:
+    """What a fact from the wire decided, or one anomaly instead if any of it cannot be stored
+    (NaN, a lone surrogate in a transcript or handle: the SDK lets both through, the log's
+    canonical JSON refuses them). Without this, such a fact would fail its append, be noted
+    again, and fail every append after it: one hostile frame would stop the call's log."""
+    for e in events:
+        try:
+            canonical_json(e.to_data()).encode()
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+            preview = json.dumps(e.to_data(), ensure_ascii=True, default=repr)
+            return [ev.AnomalyRecorded("unstorable_event", {
+                "type": e.TYPE, "error": str(exc)[:200],
+                "preview": preview[:200] + (f"… ({len(preview)} chars)"
+                                            if len(preview) > 200 else "")}, generation)]
+    return events
+
+
 class CallDriver:
     """Owns the in-memory state of one call and keeps it equal to the fold of the log.
 
@@ -64,6 +82,9 @@ class CallDriver:
         self._lock = asyncio.Lock()
         self._notes: deque[Observation | ev.Event | Then] = deque()
         self._stale = False  # a failed append left the state unsure: re-read before use
+        # (version before, rows, how many noted items) of an append whose outcome is unknown
+        # (it failed or its caller was cancelled, possibly after the commit).
+        self._unsure: tuple[int, list[tuple[str, str]], int] | None = None
         self._full_history = False  # reload from the whole log, not a snapshot
         self.snapshot_every = snapshot_every
         self._snapshot_version = 0
@@ -235,12 +256,15 @@ class CallDriver:
             while self._notes:
                 item = self._notes.popleft()
                 taken.append(item)
-                found = ([item] if isinstance(item, ev.Event)
-                         else (item(self.state) or []) if callable(item)
-                         else decide(self.state, item, self.policy))
+                # Facts from the wire (noted events, observations) go through `storable`;
+                # a `Then` is the service's own decision.
+                found = ((item(self.state) or []) if callable(item)
+                         else storable([item] if isinstance(item, ev.Event)
+                                       else decide(self.state, item, self.policy),
+                                       self.state.generation))
                 batch += self._stage(found, at)
-            mine = self._stage(what if isinstance(what, list)
-                               else decide(self.state, what, self.policy), at)
+            mine = self._stage(what if isinstance(what, list) else storable(
+                decide(self.state, what, self.policy), self.state.generation), at)
             if then is not None:
                 mine += self._stage(then(self.state) or [], at)
         except BaseException:
@@ -267,9 +291,17 @@ class CallDriver:
             raise
         except BaseException:
             # Committed or not, the log says on the next use. Noted facts are decided again
-            # then (a lost tool call would leave the model waiting for ever).
+            # then (a lost tool call would leave the model waiting for ever) — unless the
+            # log shows this very append committed (a caller cancelled while the store's
+            # writer went on: seen when a reconnect cancelled the receive loop mid-append,
+            # which logged a handle twice).
             self._stale = True
             self._notes.extendleft(reversed(taken))
+            try:
+                self._unsure = (before, [(e.TYPE, canonical_json(e.to_data())) for e in batch],
+                                len(taken))
+            except (TypeError, ValueError):  # the append refused them: nothing was written
+                self._unsure = None
             raise
         return mine
 
@@ -285,6 +317,14 @@ class CallDriver:
     async def _reload(self) -> None:
         self.state = await load_state(self.store, self.call_id,
                                       use_snapshot=not self._full_history)
+        if self._unsure is not None:
+            before, rows, noted = self._unsure
+            if self.state.version >= before + len(rows):
+                stored = await self.store.read(self.call_id, before + 1, before + len(rows))
+                if [(r.type, r.data_json) for r in stored] == rows:
+                    for _ in range(noted):  # they are in the log: do not append them again
+                        self._notes.popleft()
+            self._unsure = None
         self._stale = False
 
     def due(self) -> list[Effect]:

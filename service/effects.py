@@ -63,28 +63,34 @@ class DueEffects:
     async def _flush_notes(self) -> None:
         delay = NOTES_RETRY_FIRST_S
         try:
+            # Until no note is left: one noted while this task performs what is due would
+            # find it still running, start no flush of its own, and wait for the next
+            # append (seen: a toolCall that arrived while the previous result was being
+            # sent stayed unlogged, and unanswered, while the server waited for it).
             while self._driver.has_notes:
-                try:
-                    started = await self._driver.flush(then=self._starts_now)
-                except Fenced:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - the log is down: keep them, retry
-                    # StoreUnavailable: the store's bounded wait ran out, or a read failed
-                    # while the database is down. What was noted stays queued and is tried
-                    # again until the log takes it: a tool call among the notes must not be
-                    # left unlogged, unrun and unanswered for good (seen: a 9 s PostgreSQL
-                    # outage left the model waiting for ever when nothing else came to flush).
-                    if self._driver.state.closed or self._driver.fenced:
+                while self._driver.has_notes:
+                    try:
+                        started = await self._driver.flush(then=self._starts_now)
+                    except Fenced:
                         raise
-                    logger.error(f"{self}: call {self.call_id}: the log did not take "
-                                 f"{self._driver.pending_notes} noted fact(s), retrying in "
-                                 f"{delay:.1f}s: {type(exc).__name__}: {exc}")
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, NOTES_RETRY_MAX_S)
-                    continue
-                delay = NOTES_RETRY_FIRST_S
-                await self._run_started(started)
-            await self._perform_due()
+                    except Exception as exc:  # noqa: BLE001 - the log is down: keep them, retry
+                        # StoreUnavailable: the store's bounded wait ran out, or a read failed
+                        # while the database is down. What was noted stays queued and is
+                        # tried again until the log takes it: a tool call among the notes
+                        # must not be left unlogged, unrun and unanswered for good (seen: a
+                        # 9 s PostgreSQL outage left the model waiting for ever when nothing
+                        # else came to flush).
+                        if self._driver.state.closed or self._driver.fenced:
+                            raise
+                        logger.error(f"{self}: call {self.call_id}: the log did not take "
+                                     f"{self._driver.pending_notes} noted fact(s), retrying "
+                                     f"in {delay:.1f}s: {type(exc).__name__}: {exc}")
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, NOTES_RETRY_MAX_S)
+                        continue
+                    delay = NOTES_RETRY_FIRST_S
+                    await self._run_started(started)
+                await self._perform_due()
         except Fenced:
             await self._on_fenced()
         except Exception as exc:  # noqa: BLE001 - a task: report, the next append retries

@@ -31,9 +31,9 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 from session_store import Policy
 from session_store import events as ev
-from session_store.decide import (CancellationArrived, FunctionCall, GoAway,
-                                  InterruptionObserved, ResolveInDoubt, SettingsUpdate,
-                                  SpeechStarted, SpeechStopped, ToolCallsArrived)
+from session_store.decide import (RESYNC_KINDS, CancellationArrived, FunctionCall, GoAway,
+                                  InterruptionObserved, ResolveInDoubt, ServerMessageRejected,
+                                  SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived)
 from session_store.errors import Fenced
 from session_store.storage import SqlEventStore
 
@@ -41,9 +41,17 @@ from .driver import CallDriver
 from .effects import DueEffects, jsonable
 from .redaction import redact_settings
 from .seeding import SessionSeeding
+from .wire import Rejection, guard_session, with_frame_limit
 
 # Settings restored from the log on takeover (plain strings; secrets were never logged).
 RESTORED_SETTINGS = ("system_instruction", "voice", "language")
+#: The largest websocket frame the service reads (google-genai's default is 1 MiB). Larger
+#: than Policy.max_args_bytes on purpose: a tool call with oversized arguments then arrives
+#: and is answered with an explicit error, instead of the client closing the socket (1009)
+#: on a call the model would ask for again on the resumed session, until pipecat gives up.
+MAX_FRAME_BYTES = 16 << 20
+#: Reconnects that back off when they repeat (see _replace_session).
+PACED_REASONS = RESYNC_KINDS | {"error"}
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*s?\s*$")
 
 
@@ -71,13 +79,17 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
     silent, so a server that holds turnComplete until it gets a tool response cannot
     deadlock the call). `snapshot_every`: events between snapshots of the call's decision
     state (a takeover of a long call loads the newest one and the events after it).
+    `max_frame_bytes`: the largest server frame read (MAX_FRAME_BYTES).
     """
 
     def __init__(self, *args, store: SqlEventStore, call_id: str, policy: Policy | None = None,
                  worker_id: str | None = None,
                  speaking_signal: Literal["transport", "model"] = "transport",
-                 speaking_timeout_s: float = 4.0, snapshot_every: int = 500, **kwargs):
+                 speaking_timeout_s: float = 4.0, snapshot_every: int = 500,
+                 max_frame_bytes: int = MAX_FRAME_BYTES, **kwargs):
+        kwargs["http_options"] = with_frame_limit(kwargs.get("http_options"), max_frame_bytes)
         super().__init__(*args, **kwargs)
+        self._max_frame_bytes = max_frame_bytes
         self._driver = CallDriver(store, call_id, policy, worker_id, snapshot_every)
         self._speaking_signal = speaking_signal
         self._speaking_timeout_s = speaking_timeout_s
@@ -87,6 +99,9 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         self._due_lock = asyncio.Lock()
         self._seeded_generation = 0
         self._reconnect_task: asyncio.Task | None = None
+        self._reconnecting = False  # a _reconnect_now is under way (whichever task runs it)
+        self._resyncs: list[float] = []  # when recent resyncs (RESYNC_KINDS) reconnected
+        self._unknown_logged: set[str] = set()  # unknown message fields already logged
         self._notes_task: asyncio.Task | None = None
         self._watchdog_task: asyncio.Task | None = None
         # The output transport's own view: between its BotStarted and BotStoppedSpeakingFrame.
@@ -205,7 +220,21 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
                 self._session = None
                 await self._reconnect_now("handshake_failed")
 
+    async def _handle_connection_error(self, error: Exception) -> bool:
+        go_on = await super()._handle_connection_error(error)
+        if not go_on:
+            # Upstream gives the service up (MAX_CONSECUTIVE_FAILURES; it pushes an
+            # ErrorFrame for the app): the log says so, with what is still undelivered.
+            await self._record_quietly(ev.AnomalyRecorded("connection_given_up", {
+                "failures": self._consecutive_failures, "error": str(error)[:300],
+                "undelivered": [c.call_id for c in self._driver.state.undelivered()][:20]},
+                self._driver.state.generation))
+        return go_on
+
     async def _handle_session_ready(self, session):
+        # Before upstream's receive loop starts: frames the SDK cannot parse are reported
+        # and skipped instead of failing the loop (service/wire.py).
+        guard_session(session, self._on_rejected_frame, self._max_frame_bytes)
         state = self._driver.state
         await self._driver.record(ev.Connected(
             state.generation + 1, self._connecting_handle,
@@ -221,9 +250,31 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
 
     async def _reconnect(self):
         # Upstream calls this on a receive error; route it through the log's choice of handle.
+        # From its receive loop, in a task of its own: run inside the connection task, the
+        # reconnect's own logging could be cancelled mid-append by a _disconnect of that
+        # task (seen with a 1009 close: a second reconnect raced it, two sessions opened).
+        if asyncio.current_task() is self._connection_task:
+            self._schedule_reconnect("error")
+            return
         await self._reconnect_now("error")
 
     async def _reconnect_now(self, reason: str) -> None:
+        if self._reconnecting:  # one at a time: the one under way brings a new session
+            return
+        self._reconnecting = True
+        try:
+            await self._replace_session(reason)
+        finally:
+            self._reconnecting = False
+
+    async def _replace_session(self, reason: str) -> None:
+        if reason in PACED_REASONS:
+            # A server that garbles or drops every session must not get a reconnect loop at
+            # handshake speed: back off with the number of recent ones (never give up: the
+            # log keeps every call's result for whichever session comes next).
+            now = time.monotonic()
+            self._resyncs = [t for t in self._resyncs if now - t < 30.0] + [now]
+            await asyncio.sleep(min(0.25 * (len(self._resyncs) - 1), 2.0))
         await self._flush_transcript()  # what was said belongs to the session that heard it
         state = self._driver.state
         if state.connected:
@@ -251,13 +302,19 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         self._reconnect_task = self.create_task(self._reconnect_now(reason), "planned_reconnect")
 
     def _link_busy(self) -> bool:
-        reconnecting = self._reconnect_task is not None and not self._reconnect_task.done()
+        reconnecting = self._reconnecting or (self._reconnect_task is not None
+                                              and not self._reconnect_task.done())
         handshaking = self._session is None and self._connection_task is not None
         return reconnecting or handshaking or self._awaiting_seed()
 
 
     # ------------------------------------------------------------------ server messages
     async def _handle_server_message(self, message):
+        # A session that delivered a message is progress. pipecat resets its failure count
+        # only after 10 s on one connection, so three sessions each closed right after a
+        # toolCall (seen in the hostile-wire fuzz) gave the service up, results undelivered.
+        # Handshakes failing in a row still count: an unreachable server is given up.
+        self._consecutive_failures = 0
         try:
             await self._observe_server_message(message)
         except Fenced:
@@ -265,7 +322,16 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             return
         except Exception as exc:  # noqa: BLE001 - our bookkeeping must not count as a socket error
             logger.exception(f"{self}: failed to record a server message: {exc}")
-        await super()._handle_server_message(message)
+        try:
+            await super()._handle_server_message(message)
+        except Exception as exc:  # noqa: BLE001 - a message pipecat chokes on is not a socket error
+            # It would count as one (reconnect, and the service given up after three): log it
+            # and let the log resync the session like any message we could not take in.
+            logger.exception(f"{self}: pipecat failed on a server message: {exc}")
+            fields = sorted(k for k, v in message if v is not None)
+            self._note(ServerMessageRejected("message_handling_failed", {
+                "fields": fields, "error": f"{type(exc).__name__}: {str(exc)[:200]}"},
+                self._driver.state.generation))
         sc = message.server_content
         if sc and sc.turn_complete:
             await self._flush_transcript()
@@ -320,16 +386,33 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
 
     # ------------------------------------------------------------------ tool calls
     async def _handle_msg_tool_call(self, message):
+        gen = self._driver.state.generation
         calls = tuple(
-            # Vertex sends no ids: make one, as upstream does, and persist it with the call.
-            FunctionCall(f.id or f"gen{self._driver.state.generation}-{uuid.uuid4()}", f.name,
-                         jsonable(f.args or {}))
+            # Vertex sends no ids: make one, as upstream does, and persist it with the call
+            # (the Gemini API always should: there the log also records the anomaly).
+            FunctionCall(f.id or f"gen{gen}-{uuid.uuid4()}", f.name, jsonable(f.args or {}),
+                         id_generated=not f.id,
+                         has_handler=bool(f.name) and self.has_function(f.name))
             for f in (message.tool_call.function_calls or []))
         if calls:
             # Decided and logged (with the start of every call now due: one commit) by the
             # note flush, in order with everything else: audio behind the toolCall is not
             # held up by the log.
-            self._note(ToolCallsArrived(calls, self._driver.state.generation))
+            self._note(ToolCallsArrived(calls, gen))
+        else:
+            self._note(ev.AnomalyRecorded("empty_tool_call", {}, gen))
+
+    async def _on_rejected_frame(self, rejection: Rejection) -> None:
+        """A frame the SDK could not parse (or parsed leaving fields out): logged; whether
+        the session is resynced for it is decided on the log (decide.RESYNC_KINDS)."""
+        if rejection.once is not None:
+            if rejection.once in self._unknown_logged:
+                return
+            self._unknown_logged.add(rejection.once)
+        logger.warning(f"{self}: server frame not taken in ({rejection.kind}): "
+                       f"{str(rejection.detail)[:300]}")
+        self._note(ServerMessageRejected(rejection.kind, rejection.detail,
+                                         self._driver.state.generation))
 
     # ------------------------------------------------------------------ speech
     async def _set_bot_is_responding(self, responding: bool):

@@ -9,6 +9,7 @@ takeover the state simply has in-doubt calls, undelivered results and no live se
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,6 +33,11 @@ class Policy:
     #: Reconnect this long before a goAway deadline even if the bot is still speaking.
     go_away_margin_s: float = 5.0
     handle_ttl_us: int = HANDLE_TTL_US
+    #: A call whose arguments exceed this (canonical JSON, UTF-8 bytes) is not run: it is
+    #: recorded with a bounded stand-in for its arguments and answered with an explicit
+    #: error. 1 MiB is google-genai's default websocket frame limit, so no stock client ever
+    #: ran anything larger; a 1 MB event appends in ~10-50 ms (bench/huge_args.py).
+    max_args_bytes: int = 1 << 20
 
     def defers(self, name: str) -> bool:
         return self.defer == "all" or (not isinstance(self.defer, str) and name in self.defer)
@@ -51,11 +57,24 @@ class FunctionCall:
     call_id: str | None
     name: str | None
     args: Any
+    #: The server sent no id; `call_id` was made up by the shell (Vertex never sends ids;
+    #: the Gemini API always should, so there it is an anomaly, still run and answered).
+    id_generated: bool = False
+    #: A handler (or a catch-all) is registered for `name` in the shell.
+    has_handler: bool = True
 
 
 @dataclass(frozen=True)
 class ToolCallsArrived:
     calls: tuple[FunctionCall, ...]
+    generation: int
+
+
+@dataclass(frozen=True)
+class ServerMessageRejected:
+    """A server message the shell could not take in (see RESYNC_KINDS); `detail` bounded."""
+    kind: str
+    detail: dict[str, Any]
     generation: int
 
 
@@ -96,7 +115,16 @@ class GoAway:
 
 
 Observation = (ToolCallsArrived | SpeechStarted | SpeechStopped | InterruptionObserved
-               | SettingsUpdate | CancellationArrived | GoAway)
+               | SettingsUpdate | CancellationArrived | GoAway | ServerMessageRejected)
+
+#: Rejected server messages after which this session's state may differ from the model's (the
+#: message may have been a toolCall, a handle, a goAway ...): the session is replaced, by the
+#: same rules as a settings change (after the turn; the handle the log allows), so both sides
+#: continue from a state the log knows. Other kinds (an unknown message type) are only logged.
+RESYNC_KINDS = frozenset({"malformed_message", "server_error_message",
+                          "message_handling_failed"})
+
+NO_NAME_ERROR = "the function call had no name: nothing was run"
 
 
 def decide(state: SessionState, obs: Observation, policy: Policy) -> list[ev.Event]:
@@ -122,34 +150,82 @@ def decide(state: SessionState, obs: Observation, policy: Policy) -> list[ev.Eve
             return _decide_cancellation(state, obs)
         case GoAway():
             return [ev.GoAwayReceived(obs.generation, obs.time_left_s)]
+        case ServerMessageRejected():
+            out = [ev.AnomalyRecorded(obs.kind, bounded(obs.detail), obs.generation)]
+            # Only for the live session: one from a session already left needs nothing more.
+            if (obs.kind in RESYNC_KINDS and state.connected and obs.generation == state.generation
+                    and not state.reconnect_pending):
+                out.append(ev.ReconnectRequested(obs.kind))
+            return out
     raise TypeError(f"unknown observation {obs!r}")
 
 
 def _decide_tool_calls(state: SessionState, obs: ToolCallsArrived, policy: Policy
                        ) -> list[ev.Event]:
+    """Record each call and what to do about it. Every call the server can be answered for is
+    recorded and ends answered (I1): a call that cannot run (no name, no such tool, arguments
+    too large or not valid JSON) fails at once with an explicit error, which the delivery
+    rules send like any result. What cannot be answered is logged instead: a call with
+    neither id nor name (nothing to address an answer to), a repeated id (answering it would
+    answer that id twice, running it would run one request twice), and an id or name that is
+    not valid text (it cannot be stored, so not answered either: the session is resynced)."""
     out: list[ev.Event] = []
     seen: set[str] = set()
     for call in obs.calls:
-        if not call.name or not isinstance(call.name, str):
+        gen = obs.generation
+        name = call.name if isinstance(call.name, str) else ""
+        if not name and (call.id_generated or not call.call_id):
             out.append(ev.AnomalyRecorded("tool_call_without_name",
-                                          {"call_id": call.call_id, "args": _jsonable(call.args)},
-                                          obs.generation))
+                                          {"call_id": None, "args": _preview(call.args)}, gen))
             continue
-        if not call.call_id or not isinstance(call.call_id, str):
+        if not call.call_id or not isinstance(call.call_id, str):  # the shell always makes one
             out.append(ev.AnomalyRecorded("tool_call_without_id",
-                                          {"name": call.name, "args": _jsonable(call.args)},
-                                          obs.generation))
+                                          {"name": _clean(name), "args": _preview(call.args)},
+                                          gen))
             continue
+        if not (_is_text(call.call_id) and _is_text(name)):
+            out += decide(state, ServerMessageRejected("malformed_message", {
+                "what": "a function call whose id or name is not valid text",
+                "call_id": _clean(call.call_id), "name": _clean(name)}, gen), policy)
+            continue
+        if call.id_generated:
+            out.append(ev.AnomalyRecorded("tool_call_without_id",
+                                          {"call_id": call.call_id, "name": name}, gen))
         if state.knows_call_id(call.call_id) or call.call_id in seen:
-            out.append(ev.AnomalyRecorded("duplicate_tool_call_id",
-                                          {"call_id": call.call_id, "name": call.name},
-                                          obs.generation))
+            # (Where the first one is: nothing about it that a compacted state may not know.)
+            out.append(ev.AnomalyRecorded("duplicate_tool_call_id", {
+                "call_id": call.call_id, "name": name,
+                "first": "same_tool_call" if call.call_id in seen else "earlier_call",
+                "args": _preview(call.args)}, gen))
             continue
         seen.add(call.call_id)
-        args = call.args if isinstance(call.args, dict) else {"_value": _jsonable(call.args)}
-        out.append(ev.ToolCallRequested(call.call_id, call.name, args, obs.generation))
-        earlier = (state.find_equivalent(call.name, args, int(policy.crossing_window_s * 1e6))
-                   if policy.reuses(call.name) else None)
+        args, size = _storable_args(call.args)
+        out.append(ev.ToolCallRequested(call.call_id, name, args, gen))
+        refused = None
+        if not name:
+            refused = ("tool_call_without_name", {"call_id": call.call_id}, NO_NAME_ERROR)
+        elif size is None:
+            refused = ("invalid_tool_args", {"call_id": call.call_id, "name": name,
+                                             "args": args["_invalid"]},
+                       "the arguments are not valid JSON (NaN, or text that is not "
+                       "valid Unicode): nothing was run")
+        elif size > policy.max_args_bytes:
+            args = {"_omitted_bytes": size, "_preview": _preview(args)}
+            out[-1] = ev.ToolCallRequested(call.call_id, name, args, gen)
+            refused = ("tool_args_too_large",
+                       {"call_id": call.call_id, "name": name, "bytes": size,
+                        "limit": policy.max_args_bytes},
+                       f"the arguments are too large ({size} bytes; the limit is "
+                       f"{policy.max_args_bytes}): nothing was run")
+        elif not call.has_handler:
+            refused = ("unknown_tool", {"call_id": call.call_id, "name": name},
+                       f"no function named {name!r} is available: nothing was run")
+        if refused is not None:
+            kind, detail, error = refused
+            out += [ev.AnomalyRecorded(kind, detail, gen), ev.ToolCallFailed(call.call_id, error)]
+            continue
+        earlier = (state.find_equivalent(name, args, int(policy.crossing_window_s * 1e6))
+                   if policy.reuses(name) else None)
         if earlier is not None and earlier.status == "completed":
             # Gemini re-asked after resuming from a state that lost the first answer.
             out.append(ev.ToolCallCompleted(call.call_id, earlier.result,
@@ -158,9 +234,69 @@ def _decide_tool_calls(state: SessionState, obs: ToolCallsArrived, policy: Polic
             # The original has no delivered answer yet (deferred, running, in doubt after a
             # crash, or failed): link them; the tool never runs twice for one request.
             out.append(ev.ToolCallReissued(call.call_id, earlier.call_id))
-        elif state.bot_speaking and policy.defers(call.name):
+        elif state.bot_speaking and policy.defers(name):
             out.append(ev.ToolCallDeferred(call.call_id))
     return out
+
+
+def _storable_args(args: Any) -> tuple[dict[str, Any], int | None]:
+    """The arguments as the log will keep them, and their size in bytes (canonical JSON).
+    Size None: they cannot be stored as JSON at all (NaN, a lone surrogate: the SDK lets
+    both through); the stand-in then shows their start, escaped."""
+    value = args if isinstance(args, dict) else {"_value": _jsonable(args)}
+    try:
+        return value, len(ev.canonical_json(value).encode())
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+        return {"_invalid": _preview(value)}, None
+
+
+PREVIEW_CHARS = 200
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _clean(text: str) -> str:
+    """Text that can be stored: a lone surrogate becomes its escape sequence."""
+    return text if _is_text(text) else text.encode("utf-8", "backslashreplace").decode()
+
+
+def _preview(value: Any) -> str:
+    """The start of a value's JSON, for an anomaly's details (never the whole of a huge one)."""
+    try:
+        text = ev.canonical_json(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    text = _clean(text)
+    return text if len(text) <= PREVIEW_CHARS else f"{text[:PREVIEW_CHARS]}… ({len(text)} chars)"
+
+
+def bounded(detail: Any, depth: int = 0) -> Any:
+    """An anomaly's details made storable and small: strings, lists and mappings cut to a few
+    hundred chars / items, text that is not valid Unicode escaped, NaN spelled out. What a
+    hostile server sends must neither bloat the log nor make an append fail."""
+    if isinstance(detail, str):
+        detail = _clean(detail)
+        return detail if len(detail) <= 300 else f"{detail[:300]}… ({len(detail)} chars)"
+    if isinstance(detail, float) and not math.isfinite(detail):
+        return repr(detail)
+    if depth >= 4 and isinstance(detail, (dict, list, tuple)):
+        return _preview(detail)
+    if isinstance(detail, dict):
+        items = list(detail.items())
+        out = {_clean(str(k))[:100]: bounded(v, depth + 1) for k, v in items[:20]}
+        if len(items) > 20:
+            out["_more_keys"] = len(items) - 20
+        return out
+    if isinstance(detail, (list, tuple)):
+        return [bounded(v, depth + 1) for v in detail[:20]] + (
+            [f"… ({len(detail) - 20} more)"] if len(detail) > 20 else [])
+    return _jsonable(detail)
 
 
 def _decide_cancellation(state: SessionState, obs: CancellationArrived) -> list[ev.Event]:
@@ -170,8 +306,8 @@ def _decide_cancellation(state: SessionState, obs: CancellationArrived) -> list[
         if call_id in state.archived:
             continue  # answered (or cancelled) for good: nothing left to cancel
         if call is None:
-            out.append(ev.AnomalyRecorded("cancellation_for_unknown_call", {"call_id": call_id},
-                                          obs.generation))
+            out.append(ev.AnomalyRecorded("cancellation_for_unknown_call",
+                                          {"call_id": _clean(str(call_id))}, obs.generation))
         elif call.status != "cancelled" and not (call.has_outcome and state.in_model(call)):
             out.append(ev.ToolCallCancelled(call_id, "server"))
     return out

@@ -149,11 +149,12 @@ class ContentResult:
 
 # "[Function NAME returned VALUE]" is what pipecat's seed writes; an optional
 # "(id X)" / "(call_id X)" after the name lets a sender name the call it answers.
+# A name may be empty: a function call the server sent without one is answered as "".
 _RESULT_TEXT = re.compile(
-    r"\[Function (?P<name>[^\s()\]]+)"
+    r"\[Function (?P<name>[^\s()\]]*)"
     r"(?: \((?:call[_ ])?id[:= ]\s*(?P<id>[^)\s]+)\))? returned "
 )
-_CALL_TEXT = re.compile(r"\[Called function (?P<name>[^\s()\]]+) with args ")
+_CALL_TEXT = re.compile(r"\[Called function (?P<name>[^\s()\]]*) with args ")
 
 
 def as_response_dict(value: Any) -> dict[str, Any]:

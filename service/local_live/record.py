@@ -51,6 +51,7 @@ class ModelState:
     results: dict[str, ToolResult] = field(default_factory=dict)  # by call id
     history_results: list[ToolResult] = field(default_factory=list)  # seeded, no known call
     history_calls: list[str] = field(default_factory=list)  # seeded call names not yet answered
+    anonymous: list[str] = field(default_factory=list)  # issued without an id on the wire
 
     def outstanding(self) -> list[str]:
         """Issued calls with neither a result nor a cancellation, in issue order."""
@@ -70,6 +71,7 @@ class ModelState:
             "results": {key: value.to_json() for key, value in self.results.items()},
             "history_results": [result.to_json() for result in self.history_results],
             "history_calls": list(self.history_calls),
+            "anonymous": list(self.anonymous),
         }
 
 
@@ -84,7 +86,14 @@ class Verdict:
 
 
 def judge_tool_response(state: ModelState, call_id: str | None, name: str) -> Verdict:
-    """A ``toolResponse`` only makes sense for a call this session issued and left open."""
+    """A ``toolResponse`` only makes sense for a call this session issued and left open.
+
+    A call issued without an id takes a result by function name (what Vertex does), whatever
+    id the client made up for it: the oldest such call still open with that name."""
+    if call_id is None or call_id not in state.issued:
+        for open_id in state.outstanding():
+            if open_id in state.anonymous and state.issued[open_id] == name:
+                return Verdict(open_id, True)
     if call_id is None:
         return Verdict(None, False, "unknown_call_id", "toolResponse without an id")
     if call_id in state.results:

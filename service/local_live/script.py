@@ -57,11 +57,17 @@ class Interrupted:
 
 @dataclass(frozen=True)
 class Call:
-    """One function call the model asks for."""
+    """One function call the model asks for.
+
+    ``omit`` leaves fields out on the wire (a hostile or Vertex-like server): without
+    ``"id"`` the server still tracks the call under ``id`` and takes a result for it by
+    function name, as Vertex does; without ``"name"`` the call's function is ``""``.
+    """
 
     id: str
     name: str
-    args: dict[str, Any] = field(default_factory=dict)
+    args: Any = field(default_factory=dict)
+    omit: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

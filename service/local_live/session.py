@@ -136,9 +136,14 @@ class LiveSession:
                 await self.send(protocol.server_content(interrupted=True))
             case ToolCall(calls=calls):
                 # Registered before sending: the answer may be processed before send returns.
+                # An id issued again keeps its first function: a client answers an id once.
                 for call in calls:
-                    state.issued[call.id] = call.name
-                wire = [{"id": call.id, "name": call.name, "args": call.args} for call in calls]
+                    state.issued.setdefault(call.id, "" if "name" in call.omit else call.name)
+                    if "id" in call.omit:
+                        state.anonymous.append(call.id)
+                wire = [{key: value for key, value in
+                         (("id", call.id), ("name", call.name), ("args", call.args))
+                         if key not in call.omit} for call in calls]
                 await self.send(protocol.tool_call(wire))
             case CancelToolCalls(ids=ids):
                 state.cancelled.update(ids)

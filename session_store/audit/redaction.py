@@ -244,6 +244,13 @@ class Redactor:
             if "args" in detail:
                 detail["args"] = self._walk(detail["args"], "data.detail.args", masked,
                                             all_leaves=cfg.tool_args == "all")
+            # The start of a frame the service could not take in, or of a value it could not
+            # store (and the SDK's error, which quotes the frame): raw server text that may
+            # carry transcripts or arguments. Kind, sizes and field names stay visible.
+            for key in ("frame", "preview", "error"):
+                if isinstance(detail.get(key), str) and (cfg.transcripts
+                                                         or cfg.tool_args == "all"):
+                    detail[key] = self._mask(detail[key], f"data.detail.{key}", masked)
             d["detail"] = detail
         if event_type in ("connection.connected", "connection.handle_issued"):
             if d.get("handle") is not None and cfg.handles:

@@ -4,9 +4,10 @@ The log holds two kinds of facts. **Decisions** are what `decide(state, observat
 when the shell observed something; each such group of events (appended together, so they
 share one timestamp) lets us rebuild the observation:
 
-    ToolCallRequested [+ ToolCallDeferred | ToolCallReissued | reused ToolCallCompleted],
-    tool-call anomalies
+    ToolCallRequested [+ ToolCallDeferred | ToolCallReissued | reused ToolCallCompleted
+    | refusal anomaly + ToolCallFailed], tool-call anomalies
                                                    -> ToolCallsArrived
+    a rejected server message's anomaly [+ ReconnectRequested] -> ServerMessageRejected
     BotStartedSpeaking / BotStoppedSpeaking / Interrupted -> SpeechStarted / SpeechStopped / …
     SettingsChanged [+ ReconnectRequested("settings")]    -> SettingsUpdate
     GoAwayReceived                                        -> GoAway
@@ -18,6 +19,10 @@ an in-doubt call resolved, a result sent, a reconnect, the handle a new session 
 For each, replay asks today's `due` / `choose_resumption` at that point (same state, the
 event's time) whether it would have done the same. The state always follows the *logged*
 events, so one divergence does not cascade into a hundred.
+
+An anomaly's details are diagnostics, not decisions: anomalies compare by kind. Arguments the
+log does not keep (over Policy.max_args_bytes, or not storable) are replaced by ones that
+lead to the same refusal, and compare as absent.
 """
 
 from __future__ import annotations
@@ -27,16 +32,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import events as ev
-from ..decide import (CancellationArrived, FunctionCall, GoAway, InterruptionObserved,
-                      Observation, Policy, Reconnect, ResolveInDoubt, SendResult,
-                      SettingsUpdate, SpeechStarted, SpeechStopped, StartCall,
-                      ToolCallsArrived, choose_resumption, decide, due)
+from ..decide import (RESYNC_KINDS, CancellationArrived, FunctionCall, GoAway,
+                      InterruptionObserved, Observation, Policy, Reconnect, ResolveInDoubt,
+                      SendResult, ServerMessageRejected, SettingsUpdate, SpeechStarted,
+                      SpeechStopped, StartCall, ToolCallsArrived, choose_resumption, decide, due)
 from ..errors import EventDecodeError
 from ..events import canonical_json
 from ..projection import SessionState, fold_into
 from ..records import RecordedEvent
 
 TOOL_CALL_ANOMALIES = ("tool_call_without_name", "tool_call_without_id", "duplicate_tool_call_id")
+#: Anomalies that qualify a call requested in the same group (decide refused to run it).
+CALL_REFUSALS = ("tool_call_without_name", "unknown_tool", "tool_args_too_large",
+                 "invalid_tool_args")
+#: Anomalies decided on a ServerMessageRejected observation.
+MESSAGE_ANOMALIES = tuple(RESYNC_KINDS) + ("unknown_message", "message_too_big")
 
 
 @dataclass
@@ -103,8 +113,18 @@ def observation_json(obs: Observation) -> dict[str, Any]:
     return {"observation": type(obs).__name__, **dataclasses.asdict(obs)}
 
 
-def _same(a: list[ev.Event], b: list[ev.Event]) -> bool:
-    return (canonical_json([event_json(x) for x in a]) == canonical_json([event_json(x) for x in b]))
+def _same(a: list[ev.Event], b: list[ev.Event], args_not_logged: frozenset = frozenset()
+          ) -> bool:
+    return canonical_json([_comparable(x, args_not_logged) for x in a]) == canonical_json(
+        [_comparable(x, args_not_logged) for x in b])
+
+
+def _comparable(e: ev.Event, args_not_logged: frozenset) -> dict[str, Any]:
+    if isinstance(e, ev.AnomalyRecorded):
+        return {"type": e.TYPE, "kind": e.kind, "generation": e.generation}
+    if isinstance(e, ev.ToolCallRequested) and e.call_id in args_not_logged:
+        return {"type": e.TYPE, "data": {**e.to_data(), "args": None}}
+    return event_json(e)
 
 
 class _Replayer:
@@ -113,6 +133,7 @@ class _Replayer:
         self.report = ReplayReport(call_id or (records[0].stream_id if records else ""))
         self.state = SessionState(stream_id=self.report.call_id)
         self.failed_handshake = False
+        self._args_not_logged: set[str] = set()
 
     # ------------------------------------------------------------------ state
     def advance(self, recs: list[RecordedEvent]) -> None:
@@ -127,27 +148,15 @@ class _Replayer:
         match e:
             case ev.ToolCallRequested() | ev.AnomalyRecorded() if (
                     not isinstance(e, ev.AnomalyRecorded) or e.kind in TOOL_CALL_ANOMALIES):
-                calls, ids, j, gen = [], set(), i, None
-                while same_time(j):
-                    x = recs[j].event
-                    if isinstance(x, ev.ToolCallRequested):
-                        calls.append(FunctionCall(x.call_id, x.name, x.args))
-                        ids.add(x.call_id)
-                        gen = x.generation if gen is None else gen
-                    elif isinstance(x, ev.AnomalyRecorded) and x.kind in TOOL_CALL_ANOMALIES:
-                        d = x.detail if isinstance(x.detail, dict) else {}
-                        calls.append(FunctionCall(
-                            d.get("call_id") if x.kind != "tool_call_without_id" else None,
-                            d.get("name") if x.kind != "tool_call_without_name" else None,
-                            d.get("args", {})))
-                        gen = x.generation if gen is None else gen
-                    elif not (isinstance(x, (ev.ToolCallDeferred, ev.ToolCallCompleted,
-                                             ev.ToolCallReissued))
-                              and x.call_id in ids
-                              and (not isinstance(x, ev.ToolCallCompleted) or x.reused_from)):
-                        break
-                    j += 1
-                return ToolCallsArrived(tuple(calls), gen or 0), j - i
+                return self._tool_calls_group(i)
+            case ev.AnomalyRecorded() if e.kind in MESSAGE_ANOMALIES:
+                n = 1
+                if same_time(i + 1):
+                    nxt = recs[i + 1].event
+                    if isinstance(nxt, ev.ReconnectRequested) and nxt.reason == e.kind:
+                        n = 2
+                detail = e.detail if isinstance(e.detail, dict) else {}
+                return ServerMessageRejected(e.kind, detail, e.generation), n
             case ev.BotStartedSpeaking():
                 return SpeechStarted(e.generation, e.source), 1
             case ev.BotStoppedSpeaking():
@@ -180,6 +189,54 @@ class _Replayer:
                 return CancellationArrived(tuple(ids_), gen or self.state.generation), j - i
         return None
 
+    def _tool_calls_group(self, i: int) -> tuple[Observation, int]:
+        """Rebuild the ToolCallsArrived a group of call events was decided on."""
+        recs, at = self.recs, self.recs[i].recorded_at_us
+        calls: list[FunctionCall] = []
+        index: dict[str, int] = {}  # call id -> its FunctionCall in `calls`
+        made_up: set[str] = set()  # ids the shell made (logged just before their request)
+        j, gen = i, None
+        while j < len(recs) and recs[j].recorded_at_us == at:
+            x = recs[j].event
+            d = x.detail if isinstance(x, ev.AnomalyRecorded) and isinstance(x.detail, dict) \
+                else {}
+            if isinstance(x, ev.ToolCallRequested):
+                index[x.call_id] = len(calls)
+                calls.append(FunctionCall(x.call_id, x.name, x.args,
+                                          id_generated=x.call_id in made_up))
+            elif isinstance(x, ev.AnomalyRecorded) and x.kind == "tool_call_without_id" \
+                    and d.get("call_id"):
+                made_up.add(d["call_id"])
+            elif isinstance(x, ev.AnomalyRecorded) and x.kind in CALL_REFUSALS \
+                    and d.get("call_id") in index:
+                at_ = index[d["call_id"]]
+                call = calls[at_]
+                if x.kind == "unknown_tool":
+                    call = dataclasses.replace(call, has_handler=False)
+                elif x.kind == "tool_args_too_large" and isinstance(d.get("bytes"), int):
+                    pad = max(d["bytes"] - len('{"_":""}'), 0)  # same size, same refusal
+                    call = dataclasses.replace(call, args={"_": "x" * pad})
+                    self._args_not_logged.add(call.call_id)
+                elif x.kind == "invalid_tool_args":
+                    call = dataclasses.replace(call, args={"_": float("nan")})
+                    self._args_not_logged.add(call.call_id)
+                calls[at_] = call
+            elif isinstance(x, ev.AnomalyRecorded) and x.kind in TOOL_CALL_ANOMALIES:
+                calls.append(FunctionCall(
+                    d.get("call_id") if x.kind != "tool_call_without_id" else None,
+                    d.get("name") if x.kind != "tool_call_without_name" else None,
+                    d.get("args", {})))
+            elif not (isinstance(x, (ev.ToolCallDeferred, ev.ToolCallCompleted,
+                                     ev.ToolCallReissued, ev.ToolCallFailed))
+                      and x.call_id in index
+                      and (not isinstance(x, ev.ToolCallCompleted) or x.reused_from)
+                      and (not isinstance(x, ev.ToolCallFailed) or not x.outcome_unknown)):
+                break
+            if isinstance(x, (ev.ToolCallRequested, ev.AnomalyRecorded)):
+                gen = x.generation if gen is None else gen
+            j += 1
+        return ToolCallsArrived(tuple(calls), gen or 0), j - i
+
     # ------------------------------------------------------------------ checks
     def diverge(self, first: int, last: int, kind: str, message: str, obs, logged, decided):
         self.report.divergences.append(Divergence(
@@ -191,7 +248,7 @@ class _Replayer:
         logged = [r.event for r in grecs]
         decided = decide(self.state, obs, self.policy)
         self.report.decisions_checked += 1
-        if not _same(logged, decided):
+        if not _same(logged, decided, frozenset(self._args_not_logged)):
             self.diverge(grecs[0].version, grecs[-1].version, "decide",
                          _explain(self.state, logged, decided), obs,
                          [event_json(x) for x in logged], [event_json(x) for x in decided])
@@ -249,7 +306,8 @@ class _Replayer:
                     self.effect_diverges(rec, f"the log sends {e.call_id} via {e.via} on "
                                          f"generation {e.generation}; today's code: via "
                                          f"{send.via} on generation {s.generation}", effects)
-            case ev.Disconnected(reason="settings" | "go_away"):
+            case ev.Disconnected(reason=reason) if reason in ("settings", "go_away",
+                                                               *RESYNC_KINDS):
                 effects = due(s, self.policy, t)
                 if not any(isinstance(x, Reconnect) for x in effects):
                     why = ("the bot is still speaking" if s.bot_speaking else

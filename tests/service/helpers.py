@@ -213,7 +213,7 @@ class CallRun:
         return "\n".join(f"  {e.version:3d} {e.type} {e.data_json[:140]}" for e in self.events)
 
 
-async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script,
+async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script | Callable[..., Script],
                    drive: Callable[[Ctl], Awaitable[None]], *,
                    tool_delay: float | dict[str, float] = 0.05,
                    tools: Sequence[str] = TOOLS, policy: Policy | None = None,
@@ -222,8 +222,9 @@ async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script,
     call_id = f"call-{uuid.uuid4().hex[:10]}"
     ledger = TimedLedger()
     tap = Tap()
-    async with LocalLiveServer(list(scripts) if not isinstance(scripts, Script) else scripts
-                               ) as server:
+    # A Script for every connection, a list (one per connection) or a callable choosing one.
+    source = scripts if isinstance(scripts, Script) or callable(scripts) else list(scripts)
+    async with LocalLiveServer(source) as server:
         llm = flavour.make_llm(server, call_id=call_id, system_instruction=system_instruction,
                                tools=tools, policy=policy, **llm_extra)
         for name in tools:

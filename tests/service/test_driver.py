@@ -7,6 +7,8 @@ path; none of that may make its state differ from the fold of the log.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from service.driver import CallDriver
@@ -93,6 +95,71 @@ async def test_a_takeover_sees_its_own_state_only_once_attached(store):
     with pytest.raises(Exception):
         await first.record(ev.ConversationMessage("user", "late", 1))
     assert first.fenced
+
+
+async def test_a_fact_the_log_cannot_store_becomes_an_anomaly_not_a_stuck_log(store):
+    """The SDK lets NaN and lone surrogates through; the log's JSON refuses them. Such a
+    noted fact used to fail its append, be noted again, and fail every append after it."""
+    driver = CallDriver(store, "call-e", Policy(), worker_id="w1")
+    await driver.attach(model="m", tools=["t"], settings={})
+    await driver.record(ev.Connected(1, None, "x"))
+    driver.note(ev.ConversationMessage("assistant", "caf\udce9", 1))
+    driver.note(ev.HandleIssued(1, "h1", None))
+    await driver.flush()
+    await driver.record(ev.ConversationMessage("user", "still logging", 1))
+    types = [r.type for r in await store.read("call-e")]
+    assert types[-3:] == ["anomaly.recorded", "connection.handle_issued", "conversation.message"]
+    (anomaly,) = [r for r in await store.read("call-e") if r.type == "anomaly.recorded"]
+    assert anomaly.data["kind"] == "unstorable_event"
+    assert anomaly.data["detail"]["type"] == "conversation.message"
+    assert "\\udce9" in anomaly.data["detail"]["preview"]
+    await same_as_log(driver)
+
+
+async def test_an_append_that_committed_under_a_cancelled_caller_is_not_made_twice(store):
+    """A reconnect cancelled the receive loop while it awaited an append: the store's writer
+    committed it anyway. The noted facts it carried must not be appended again."""
+    driver = CallDriver(store, "call-f", Policy(), worker_id="w1")
+    await driver.attach(model="m", tools=["t"], settings={})
+    real_append = store.append
+
+    async def committed_then_cancelled(*args, **kwargs):
+        await real_append(*args, **kwargs)
+        raise asyncio.CancelledError
+
+    driver.note(ev.HandleIssued(1, "h1", None))
+    store.append = committed_then_cancelled
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await driver.record(ev.Connected(1, None, "x"))
+    finally:
+        store.append = real_append
+    driver.note(ev.HandleIssued(1, "h2", None))
+    await driver.flush()
+    handles = [r.data["handle"] for r in await store.read("call-f")
+               if r.type == "connection.handle_issued"]
+    assert handles == ["h1", "h2"]
+    await same_as_log(driver)
+
+
+async def test_an_append_that_failed_keeps_its_notes(store):
+    driver = CallDriver(store, "call-g", Policy(), worker_id="w1")
+    await driver.attach(model="m", tools=["t"], settings={})
+    real_append = store.append
+
+    async def refused(*args, **kwargs):
+        raise asyncio.CancelledError  # cancelled before the store took it
+
+    driver.note(ev.HandleIssued(1, "h1", None))
+    store.append = refused
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await driver.record(ev.Connected(1, None, "x"))
+    finally:
+        store.append = real_append
+    await driver.flush()
+    assert [r.type for r in await store.read("call-g")][-1] == "connection.handle_issued"
+    await same_as_log(driver)
 
 
 async def test_snapshots_are_compacted_and_a_takeover_loads_from_them(store):

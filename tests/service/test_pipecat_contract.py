@@ -51,9 +51,9 @@ METHODS = {
     "process_frame": (
         _G, "(self, frame: pipecat.frames.frames.Frame, "
             "direction: pipecat.processors.frame_processor.FrameDirection)", True),
+    "_handle_connection_error": (_G, "(self, error: Exception) -> bool", True),
     # called
     "_disconnect": (_G, "(self)", True),
-    "_handle_connection_error": (_G, "(self, error: Exception) -> bool", True),
     "_cancel_function_calls_by_tool_call_id": (_LLM, "(self, tool_call_id: 'str')", True),
     "run_function_calls": (
         _LLM, "(self, function_calls: 'Sequence[FunctionCallFromLLM]')", True),
@@ -172,3 +172,66 @@ def test_what_upstream_still_ignores():
     assert not inspect.iscoroutinefunction(GeminiLiveLLMService._handle_msg_resumption_update)
     # _update_settings only warns: the reconnect for a new prompt is ours.
     assert "_reconnect" not in inspect.getsource(GeminiLiveLLMService._update_settings)
+
+
+# --------------------------------------------------------------------------- google-genai
+# service/wire.py wraps each live session's private receive path, and the service sets the
+# websocket frame limit through HttpOptions.async_client_args. Pinned like pipecat's hooks:
+# when this fails after an upgrade, re-read google/genai/live.py (AsyncSession.receive,
+# _receive) and re-run tests/faults/test_hostile_wire.py.
+GENAI_VERSION = "2.34.0"
+
+
+def test_google_genai_version_is_the_pinned_one():
+    assert importlib.metadata.version("google-genai") == GENAI_VERSION, (
+        "google-genai changed: re-check the receive path service/wire.py wraps")
+
+
+def test_the_session_receive_path_we_wrap():
+    from google.genai.live import AsyncSession
+
+    # receive() pulls every message through the instance's _receive (which we replace) ...
+    assert re.search(r"self\._receive\(\)", inspect.getsource(AsyncSession.receive))
+    assert str(inspect.signature(AsyncSession._receive)) == (
+        "(self) -> google.genai.types.LiveServerMessage")
+    # ... which reads one frame from the instance's _ws (which we wrap) and parses it.
+    source = inspect.getsource(AsyncSession._receive)
+    assert "self._ws.recv(" in source and "json.loads" in source
+    assert "self._ws = websocket" in inspect.getsource(AsyncSession.__init__)
+
+
+def test_what_the_sdk_does_with_frames_we_guard_against():
+    """The facts wire.py is built on: invalid JSON raises; a message with no field the SDK
+    knows raises too; fields it does not know next to known ones are dropped silently."""
+    from google.genai import _live_converters, errors, types
+    from google.genai.live import AsyncSession
+
+    from service.wire import KNOWN_FIELDS
+
+    def parse(frame: dict):
+        converted = _live_converters._LiveServerMessage_from_mldev(frame)
+        if not converted and frame:
+            errors.APIError.raise_error(frame.get("code"), frame, None)
+        return types.LiveServerMessage._from_response(response=converted, kwargs={})
+
+    with pytest.raises(Exception):
+        parse({"brandNewMessage": {}})
+    assert parse({"usageMetadata": {}, "extraField": 1}).usage_metadata is not None
+    assert "Failed to parse response" in inspect.getsource(AsyncSession._receive)
+    assert {"toolCall", "serverContent", "sessionResumptionUpdate", "goAway"} <= KNOWN_FIELDS
+
+
+def test_async_client_args_reach_the_websocket_connect():
+    """DurableGeminiLiveLLMService raises the frame limit through http_options."""
+    from google.genai import Client, types
+
+    from service.wire import with_frame_limit
+
+    for options in (None, {"headers": {"a": "b"}}, types.HttpOptions(headers={"a": "b"})):
+        client = Client(api_key="x", http_options=with_frame_limit(options, 12345))
+        assert client._api_client._websocket_ssl_ctx["max_size"] == 12345
+    from google.genai.live import AsyncLive
+    assert "**self._api_client._websocket_ssl_ctx" in inspect.getsource(AsyncLive.connect)
+    from service.gemini_live import MAX_FRAME_BYTES
+    llm = DurableGeminiLiveLLMService(api_key="x", store=None, call_id="c")  # no I/O yet
+    assert llm._client._api_client._websocket_ssl_ctx["max_size"] == MAX_FRAME_BYTES

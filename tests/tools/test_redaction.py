@@ -122,3 +122,16 @@ def test_unreadable_payload_is_scrubbed_not_leaked():
     broken = replace(rec, data_json='{"api_key": "' + SECRET + '", oops')
     line = export_line(broken, Redactor())
     assert SECRET not in dumps(line) and line["redacted"] == ["data"]
+
+
+def test_raw_server_text_in_anomalies_is_masked_when_redacting():
+    """A malformed frame's start (or an unstorable value's) may quote transcripts or tool
+    arguments: masked under full redaction; the kind and sizes stay."""
+    frame = '{"toolCall": {"functionCalls": [{"args": {"note": "Call me at 555-0100"}}'
+    recs = chain("hostile-1", [(0, ev.AnomalyRecorded("malformed_message", {
+        "frame": frame, "bytes": 4096, "error": f"ValueError: Failed to parse: {frame}"}, 1))])
+    plain = export_line(recs[0], Redactor(load_config(redact=False, env={})))
+    assert plain["data"]["detail"]["frame"] == frame
+    out = export_line(recs[0], Redactor(load_config(redact=True, env={})))
+    assert "555-0100" not in dumps(out)
+    assert out["data"]["kind"] == "malformed_message" and out["data"]["detail"]["bytes"] == 4096

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from session_store import events as ev
 from session_store.audit import parse_policy, replay
-from session_store.decide import Policy
+from session_store.decide import NO_NAME_ERROR, Policy
 
 from .helpers import chain, reissued_call, support_call
 
@@ -194,7 +194,10 @@ def test_cancellations_and_grouped_tool_calls():
     timed = OPEN + [
         (100, ev.ToolCallRequested("c1", "book", {}, 1)),
         (100, ev.ToolCallRequested("c2", "book", {"b": 1}, 1)),
-        (100, ev.AnomalyRecorded("tool_call_without_name", {"call_id": "c3", "args": {}}, 1)),
+        # a call without name is recorded and failed at once, so the model gets an answer
+        (100, ev.ToolCallRequested("c3", "", {}, 1)),
+        (100, ev.AnomalyRecorded("tool_call_without_name", {"call_id": "c3"}, 1)),
+        (100, ev.ToolCallFailed("c3", NO_NAME_ERROR)),
         (200, ev.ToolCallCancelled("c1", "server")),
         (200, ev.AnomalyRecorded("cancellation_for_unknown_call", {"call_id": "zz"}, 1)),
     ]
