@@ -6,10 +6,13 @@ transaction, checking each request's expected version (and fencing epoch) agains
 stream's head row. So concurrent sessions share commits while each caller still gets its
 own conflict check and its own durable acknowledgement.
 
-The commit of one batch (`_commit_batch`) is written once against a *sync* SQLAlchemy
-Connection; the SQLite subclass runs it on a dedicated writer thread over the sync sqlite3
-driver (one thread hop per batch instead of one per statement), the PostgreSQL subclass runs
-it through `AsyncConnection.run_sync` over asyncpg.
+Each dialect commits a batch its own way (SQLite on a writer thread over sqlite3, or inline
+on the event loop when one append finds the store idle; PostgreSQL over asyncpg). What they
+share lives here: the queue, the retry policy, the pure batch planner and a cache of the
+stream heads this store committed. The cache saves reading the heads before writing: a batch
+planned from it writes its head rows only where they still hold the cached (version, hash,
+epoch), so a stream moved by another store or process is caught in the same transaction and
+the batch is planned again from the database (see `_plan_from_cache`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +56,7 @@ class _AppendRequest:
     epoch: int | None
     recorded_at_us: int
     deadline: float
-    future: asyncio.Future
+    future: asyncio.Future | None = None  # only for a request that waits for a writer
     final_hash: str | None = None  # set when first computed: recognises a commit whose ack was lost
 
 
@@ -61,12 +65,63 @@ class BatchPlan:
     """What one group commit writes, and each request's outcome (new version or error)."""
     outcomes: list[Any] = field(default_factory=list)
     created: list[tuple] = field(default_factory=list)  # (stream_id, version, hash, epoch, at_us)
-    updated: list[tuple] = field(default_factory=list)  # same shape
+    # (stream_id, version, hash, epoch, at_us, old version, old hash, old epoch): the old head
+    # is what the row must still hold when it is written (a conditional update).
+    updated: list[tuple] = field(default_factory=list)
     events: list[tuple] = field(default_factory=list)  # (stream_id, version, type, schema, data, at_us, hash)
+    before: dict[str, tuple[int, str, int]] = field(default_factory=dict)  # heads planned from
+    from_cache: bool = False
+    stale: bool = False  # planned from the cache, which turned out stale: replanned from the db
+
+    @property
+    def failed(self) -> bool:
+        return any(isinstance(o, BaseException) for o in self.outcomes)
 
 
 class _RetryBatch(Exception):
     """A concurrent writer created a stream we meant to create: re-read heads and retry."""
+
+
+class _RequestQueue:
+    """FIFO of append requests for the writer tasks (asyncio.Queue cannot put in front)."""
+
+    def __init__(self) -> None:
+        self._items: deque = deque()
+        self._waiters: deque[asyncio.Future] = deque()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def put_nowait(self, item, *, front: bool = False) -> None:
+        if front:
+            self._items.appendleft(item)
+        else:
+            self._items.append(item)
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def get_nowait(self):
+        return self._items.popleft()
+
+    async def get(self):
+        while not self._items:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+                if waiter.done() and not waiter.cancelled() and self._items:
+                    self._wake_one()  # woken, then cancelled: pass the wake-up on
+                raise
+        return self._items.popleft()
 
 
 @dataclass
@@ -94,17 +149,28 @@ class SqlEventStore:
     #: Wait for a change notification at most this long before polling the table again.
     poll_interval = 0.25
 
+    #: Stream heads kept in memory (most recently written); an evicted one is read again.
+    max_cached_heads = 10_000
+
     def __init__(self, engine: AsyncEngine, *, max_batch_events: int = 2000,
                  writers: int | None = None, append_timeout: float = 30.0):
         self._engine = engine
         self._max_batch_events = max_batch_events
         self._append_timeout = append_timeout
-        self._queue: asyncio.Queue[_AppendRequest | None] = asyncio.Queue()
+        self._queue = _RequestQueue()
         self._writer_count = writers or self.default_writers
         self._writers: list[asyncio.Task] = []
         self._closed = False
         self._changed = asyncio.Event()
-        self.stats = {"batches": 0, "events": 0, "retries": 0}
+        # Appends accepted and not yet returned (queued, committing, or about to go inline).
+        self._inflight = 0
+        # stream id -> (version, last hash, epoch) as this store last committed or read it
+        # under the write lock. Never trusted alone: see `_plan_from_cache`.
+        self._heads: dict[str, tuple[int, str, int]] = {}
+        # inline: commits on the caller's thread (SQLite); cached_plans: batches planned from
+        # cached heads and written as planned; stale_heads: cached heads another writer moved.
+        self.stats = {"batches": 0, "events": 0, "retries": 0, "inline": 0, "cached_plans": 0,
+                      "stale_heads": 0}
 
     # ------------------------------------------------------------------ lifecycle
     async def _start(self) -> None:
@@ -140,6 +206,9 @@ class SqlEventStore:
         if self._closed:
             return
         self._closed = True
+        # An append accepted just before waits one loop tick before it commits inline or
+        # queues in front (see `append`): let it, so it is never behind the stop sentinels.
+        await asyncio.sleep(0)
         for _ in self._writers:
             self._queue.put_nowait(None)
         if self._writers:
@@ -182,10 +251,36 @@ class SqlEventStore:
         request = _AppendRequest(
             stream_id, rows, expected_version, epoch,
             now_us() if recorded_at_us is None else recorded_at_us,
-            loop.time() + (self._append_timeout if timeout is None else timeout),
-            loop.create_future())
-        self._queue.put_nowait(request)
-        return await request.future
+            loop.time() + (self._append_timeout if timeout is None else timeout))
+        self._inflight += 1
+        try:
+            front = False
+            if self._inflight == 1 and self._inline_ready():
+                # Alone: wait one loop tick, so a burst of appends arriving together still
+                # shares one commit (the writer takes us first), then commit right here.
+                await asyncio.sleep(0)
+                if self._inflight == 1 and self._queue.empty():
+                    outcome = self._append_inline(request)
+                    if outcome is not None:
+                        self._signal_change()
+                        if isinstance(outcome, BaseException):
+                            raise outcome
+                        return outcome
+                front = True
+            request.future = loop.create_future()
+            self._queue.put_nowait(request, front=front)
+            return await request.future
+        finally:
+            self._inflight -= 1
+
+    def _inline_ready(self) -> bool:
+        """Dialect: may an append that finds the store idle commit on the calling thread?"""
+        return False
+
+    def _append_inline(self, request: _AppendRequest) -> Any:
+        """Dialect: commit one request synchronously. Returns its outcome (new version or the
+        error to raise), or None to hand it to the writers instead (nothing acknowledged)."""
+        return None
 
     async def _writer_loop(self) -> None:
         while True:
@@ -196,7 +291,7 @@ class SqlEventStore:
             while size < self._max_batch_events and not self._queue.empty():
                 nxt = self._queue.get_nowait()
                 if nxt is None:  # closing: finish this batch, then stop
-                    self._queue.put_nowait(None)
+                    self._queue.put_nowait(None, front=True)
                     break
                 batch.append(nxt)
                 size += len(nxt.rows)
@@ -221,11 +316,14 @@ class SqlEventStore:
         delay = 0.02
         while True:
             try:
-                return await self._run_batch(batch)
+                plan = await self._run_batch(batch)
             except _RetryBatch:
+                self._forget_heads(batch)
                 self.stats["retries"] += 1
                 continue
             except Exception as exc:  # noqa: BLE001 - sorted out below
+                # Whatever happened, the database says next time what the heads are.
+                self._forget_heads(batch)
                 if self._is_integrity_error(exc) and len(batch) > 1:
                     # A row raced us past the head check: commit each request on its own so
                     # one caller's problem does not fail the others.
@@ -243,9 +341,13 @@ class SqlEventStore:
                 self.stats["retries"] += 1
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+            else:
+                self._remember_heads(batch, plan)
+                return plan.outcomes
 
-    async def _run_batch(self, batch: list[_AppendRequest]) -> list[Any]:
-        """Dialect: one transaction that reads the heads, plans, writes, commits."""
+    async def _run_batch(self, batch: list[_AppendRequest]) -> BatchPlan:
+        """Dialect: one transaction that plans (from the cache or the heads it reads under
+        lock), writes, commits; returns the plan it committed."""
         raise NotImplementedError
 
     def _is_integrity_error(self, exc: BaseException) -> bool:
@@ -259,17 +361,73 @@ class SqlEventStore:
         """Dialect: is this a lost/unreachable database (retry) rather than a bug (raise)?"""
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ head cache
+    def _plan_from_cache(self, batch: list[_AppendRequest]) -> BatchPlan | None:
+        """Plan a batch from the cached heads, or None when the database must be asked.
+
+        Only the plain case is planned here: every stream cached, every request at the cached
+        version and epoch, no retry of an earlier attempt (whose outcome only the database
+        knows). Errors (conflict, fenced) are always reported from heads read under lock.
+        The writer then updates each head row only where it still equals `plan.before`; if
+        any row moved, it rolls back and plans from the database (`plan.stale`).
+        """
+        heads = {}
+        for r in batch:
+            head = self._heads.get(r.stream_id)
+            if head is None or r.final_hash is not None:
+                return None
+            heads[r.stream_id] = head
+        plan = self._plan_batch(batch, heads)
+        if plan.failed:
+            self._unplan(batch)
+            return None
+        plan.from_cache = True
+        return plan
+
+    @staticmethod
+    def _unplan(batch: list[_AppendRequest]) -> None:
+        """Forget the final hashes of a plan that was never written (it was rolled back)."""
+        for r in batch:
+            r.final_hash = None
+
+    def _remember_heads(self, batch: list[_AppendRequest], plan: BatchPlan) -> None:
+        """After a commit: cache the heads read under lock and the heads just written."""
+        if plan.from_cache:
+            self.stats["cached_plans"] += 1
+        if plan.stale:
+            self.stats["stale_heads"] += 1
+            self._forget_heads(batch)
+        for sid, head in plan.before.items():
+            self._cache_head(sid, head)
+        for row in plan.created:
+            self._cache_head(row[0], (row[1], row[2], row[3]))
+        for row in plan.updated:
+            self._cache_head(row[0], (row[1], row[2], row[3]))
+
+    def _cache_head(self, sid: str, head: tuple[int, str, int]) -> None:
+        known = self._heads.pop(sid, None)
+        if known is not None and known[0] > head[0]:
+            head = known  # a later commit of ours (another writer task) got there first
+        self._heads[sid] = head  # re-inserted: the dict's order is the eviction order
+        if len(self._heads) > self.max_cached_heads:
+            del self._heads[next(iter(self._heads))]
+
+    def _forget_heads(self, batch: list[_AppendRequest]) -> None:
+        for r in batch:
+            self._heads.pop(r.stream_id, None)
+
     # ------------------------------------------------------------------ one batch
     def _plan_batch(self, batch: list[_AppendRequest],
                     heads: dict[str, tuple[int, str, int]]) -> BatchPlan:
         """Check each request against the stream heads and build the rows to write (pure).
 
         `heads` maps stream id to (version, last_hash, epoch) as read inside the batch's
-        transaction (under SQLite's write lock / PostgreSQL row locks). Requests of one
-        stream in one batch chain onto each other.
+        transaction (under SQLite's write lock / PostgreSQL row locks), or as cached (then
+        the writer checks them when it writes, see `_plan_from_cache`). Requests of one
+        stream in one batch chain onto each other. `heads` is updated in place.
         """
-        plan = BatchPlan()
-        existed = set(heads)
+        plan = BatchPlan(before=dict(heads))
+        existed = plan.before
         touched: dict[str, int] = {}
         for r in batch:
             version, last_hash, epoch = heads.get(r.stream_id, (0, GENESIS_HASH, 0))
@@ -298,7 +456,11 @@ class SqlEventStore:
         # create the same streams cannot deadlock on their unique keys (PostgreSQL).
         for sid, at in sorted(touched.items()):
             version, h, epoch = heads[sid]
-            (plan.updated if sid in existed else plan.created).append((sid, version, h, epoch, at))
+            old = existed.get(sid)
+            if old is None:
+                plan.created.append((sid, version, h, epoch, at))
+            else:
+                plan.updated.append((sid, version, h, epoch, at, *old))
         return plan
 
     # ------------------------------------------------------------------ read

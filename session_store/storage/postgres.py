@@ -8,12 +8,18 @@ transaction still running (`pg_snapshot_xmin`): no transaction can later commit 
 that sorts before what a reader has already seen in (tx_order, position) order.
 
 The hot path talks to asyncpg directly: each writer task owns one connection and writes a
-whole batch with array parameters (`unnest`), a fixed number of round trips per batch.
+whole batch with array parameters (`unnest`). A batch planned from cached stream heads is one
+round trip: one call of a function (created per writer connection in its temporary schema, so
+no migration) that locks the heads, updates each only where it still holds the cached head,
+inserts the events and notifies, in the statement's own transaction. If any head moved (another
+store wrote), the function raises, nothing is written, and the batch runs the transaction path:
+BEGIN, read the heads FOR UPDATE, plan, write, COMMIT.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 
 import asyncpg
@@ -25,6 +31,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from ..schema import events, streams
 from .base import SqlEventStore, _RetryBatch
 
+log = logging.getLogger(__name__)
 
 def _as_bigint(expr):
     return cast(cast(expr, Text), BigInteger)
@@ -47,6 +54,36 @@ _INSERT_EVENTS = (
     "recorded_at_us, hash) SELECT pg_current_xact_id()::text::bigint, s, v, ty, sv, d, t, h "
     "FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::bigint[], "
     "$7::text[]) AS u(s, v, ty, sv, d, t, h)) SELECT pg_notify($8, '')")
+
+
+# SQLSTATE the function raises when a head moved (a class no PostgreSQL error uses).
+_HEADS_MOVED = "SSH01"
+_FN = "pg_temp.session_store_append"
+_CREATE_FN = f"""
+CREATE OR REPLACE FUNCTION {_FN}(
+    text[], bigint[], text[], bigint[], bigint[], bigint[], text[], bigint[],
+    text[], bigint[], text[], int[], text[], bigint[], text[], text) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    moved bigint;
+BEGIN
+    -- Heads locked in one global order, as on the transaction path: writers never deadlock.
+    PERFORM 1 FROM {_S} WHERE stream_id = ANY($1) ORDER BY stream_id FOR UPDATE;
+    UPDATE {_S} AS st SET version = u.v, last_hash = u.h, epoch = u.e, updated_at_us = u.t
+    FROM unnest($1, $2, $3, $4, $5, $6, $7, $8) AS u(s, v, h, e, t, ov, oh, oe)
+    WHERE st.stream_id = u.s AND st.version = u.ov AND st.last_hash = u.oh AND st.epoch = u.oe;
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    IF moved <> cardinality($1) THEN
+        RAISE EXCEPTION 'a stream head moved since it was cached' USING ERRCODE = '{_HEADS_MOVED}';
+    END IF;
+    INSERT INTO {_E} (tx_order, stream_id, version, type, schema_version, data, recorded_at_us,
+                      hash)
+    SELECT pg_current_xact_id()::text::bigint, s, v, ty, sv, d, t, h
+    FROM unnest($9, $10, $11, $12, $13, $14, $15) AS u(s, v, ty, sv, d, t, h);
+    PERFORM pg_notify($16, '');
+END
+$fn$"""
+_CALL_FN = f"SELECT {_FN}({', '.join(f'${i}' for i in range(1, 17))})"
 
 
 def _columns(rows: list[tuple]) -> list[list]:
@@ -82,11 +119,25 @@ class PostgresEventStore(SqlEventStore):
             "lock_timeout": "15s"})
         self._channel = f"session_store_{schema or 'public'}".lower()
         self._free: list[asyncpg.Connection] = []
+        self._one_trip = True  # off if this role may not create temporary functions
+
+    async def _connect_writer(self) -> asyncpg.Connection:
+        conn = await asyncpg.connect(**self._writer_kwargs)
+        if self._one_trip:
+            try:
+                await conn.execute(_CREATE_FN)
+            except asyncpg.InsufficientPrivilegeError as exc:
+                log.warning("no TEMP privilege (%s): every batch takes the transaction path", exc)
+                self._one_trip = False
+            except BaseException:
+                conn.terminate()
+                raise
+        return conn
 
     @contextlib.asynccontextmanager
     async def _writer_connection(self):
         """A dedicated connection per writer task, replaced when it breaks."""
-        conn = self._free.pop() if self._free else await asyncpg.connect(**self._writer_kwargs)
+        conn = self._free.pop() if self._free else await self._connect_writer()
         try:
             yield conn
         except BaseException:
@@ -96,22 +147,41 @@ class PostgresEventStore(SqlEventStore):
             self._free.append(conn)
 
     async def _run_batch(self, batch):
-        async with self._writer_connection() as conn, conn.transaction():
-            ids = sorted({r.stream_id for r in batch})
-            heads = {row[0]: (row[1], row[2], row[3])
-                     for row in await conn.fetch(_SELECT_HEADS, ids)}
-            plan = self._plan_batch(batch, heads)
-            if not plan.events:
-                return plan.outcomes
-            if plan.created:
-                inserted = await conn.fetch(_INSERT_STREAMS, *_columns(plan.created))
-                if len(inserted) != len(plan.created):
-                    # Another writer created one of these streams since we looked.
-                    raise _RetryBatch()
-            if plan.updated:
-                await conn.execute(_UPDATE_STREAMS, *_columns(plan.updated))
-            await conn.execute(_INSERT_EVENTS, *_columns(plan.events), self._channel)
-            return plan.outcomes
+        cached = self._plan_from_cache(batch) if self._one_trip else None
+        async with self._writer_connection() as conn:
+            stale = False
+            if cached is not None:
+                try:
+                    await conn.execute(_CALL_FN, *_columns(cached.updated),
+                                       *_columns(cached.events), self._channel)
+                    return cached
+                except asyncpg.PostgresError as exc:
+                    if exc.sqlstate != _HEADS_MOVED:
+                        raise
+                # The statement failed as a whole: nothing written, the connection is fine.
+                self._unplan(batch)
+                stale = True
+            async with conn.transaction():
+                plan = await self._plan_and_write(conn, batch)
+            plan.stale = stale
+            return plan
+
+    async def _plan_and_write(self, conn, batch):
+        ids = sorted({r.stream_id for r in batch})
+        heads = {row[0]: (row[1], row[2], row[3])
+                 for row in await conn.fetch(_SELECT_HEADS, ids)}
+        plan = self._plan_batch(batch, heads)
+        if not plan.events:
+            return plan
+        if plan.created:
+            inserted = await conn.fetch(_INSERT_STREAMS, *_columns(plan.created))
+            if len(inserted) != len(plan.created):
+                # Another writer created one of these streams since we looked.
+                raise _RetryBatch()
+        if plan.updated:  # rows locked FOR UPDATE above: they hold what was read
+            await conn.execute(_UPDATE_STREAMS, *_columns([u[:5] for u in plan.updated]))
+        await conn.execute(_INSERT_EVENTS, *_columns(plan.events), self._channel)
+        return plan
 
     def _is_integrity_error(self, exc):
         return isinstance(exc, asyncpg.IntegrityConstraintViolationError)
