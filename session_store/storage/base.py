@@ -21,9 +21,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select, text, tuple_
@@ -35,6 +34,7 @@ from ..errors import (ConcurrencyConflict, Fenced, SchemaMismatch, StoreClosed,
 from ..events import Event, canonical_json
 from ..records import GENESIS_HASH, RecordedEvent, chain_hash
 from ..schema import HEAD_REVISION, KNOWN_REVISIONS, events, snapshots, streams
+from .batch import BatchPlan, _AppendRequest, _RequestQueue, _RetryBatch
 from .verify import StreamReport, verify_stream
 
 log = logging.getLogger(__name__)
@@ -46,82 +46,6 @@ _EVENT_COLUMNS = (events.c.stream_id, events.c.version, events.c.position, event
 
 def now_us() -> int:
     return time.time_ns() // 1000
-
-
-@dataclass(eq=False)
-class _AppendRequest:
-    stream_id: str
-    rows: list[tuple[str, int, str]]  # (type, schema_version, data_json), encoded by the caller
-    expected_version: int
-    epoch: int | None
-    recorded_at_us: int
-    deadline: float
-    future: asyncio.Future | None = None  # only for a request that waits for a writer
-    final_hash: str | None = None  # set when first computed: recognises a commit whose ack was lost
-
-
-@dataclass
-class BatchPlan:
-    """What one group commit writes, and each request's outcome (new version or error)."""
-    outcomes: list[Any] = field(default_factory=list)
-    created: list[tuple] = field(default_factory=list)  # (stream_id, version, hash, epoch, at_us)
-    # (stream_id, version, hash, epoch, at_us, old version, old hash, old epoch): the old head
-    # is what the row must still hold when it is written (a conditional update).
-    updated: list[tuple] = field(default_factory=list)
-    events: list[tuple] = field(default_factory=list)  # (stream_id, version, type, schema, data, at_us, hash)
-    before: dict[str, tuple[int, str, int]] = field(default_factory=dict)  # heads planned from
-    from_cache: bool = False
-    stale: bool = False  # planned from the cache, which turned out stale: replanned from the db
-
-    @property
-    def failed(self) -> bool:
-        return any(isinstance(o, BaseException) for o in self.outcomes)
-
-
-class _RetryBatch(Exception):
-    """A concurrent writer created a stream we meant to create: re-read heads and retry."""
-
-
-class _RequestQueue:
-    """FIFO of append requests for the writer tasks (asyncio.Queue cannot put in front)."""
-
-    def __init__(self) -> None:
-        self._items: deque = deque()
-        self._waiters: deque[asyncio.Future] = deque()
-
-    def empty(self) -> bool:
-        return not self._items
-
-    def put_nowait(self, item, *, front: bool = False) -> None:
-        if front:
-            self._items.appendleft(item)
-        else:
-            self._items.append(item)
-        self._wake_one()
-
-    def _wake_one(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-
-    def get_nowait(self):
-        return self._items.popleft()
-
-    async def get(self):
-        while not self._items:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            except BaseException:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(waiter)
-                if waiter.done() and not waiter.cancelled() and self._items:
-                    self._wake_one()  # woken, then cancelled: pass the wake-up on
-                raise
-        return self._items.popleft()
 
 
 @dataclass
@@ -259,7 +183,7 @@ class SqlEventStore:
                 # Alone: wait one loop tick, so a burst of appends arriving together still
                 # shares one commit (the writer takes us first), then commit right here.
                 await asyncio.sleep(0)
-                if self._inflight == 1 and self._queue.empty():
+                if self._inflight == 1 and self._queue.empty() and self._inline_ready():
                     outcome = self._append_inline(request)
                     if outcome is not None:
                         self._signal_change()
@@ -380,6 +304,9 @@ class SqlEventStore:
         plan = self._plan_batch(batch, heads)
         if plan.failed:
             self._unplan(batch)
+            # Read these heads again: the caller may know better than the cache (a database
+            # restored to an older state would otherwise keep them on the slow path).
+            self._forget_heads(batch)
             return None
         plan.from_cache = True
         return plan
@@ -394,11 +321,12 @@ class SqlEventStore:
         """After a commit: cache the heads read under lock and the heads just written."""
         if plan.from_cache:
             self.stats["cached_plans"] += 1
-        if plan.stale:
-            self.stats["stale_heads"] += 1
-            self._forget_heads(batch)
-        for sid, head in plan.before.items():
-            self._cache_head(sid, head)
+        else:  # (a plan from the cache started from what is cached already)
+            if plan.stale:
+                self.stats["stale_heads"] += 1
+                self._forget_heads(batch)
+            for sid, head in plan.before.items():
+                self._cache_head(sid, head)
         for row in plan.created:
             self._cache_head(row[0], (row[1], row[2], row[3]))
         for row in plan.updated:

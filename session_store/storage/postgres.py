@@ -9,11 +9,13 @@ that sorts before what a reader has already seen in (tx_order, position) order.
 
 The hot path talks to asyncpg directly: each writer task owns one connection and writes a
 whole batch with array parameters (`unnest`). A batch planned from cached stream heads is one
-round trip: one call of a function (created per writer connection in its temporary schema, so
-no migration) that locks the heads, updates each only where it still holds the cached head,
-inserts the events and notifies, in the statement's own transaction. If any head moved (another
-store wrote), the function raises, nothing is written, and the batch runs the transaction path:
-BEGIN, read the heads FOR UPDATE, plan, write, COMMIT.
+round trip, one statement in its own transaction: for one stream (an idle store's append), a
+statement that updates the head row only where it still holds the cached head and inserts the
+events only if it did; for several, a function (created per writer connection in its temporary
+schema, so no migration) that locks the heads, updates them the same way and raises unless all
+held, so no head moves without its events. If a head moved (another store wrote), nothing is
+written and the batch takes the transaction path: BEGIN, read the heads FOR UPDATE, plan,
+write, COMMIT.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ..schema import events, streams
-from .base import SqlEventStore, _RetryBatch
+from .base import SqlEventStore
+from .batch import _RetryBatch
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,10 @@ DECLARE
     moved bigint;
 BEGIN
     -- Heads locked in one global order, as on the transaction path: writers never deadlock.
-    PERFORM 1 FROM {_S} WHERE stream_id = ANY($1) ORDER BY stream_id FOR UPDATE;
+    -- (One head is locked by the UPDATE itself.)
+    IF cardinality($1) > 1 THEN
+        PERFORM 1 FROM {_S} WHERE stream_id = ANY($1) ORDER BY stream_id FOR UPDATE;
+    END IF;
     UPDATE {_S} AS st SET version = u.v, last_hash = u.h, epoch = u.e, updated_at_us = u.t
     FROM unnest($1, $2, $3, $4, $5, $6, $7, $8) AS u(s, v, h, e, t, ov, oh, oe)
     WHERE st.stream_id = u.s AND st.version = u.ov AND st.last_hash = u.oh AND st.epoch = u.oe;
@@ -84,6 +90,20 @@ BEGIN
 END
 $fn$"""
 _CALL_FN = f"SELECT {_FN}({', '.join(f'${i}' for i in range(1, 17))})"
+# One stream: one plain statement (cheaper than the function). Nothing to undo if the head
+# moved: no row updated, so no event inserted; it then returns no row.
+_APPEND_ONE = f"""
+WITH head AS (
+    UPDATE {_S} SET version = $2, last_hash = $3, epoch = $4, updated_at_us = $5
+    WHERE stream_id = $1 AND version = $6 AND last_hash = $7 AND epoch = $8 RETURNING 1),
+ins AS (
+    INSERT INTO {_E} (tx_order, stream_id, version, type, schema_version, data, recorded_at_us,
+                      hash)
+    SELECT pg_current_xact_id()::text::bigint, $1, v, ty, sv, d, t, h
+    FROM unnest($9::bigint[], $10::text[], $11::int[], $12::text[], $13::bigint[], $14::text[])
+        AS u(v, ty, sv, d, t, h)
+    WHERE EXISTS (SELECT 1 FROM head))
+SELECT pg_notify($15, '') FROM head"""
 
 
 def _columns(rows: list[tuple]) -> list[list]:
@@ -137,6 +157,8 @@ class PostgresEventStore(SqlEventStore):
     @contextlib.asynccontextmanager
     async def _writer_connection(self):
         """A dedicated connection per writer task, replaced when it breaks."""
+        while self._free and self._free[-1].is_closed():
+            self._free.pop()  # the server ended it while it was idle
         conn = self._free.pop() if self._free else await self._connect_writer()
         try:
             yield conn
@@ -151,20 +173,32 @@ class PostgresEventStore(SqlEventStore):
         async with self._writer_connection() as conn:
             stale = False
             if cached is not None:
-                try:
-                    await conn.execute(_CALL_FN, *_columns(cached.updated),
-                                       *_columns(cached.events), self._channel)
+                if await self._write_cached(conn, cached):
                     return cached
-                except asyncpg.PostgresError as exc:
-                    if exc.sqlstate != _HEADS_MOVED:
-                        raise
-                # The statement failed as a whole: nothing written, the connection is fine.
+                # Nothing was written (the statement did nothing, or failed as a whole); the
+                # connection is fine.
                 self._unplan(batch)
                 stale = True
             async with conn.transaction():
                 plan = await self._plan_and_write(conn, batch)
             plan.stale = stale
             return plan
+
+    async def _write_cached(self, conn, plan) -> bool:
+        """One round trip; False if a head moved (then nothing was written)."""
+        if len(plan.updated) == 1:
+            (sid, v, h, e, t, ov, oh, oe), = plan.updated
+            written = await conn.fetch(_APPEND_ONE, sid, v, h, e, t, ov, oh, oe,
+                                       *_columns(plan.events)[1:], self._channel)
+            return bool(written)
+        try:
+            await conn.execute(_CALL_FN, *_columns(plan.updated), *_columns(plan.events),
+                               self._channel)
+            return True
+        except asyncpg.PostgresError as exc:
+            if exc.sqlstate != _HEADS_MOVED:
+                raise
+            return False
 
     async def _plan_and_write(self, conn, batch):
         ids = sorted({r.stream_id for r in batch})
@@ -187,9 +221,11 @@ class PostgresEventStore(SqlEventStore):
         return isinstance(exc, asyncpg.IntegrityConstraintViolationError)
 
     def _is_outage(self, exc):
+        # InternalClientError: an idle connection the server terminated (its FATAL message
+        # arrived before the socket closed) refuses the next statement; nothing was sent.
         return isinstance(exc, (OSError, ConnectionError, asyncpg.PostgresConnectionError,
                                 asyncpg.InterfaceError, asyncpg.CannotConnectNowError,
-                                asyncpg.AdminShutdownError))
+                                asyncpg.AdminShutdownError, asyncpg.InternalClientError))
 
     def _insert(self, table):
         return pg_insert(table)

@@ -35,7 +35,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ..schema import events, streams
-from .base import BatchPlan, SqlEventStore, _AppendRequest
+from .base import SqlEventStore
+from .batch import BatchPlan, _AppendRequest
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,9 @@ class SqliteEventStore(SqlEventStore):
 
     def _prepare_connections(self) -> None:
         self._writer_conn()
+        self._open_inline()
+
+    def _open_inline(self) -> None:
         if self._inline_budget > 0 and self._inline_conn is None:
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             _configure(conn, busy_timeout_ms=0)
@@ -199,9 +203,9 @@ class SqliteEventStore(SqlEventStore):
             self._drop_conn()
             raise
         finally:
-            if self._inline_conn is None and self._inline_budget > 0:
+            if self._inline_conn is None and not self._closed:
                 try:  # the inline connection broke earlier: this thread may block, reopen it
-                    self._prepare_connections()
+                    self._open_inline()
                 except sqlite3.Error:
                     log.warning("cannot reopen the inline SQLite connection", exc_info=True)
 

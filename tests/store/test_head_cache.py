@@ -85,6 +85,8 @@ async def test_head_row_changed_in_place_is_not_trusted(store, migrated):
     assert err.value.current_epoch == 5 and store.stats["stale_heads"] == 1
     assert await store.stream_version("s") == 1
     assert (await store.list_streams())[0].epoch == 5
+    assert [r.version for r in await store.read("s")] == [1]  # no event without its head
+    assert all(r.ok for r in await store.verify())
 
 
 async def test_one_moved_stream_in_a_batch_fails_only_its_own_request(migrated):
@@ -137,9 +139,10 @@ async def test_writer_connections_killed_by_the_server_are_replaced(migrated):
         assert pids
         for pid in pids:
             assert await raw.fetchval("SELECT pg_terminate_backend($1)", pid)
-        retries, cached = store.stats["retries"], store.stats["cached_plans"]
+        # Whether the client saw the end before the next statement (then it skips the dead
+        # connection) or only on it (then the batch is retried on a new one) is a race.
         assert await store.append("s", [msg(2)], 2) == 3
-        assert store.stats["retries"] > retries  # the dead connection was noticed
+        cached = store.stats["cached_plans"]
         assert await store.append("s", [msg(3)], 3) == 4
         assert store.stats["cached_plans"] > cached  # one round trip again, new connection
         assert not {c.get_server_pid() for c in store._free} & set(pids)
