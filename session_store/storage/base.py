@@ -179,11 +179,12 @@ class SqlEventStore:
         self._inflight += 1
         try:
             front = False
-            if self._inflight == 1 and self._inline_ready():
+            if self._inline_ready(stream_id) and self._inflight == 1:
                 # Alone: wait one loop tick, so a burst of appends arriving together still
                 # shares one commit (the writer takes us first), then commit right here.
                 await asyncio.sleep(0)
-                if self._inflight == 1 and self._queue.empty() and self._inline_ready():
+                if (self._inflight == 1 and self._queue.empty()
+                        and self._inline_ready(stream_id)):
                     outcome = self._append_inline(request)
                     if outcome is not None:
                         self._signal_change()
@@ -197,8 +198,9 @@ class SqlEventStore:
         finally:
             self._inflight -= 1
 
-    def _inline_ready(self) -> bool:
-        """Dialect: may an append that finds the store idle commit on the calling thread?"""
+    def _inline_ready(self, stream_id: str) -> bool:
+        """Dialect: may an append to `stream_id` that finds the store idle commit on the
+        calling thread? Asked at every append (a dialect may track who appends)."""
         return False
 
     def _append_inline(self, request: _AppendRequest) -> Any:

@@ -6,8 +6,12 @@ compiled once from the Core tables. Reads go through SQLAlchemy over aiosqlite.
 
 An append that finds the store idle (nothing queued or committing) commits inline instead, on
 the event loop's thread over a second connection: on a fast disk the two thread hand-offs of
-the writer-thread path cost more than the commit itself (bench/append.py). Inline is only
-used while it stays short, since it blocks the loop (and the audio of every call on it):
+the writer-thread path cost more than the commit itself (bench/append_floor.py). Inline blocks
+the loop, and the audio of every call on it, so it is only used where that stays small:
+- while the store serves one stream (one call): if another stream was appended to in the last
+  `_SHARED_QUIET_S`, every append goes to the writer thread. With n calls on a loop, inline
+  commits would come n times as often and each would hold up n calls' audio; group commit on
+  the thread keeps fsyncs off the loop (bench/concurrent_calls.py);
 - that connection never waits for SQLite's lock (busy_timeout=0): if another process holds
   it, the append goes to the writer thread, which waits;
 - it never checkpoints the WAL (wal_autocheckpoint=0); the writer thread does, every
@@ -49,6 +53,7 @@ _PAUSE_MIN_S, _PAUSE_MAX_S = 1.0, 60.0
 _SLOW_DECAY = 0.95
 _SLOW_LIMIT = 1.5
 _FAST_RUN_RESET = 200  # this many commits in budget in a row: the pause starts at 1 s again
+_SHARED_QUIET_S = 1.0  # another stream appended to this recently: the store is shared
 
 
 def _sql(stmt) -> str:
@@ -110,6 +115,9 @@ class SqliteEventStore(SqlEventStore):
         self._inline_pause = _PAUSE_MIN_S
         self._slow_score = 0.0
         self._fast_run = 0
+        self._last_stream: str | None = None
+        self._last_stream_at = 0.0
+        self._shared_until = 0.0
         self._inline_since_checkpoint = 0
         self._checkpointing = False
 
@@ -232,9 +240,15 @@ class SqliteEventStore(SqlEventStore):
             self._checkpointing = False
 
     # ------------------------------------------------------------------ inline (loop thread)
-    def _inline_ready(self) -> bool:
+    def _inline_ready(self, stream_id: str) -> bool:
+        now = time.monotonic()
+        if stream_id != self._last_stream:
+            if now - self._last_stream_at < _SHARED_QUIET_S:
+                self._shared_until = now + _SHARED_QUIET_S  # several calls: keep off the loop
+            self._last_stream = stream_id
+        self._last_stream_at = now
         return (self._inline_conn is not None and not self._closed and not self._checkpointing
-                and time.monotonic() >= self._inline_paused_until)
+                and now >= self._inline_paused_until and now >= self._shared_until)
 
     def _append_inline(self, request):
         conn, batch = self._inline_conn, [request]

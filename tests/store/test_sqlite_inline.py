@@ -43,6 +43,24 @@ async def test_idle_appends_commit_inline_and_are_durable(sqlite_backend):
         await reopened.close()
 
 
+async def test_a_store_serving_several_streams_keeps_commits_off_the_loop(sqlite_backend):
+    store = await sqlite_backend.open(**NO_GUARD)
+    try:
+        assert await store.append("a", [msg(0)], 0) == 1
+        assert store.stats["inline"] == 1  # one call so far
+        versions = {"a": 1, "b": 0}
+        for i in range(6):  # two calls take turns
+            sid = "ba"[i % 2]
+            versions[sid] = await store.append(sid, [msg(i)], versions[sid])
+        assert versions == {"a": 4, "b": 3}
+        assert store.stats["inline"] == 1 and store.stats["batches"] == 7
+        store._shared_until = 0.0  # a second later, only "a" is left
+        assert await store.append("a", [msg(9)], 4) == 5
+        assert store.stats["inline"] == 2
+    finally:
+        await store.close()
+
+
 async def test_inline_budget_zero_sends_everything_to_the_writer_thread(sqlite_backend):
     store = await sqlite_backend.open(inline_budget=0)
     try:
@@ -109,18 +127,18 @@ async def test_repeatedly_slow_commits_pause_inline_commits(sqlite_backend):
         for _ in range(50):
             store._judge_inline(0.0002)
         store._judge_inline(0.003)  # one slow fsync on a busy machine: noise
-        assert store._inline_ready()
+        assert store._inline_ready("s")
         store._judge_inline(0.003)  # two close together: the disk is slow now
-        assert not store._inline_ready()
+        assert not store._inline_ready("s")
         batches, inline = store.stats["batches"], store.stats["inline"]
         assert await store.append("s", [msg(0)], 0) == 1  # paused: the writer thread commits
         assert store.stats["batches"] == batches + 1 and store.stats["inline"] == inline
 
         store._inline_paused_until = 0.0  # the pause is over
-        assert store._inline_ready()
+        assert store._inline_ready("s")
         assert store._inline_pause == 2 * sqlite_store._PAUSE_MIN_S  # next pause is longer
         store._judge_inline(0.025)  # one commit ten times over budget pauses at once
-        assert not store._inline_ready()
+        assert not store._inline_ready("s")
     finally:
         await store.close()
 
