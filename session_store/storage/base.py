@@ -99,6 +99,7 @@ class SqlEventStore:
     # ------------------------------------------------------------------ lifecycle
     async def _start(self) -> None:
         await self._check_schema()
+        await self._prepare_dialect()
         self._writers = [asyncio.create_task(self._writer_loop(), name=f"session-store-writer-{i}")
                          for i in range(self._writer_count)]
 
@@ -149,6 +150,9 @@ class SqlEventStore:
 
     async def __aexit__(self, *exc):
         await self.close()
+
+    async def _prepare_dialect(self) -> None:
+        """Dialect: set up before the writers start (a failure here opens nothing)."""
 
     async def _close_dialect(self) -> None:
         pass

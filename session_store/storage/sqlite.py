@@ -121,8 +121,7 @@ class SqliteEventStore(SqlEventStore):
         self._inline_since_checkpoint = 0
         self._checkpointing = False
 
-    async def _start(self) -> None:
-        await super()._start()
+    async def _prepare_dialect(self) -> None:
         # Both connections are opened on the writer thread: opening sets WAL mode (persistent
         # in the file) and may wait for a lock, which the loop must not.
         loop = asyncio.get_running_loop()
