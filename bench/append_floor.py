@@ -17,6 +17,7 @@ PostgreSQL (synchronous_commit=on):
   ours         store.append (one function call: one round trip)
 
     python bench/append_floor.py [--rounds 10] [--block 200] [--backend sqlite|postgres|both]
+    python bench/append_floor.py --quick    # CI: 3 rounds of 50
 """
 
 from __future__ import annotations
@@ -173,7 +174,10 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--block", type=int, default=200)
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 50 events (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.block = 3, 50
     # The asyncio floor, for scale: one loop iteration, one hand-off to a thread and back.
     loop = asyncio.get_running_loop()
     t = time.perf_counter()
