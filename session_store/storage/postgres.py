@@ -36,6 +36,7 @@ from .batch import _RetryBatch
 
 log = logging.getLogger(__name__)
 
+
 def _as_bigint(expr):
     return cast(cast(expr, Text), BigInteger)
 
@@ -139,16 +140,17 @@ class PostgresEventStore(SqlEventStore):
             "lock_timeout": "15s"})
         self._channel = f"session_store_{schema or 'public'}".lower()
         self._free: list[asyncpg.Connection] = []
-        self._one_trip = True  # off if this role may not create temporary functions
+        self._has_fn = True  # off if this role may not create temporary functions
 
     async def _connect_writer(self) -> asyncpg.Connection:
         conn = await asyncpg.connect(**self._writer_kwargs)
-        if self._one_trip:
+        if self._has_fn:
             try:
                 await conn.execute(_CREATE_FN)
             except asyncpg.InsufficientPrivilegeError as exc:
-                log.warning("no TEMP privilege (%s): every batch takes the transaction path", exc)
-                self._one_trip = False
+                log.warning("no TEMP privilege (%s): batches of several streams take the "
+                            "transaction path", exc)
+                self._has_fn = False
             except BaseException:
                 conn.terminate()
                 raise
@@ -169,7 +171,10 @@ class PostgresEventStore(SqlEventStore):
             self._free.append(conn)
 
     async def _run_batch(self, batch):
-        cached = self._plan_from_cache(batch) if self._one_trip else None
+        cached = self._plan_from_cache(batch)
+        if cached is not None and len(cached.updated) > 1 and not self._has_fn:
+            self._unplan(batch)
+            cached = None
         async with self._writer_connection() as conn:
             stale = False
             if cached is not None:
