@@ -4,10 +4,14 @@ For 1, 16 and 256 concurrent sessions, on SQLite and PostgreSQL, the same ~200-b
 are appended (a) with the raw driver, one event per transaction at the same durability
 (sqlite3 WAL synchronous=FULL, one connection per session thread; asyncpg with one pooled
 connection per session, at most 32), and (b) through the store, one append per event. Prints
-events/s, p50/p99 latency of one append, and the ratio ours/raw.
+events/s, p50/p99 latency of one append, the ratio ours/raw, and how late a 5 ms ticker task on
+the event loop woke (`lag`, raw → ours: what the store costs everything else on the loop, e.g.
+the audio of calls; SQLite commits inline on the loop when the store is idle; asyncio's timers
+alone are up to ~1 ms late, see the raw figure).
 
-    python bench/append.py            # full run (a few minutes)
-    python bench/append.py --quick    # CI smoke run: fewer events
+    python bench/append.py              # full run (a few minutes)
+    python bench/append.py --quick      # CI smoke run: fewer events
+    python bench/append.py --rounds 5   # repeat each configuration, print ratio ranges
 """
 
 from __future__ import annotations
@@ -42,6 +46,35 @@ RAW_TABLE = """CREATE TABLE raw_events (position {pk}, stream_id TEXT NOT NULL,
 def percentiles(latencies: list[float]) -> tuple[float, float]:
     qs = statistics.quantiles(latencies, n=100, method="inclusive")
     return qs[49] * 1e3, qs[98] * 1e3
+
+
+class LagProbe:
+    """A task that sleeps 5 ms over and over and records how late it wakes."""
+
+    PERIOD = 0.005
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self._task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + self.PERIOD
+            await asyncio.sleep(self.PERIOD)
+            self.lags.append(max(loop.time() - due, 0.0))
+
+    def __enter__(self) -> "LagProbe":
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._task.cancel()
+
+    def p99_max_ms(self) -> tuple[float, float]:
+        if len(self.lags) < 2:
+            return 0.0, max(self.lags, default=0.0) * 1e3
+        return percentiles(self.lags)[1], max(self.lags) * 1e3
 
 
 # ------------------------------------------------------------------ raw drivers
@@ -107,9 +140,10 @@ async def raw_asyncpg(schema: str, sessions: int, per_session: int) -> tuple[flo
 # ------------------------------------------------------------------ ours
 
 async def ours(url: str, options: dict, sessions: int, per_session: int
-               ) -> tuple[float, list[float], dict]:
+               ) -> tuple[float, list[float], dict, LagProbe]:
     store = await open_store(url, **options)
     latencies: list[float] = []
+    probe = LagProbe()
 
     async def session(n: int) -> None:
         version = 0
@@ -118,12 +152,13 @@ async def ours(url: str, options: dict, sessions: int, per_session: int
             version = await store.append(f"s{n}", [EVENT], version)
             latencies.append(time.perf_counter() - t)
 
-    start = time.perf_counter()
-    await asyncio.gather(*(session(n) for n in range(sessions)))
-    elapsed = time.perf_counter() - start
+    with probe:
+        start = time.perf_counter()
+        await asyncio.gather(*(session(n) for n in range(sessions)))
+        elapsed = time.perf_counter() - start
     stats = dict(store.stats)
     await store.close()
-    return elapsed, latencies, stats
+    return elapsed, latencies, stats, probe
 
 
 # ------------------------------------------------------------------ driver
@@ -145,30 +180,37 @@ async def drop_schema(name: str) -> None:
 async def run_one(backend: str, sessions: int, total: int) -> dict:
     per_session = max(total // sessions, 2)
     n = per_session * sessions
+    raw_probe = LagProbe()
     with tempfile.TemporaryDirectory() as tmp:
         if backend == "sqlite":
-            raw_t, raw_lat = await asyncio.to_thread(raw_sqlite, f"{tmp}/raw.db", sessions,
-                                                     per_session)
+            with raw_probe:
+                raw_t, raw_lat = await asyncio.to_thread(raw_sqlite, f"{tmp}/raw.db", sessions,
+                                                         per_session)
             url, options = f"sqlite+aiosqlite:///{tmp}/ours.db", {}
             await upgrade(url)
-            our_t, our_lat, stats = await ours(url, options, sessions, per_session)
+            our_t, our_lat, stats, probe = await ours(url, options, sessions, per_session)
         else:
             raw_schema, our_schema = await pg_schema(), await pg_schema()
             try:
-                raw_t, raw_lat = await raw_asyncpg(raw_schema, sessions, per_session)
+                with raw_probe:
+                    raw_t, raw_lat = await raw_asyncpg(raw_schema, sessions, per_session)
                 await upgrade(PG_URL, schema=our_schema)
-                our_t, our_lat, stats = await ours(PG_URL, {"schema": our_schema}, sessions,
-                                                   per_session)
+                our_t, our_lat, stats, probe = await ours(PG_URL, {"schema": our_schema},
+                                                          sessions, per_session)
             finally:
                 await drop_schema(raw_schema)
                 await drop_schema(our_schema)
     raw_p50, raw_p99 = percentiles(raw_lat)
     our_p50, our_p99 = percentiles(our_lat)
+    lag_p99, lag_max = probe.p99_max_ms()
+    raw_lag_p99, _ = raw_probe.p99_max_ms()
     return {"backend": backend, "sessions": sessions, "events": n,
             "raw_eps": n / raw_t, "ours_eps": n / our_t, "ratio": raw_t / our_t,
             "raw_p50_ms": raw_p50, "raw_p99_ms": raw_p99,
             "ours_p50_ms": our_p50, "ours_p99_ms": our_p99,
-            "events_per_commit": stats["events"] / max(stats["batches"], 1)}
+            "lag_p99_ms": lag_p99, "lag_max_ms": lag_max, "raw_lag_p99_ms": raw_lag_p99,
+            "events_per_commit": stats["events"] / max(stats["batches"], 1),
+            "inline_share": stats.get("inline", 0) / max(stats["batches"], 1)}
 
 
 async def main() -> None:
@@ -176,24 +218,45 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small run for CI")
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--json", action="store_true", help="print rows as JSON lines")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every configuration this many times (raw and ours each "
+                             "time), then print the range of ratios")
+    parser.add_argument("--sessions", type=int, nargs="+", help="only these session counts")
     args = parser.parse_args()
     totals = {1: 300, 16: 1600, 256: 2560} if args.quick else {1: 2000, 16: 8000, 256: 12800}
+    if args.sessions:
+        totals = {k: v for k, v in totals.items() if k in args.sessions}
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     rows = []
     header = (f"{'backend':9} {'sessions':>8} {'raw ev/s':>9} {'ours ev/s':>9} {'ours/raw':>8} "
-              f"{'raw p50/p99 ms':>15} {'ours p50/p99 ms':>16} {'ev/commit':>9}")
-    print(header)
-    for backend in backends:
-        for sessions, total in totals.items():
-            row = await run_one(backend, sessions, total)
-            rows.append(row)
-            if args.json:
-                print(json.dumps(row))
-            else:
-                print(f"{backend:9} {sessions:>8} {row['raw_eps']:>9.0f} {row['ours_eps']:>9.0f} "
-                      f"{row['ratio']:>7.2f}x {row['raw_p50_ms']:>7.2f}/{row['raw_p99_ms']:<7.2f} "
-                      f"{row['ours_p50_ms']:>8.2f}/{row['ours_p99_ms']:<7.2f} "
-                      f"{row['events_per_commit']:>9.1f}", flush=True)
+              f"{'raw p50/p99 ms':>15} {'ours p50/p99 ms':>16} {'ev/commit':>9} "
+              f"{'lag p99 raw→ours/max ms':>23}")
+    if not args.json:
+        print(header)
+    for _ in range(args.rounds):
+        for backend in backends:
+            for sessions, total in totals.items():
+                row = await run_one(backend, sessions, total)
+                rows.append(row)
+                if args.json:
+                    print(json.dumps(row), flush=True)
+                else:
+                    print(f"{backend:9} {sessions:>8} {row['raw_eps']:>9.0f} "
+                          f"{row['ours_eps']:>9.0f} {row['ratio']:>7.2f}x "
+                          f"{row['raw_p50_ms']:>7.2f}/{row['raw_p99_ms']:<7.2f} "
+                          f"{row['ours_p50_ms']:>8.2f}/{row['ours_p99_ms']:<7.2f} "
+                          f"{row['events_per_commit']:>9.1f} "
+                          f"{row['raw_lag_p99_ms']:>7.2f} → {row['lag_p99_ms']:>5.2f}/"
+                          f"{row['lag_max_ms']:<7.2f}", flush=True)
+    if args.rounds > 1 and not args.json:
+        print(f"\n{'backend':9} {'sessions':>8}  ours/raw over {args.rounds} rounds: "
+              "min / median / max")
+        for backend in backends:
+            for sessions in totals:
+                ratios = sorted(r["ratio"] for r in rows
+                                if r["backend"] == backend and r["sessions"] == sessions)
+                print(f"{backend:9} {sessions:>8}  {ratios[0]:.2f}x / "
+                      f"{statistics.median(ratios):.2f}x / {ratios[-1]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -105,10 +105,15 @@ def catalogue() -> dict[str, type[Event]]:
     return dict(_CATALOGUE)
 
 
+# Built once: json.dumps with options builds a new encoder on every call (it is on the append
+# hot path, bench/append.py).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False)
+
+
 def canonical_json(data: Any) -> str:
     """The one JSON spelling of a value: hashed, stored and compared byte for byte."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    return _CANONICAL.encode(data)
 
 
 def decode(event_type_name: str, schema_version: int, data: dict[str, Any], *,

@@ -6,10 +6,13 @@ transaction, checking each request's expected version (and fencing epoch) agains
 stream's head row. So concurrent sessions share commits while each caller still gets its
 own conflict check and its own durable acknowledgement.
 
-The commit of one batch (`_commit_batch`) is written once against a *sync* SQLAlchemy
-Connection; the SQLite subclass runs it on a dedicated writer thread over the sync sqlite3
-driver (one thread hop per batch instead of one per statement), the PostgreSQL subclass runs
-it through `AsyncConnection.run_sync` over asyncpg.
+Each dialect commits a batch its own way (SQLite on a writer thread over sqlite3, or inline
+on the event loop when one append finds the store idle; PostgreSQL over asyncpg). What they
+share lives here: the queue, the retry policy, the pure batch planner and a cache of the
+stream heads this store committed. The cache saves reading the heads before writing: a batch
+planned from it writes its head rows only where they still hold the cached (version, hash,
+epoch), so a stream moved by another store or process is caught in the same transaction and
+the batch is planned again from the database (see `_plan_from_cache`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select, text, tuple_
@@ -31,6 +34,7 @@ from ..errors import (ConcurrencyConflict, Fenced, SchemaMismatch, StoreClosed,
 from ..events import Event, canonical_json
 from ..records import GENESIS_HASH, RecordedEvent, chain_hash
 from ..schema import HEAD_REVISION, KNOWN_REVISIONS, events, snapshots, streams
+from .batch import BatchPlan, _AppendRequest, _RequestQueue, _RetryBatch
 from .verify import StreamReport, verify_stream
 
 log = logging.getLogger(__name__)
@@ -44,39 +48,14 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-@dataclass(eq=False)
-class _AppendRequest:
-    stream_id: str
-    rows: list[tuple[str, int, str]]  # (type, schema_version, data_json), encoded by the caller
-    expected_version: int
-    epoch: int | None
-    recorded_at_us: int
-    deadline: float
-    future: asyncio.Future
-    final_hash: str | None = None  # set when first computed: recognises a commit whose ack was lost
-
-
-@dataclass
-class BatchPlan:
-    """What one group commit writes, and each request's outcome (new version or error)."""
-    outcomes: list[Any] = field(default_factory=list)
-    created: list[tuple] = field(default_factory=list)  # (stream_id, version, hash, epoch, at_us)
-    updated: list[tuple] = field(default_factory=list)  # same shape
-    events: list[tuple] = field(default_factory=list)  # (stream_id, version, type, schema, data, at_us, hash)
-
-
 def _settle(request: _AppendRequest, outcome: Any) -> None:
     """Hand an append its outcome (a new version or an error), unless it already has one."""
-    if request.future.done():
+    if request.future is None or request.future.done():
         return
     if isinstance(outcome, BaseException):
         request.future.set_exception(outcome)
     else:
         request.future.set_result(outcome)
-
-
-class _RetryBatch(Exception):
-    """A concurrent writer created a stream we meant to create: re-read heads and retry."""
 
 
 @dataclass
@@ -104,21 +83,33 @@ class SqlEventStore:
     #: Wait for a change notification at most this long before polling the table again.
     poll_interval = 0.25
 
+    #: Stream heads kept in memory (most recently written); an evicted one is read again.
+    max_cached_heads = 10_000
+
     def __init__(self, engine: AsyncEngine, *, max_batch_events: int = 2000,
                  writers: int | None = None, append_timeout: float = 30.0):
         self._engine = engine
         self._max_batch_events = max_batch_events
         self._append_timeout = append_timeout
-        self._queue: asyncio.Queue[_AppendRequest | None] = asyncio.Queue()
+        self._queue = _RequestQueue()
         self._writer_count = writers or self.default_writers
         self._writers: list[asyncio.Task] = []
         self._closed = False
         self._changed = asyncio.Event()
-        self.stats = {"batches": 0, "events": 0, "retries": 0}
+        # Appends accepted and not yet returned (queued, committing, or about to go inline).
+        self._inflight = 0
+        # stream id -> (version, last hash, epoch) as this store last committed or read it
+        # under the write lock. Never trusted alone: see `_plan_from_cache`.
+        self._heads: dict[str, tuple[int, str, int]] = {}
+        # inline: commits on the caller's thread (SQLite); cached_plans: batches planned from
+        # cached heads and written as planned; stale_heads: cached heads another writer moved.
+        self.stats = {"batches": 0, "events": 0, "retries": 0, "inline": 0, "cached_plans": 0,
+                      "stale_heads": 0}
 
     # ------------------------------------------------------------------ lifecycle
     async def _start(self) -> None:
         await self._check_schema()
+        await self._prepare_dialect()
         self._writers = [asyncio.create_task(self._writer_loop(), name=f"session-store-writer-{i}")
                          for i in range(self._writer_count)]
 
@@ -150,6 +141,9 @@ class SqlEventStore:
         if self._closed:
             return
         self._closed = True
+        # An append accepted just before waits one loop tick before it commits inline or
+        # queues in front (see `append`): let it, so it is never behind the stop sentinels.
+        await asyncio.sleep(0)
         for _ in self._writers:
             self._queue.put_nowait(None)
         if self._writers:
@@ -193,6 +187,9 @@ class SqlEventStore:
     async def __aexit__(self, *exc):
         await self.close()
 
+    async def _prepare_dialect(self) -> None:
+        """Dialect: set up before the writers start (a failure here opens nothing)."""
+
     async def _close_dialect(self) -> None:
         pass
 
@@ -220,10 +217,38 @@ class SqlEventStore:
         request = _AppendRequest(
             stream_id, rows, expected_version, epoch,
             now_us() if recorded_at_us is None else recorded_at_us,
-            loop.time() + (self._append_timeout if timeout is None else timeout),
-            loop.create_future())
-        self._queue.put_nowait(request)
-        return await request.future
+            loop.time() + (self._append_timeout if timeout is None else timeout))
+        self._inflight += 1
+        try:
+            front = False
+            if self._inline_ready(stream_id) and self._inflight == 1:
+                # Alone: wait one loop tick, so a burst of appends arriving together still
+                # shares one commit (the writer takes us first), then commit right here.
+                await asyncio.sleep(0)
+                if (self._inflight == 1 and self._queue.empty()
+                        and self._inline_ready(stream_id)):
+                    outcome = self._append_inline(request)
+                    if outcome is not None:
+                        self._signal_change()
+                        if isinstance(outcome, BaseException):
+                            raise outcome
+                        return outcome
+                front = True
+            request.future = loop.create_future()
+            self._queue.put_nowait(request, front=front)
+            return await request.future
+        finally:
+            self._inflight -= 1
+
+    def _inline_ready(self, stream_id: str) -> bool:
+        """Dialect: may an append to `stream_id` that finds the store idle commit on the
+        calling thread? Asked at every append (a dialect may track who appends)."""
+        return False
+
+    def _append_inline(self, request: _AppendRequest) -> Any:
+        """Dialect: commit one request synchronously. Returns its outcome (new version or the
+        error to raise), or None to hand it to the writers instead (nothing acknowledged)."""
+        return None
 
     async def _writer_loop(self) -> None:
         while True:
@@ -247,7 +272,7 @@ class SqlEventStore:
         while size < self._max_batch_events and not self._queue.empty():
             nxt = self._queue.get_nowait()
             if nxt is None:  # closing: finish this batch, then stop
-                self._queue.put_nowait(None)
+                self._queue.put_nowait(None, front=True)
                 return
             batch.append(nxt)
             size += len(nxt.rows)
@@ -267,11 +292,14 @@ class SqlEventStore:
         delay = 0.02
         while batch:
             try:
-                outcomes = await self._run_batch(batch)
+                plan = await self._run_batch(batch)
             except _RetryBatch:
+                self._forget_heads(batch)
                 self.stats["retries"] += 1
                 continue
             except Exception as exc:  # noqa: BLE001 - sorted out below
+                # Whatever happened, the database says next time what the heads are.
+                self._forget_heads(batch)
                 if self._is_integrity_error(exc) and len(batch) > 1:
                     # A row raced us past the head check: commit each request on its own so
                     # one caller's problem does not fail the others.
@@ -299,12 +327,14 @@ class SqlEventStore:
                 await asyncio.sleep(max(wait, 0.0))
                 delay = min(delay * 2, 1.0)
                 continue
-            for request, outcome in zip(batch, outcomes):
+            self._remember_heads(batch, plan)
+            for request, outcome in zip(batch, plan.outcomes):
                 _settle(request, outcome)
             return
 
-    async def _run_batch(self, batch: list[_AppendRequest]) -> list[Any]:
-        """Dialect: one transaction that reads the heads, plans, writes, commits."""
+    async def _run_batch(self, batch: list[_AppendRequest]) -> BatchPlan:
+        """Dialect: one transaction that plans (from the cache or the heads it reads under
+        lock), writes, commits; returns the plan it committed."""
         raise NotImplementedError
 
     def _is_integrity_error(self, exc: BaseException) -> bool:
@@ -322,17 +352,77 @@ class SqlEventStore:
         """What went wrong, for StoreUnavailable and the log (dialects add detail)."""
         return f"{exc.__class__.__name__}: {(str(exc).splitlines() or [''])[0]}"
 
+    # ------------------------------------------------------------------ head cache
+    def _plan_from_cache(self, batch: list[_AppendRequest]) -> BatchPlan | None:
+        """Plan a batch from the cached heads, or None when the database must be asked.
+
+        Only the plain case is planned here: every stream cached, every request at the cached
+        version and epoch, no retry of an earlier attempt (whose outcome only the database
+        knows). Errors (conflict, fenced) are always reported from heads read under lock.
+        The writer then updates each head row only where it still equals `plan.before`; if
+        any row moved, it rolls back and plans from the database (`plan.stale`).
+        """
+        heads = {}
+        for r in batch:
+            head = self._heads.get(r.stream_id)
+            if head is None or r.final_hash is not None:
+                return None
+            heads[r.stream_id] = head
+        plan = self._plan_batch(batch, heads)
+        if plan.failed:
+            self._unplan(batch)
+            # Read these heads again: the caller may know better than the cache (a database
+            # restored to an older state would otherwise keep them on the slow path).
+            self._forget_heads(batch)
+            return None
+        plan.from_cache = True
+        return plan
+
+    @staticmethod
+    def _unplan(batch: list[_AppendRequest]) -> None:
+        """Forget the final hashes of a plan that was never written (it was rolled back)."""
+        for r in batch:
+            r.final_hash = None
+
+    def _remember_heads(self, batch: list[_AppendRequest], plan: BatchPlan) -> None:
+        """After a commit: cache the heads read under lock and the heads just written."""
+        if plan.from_cache:
+            self.stats["cached_plans"] += 1
+        else:  # (a plan from the cache started from what is cached already)
+            if plan.stale:
+                self.stats["stale_heads"] += 1
+                self._forget_heads(batch)
+            for sid, head in plan.before.items():
+                self._cache_head(sid, head)
+        for row in plan.created:
+            self._cache_head(row[0], (row[1], row[2], row[3]))
+        for row in plan.updated:
+            self._cache_head(row[0], (row[1], row[2], row[3]))
+
+    def _cache_head(self, sid: str, head: tuple[int, str, int]) -> None:
+        known = self._heads.pop(sid, None)
+        if known is not None and known[0] > head[0]:
+            head = known  # a later commit of ours (another writer task) got there first
+        self._heads[sid] = head  # re-inserted: the dict's order is the eviction order
+        if len(self._heads) > self.max_cached_heads:
+            del self._heads[next(iter(self._heads))]
+
+    def _forget_heads(self, batch: list[_AppendRequest]) -> None:
+        for r in batch:
+            self._heads.pop(r.stream_id, None)
+
     # ------------------------------------------------------------------ one batch
     def _plan_batch(self, batch: list[_AppendRequest],
                     heads: dict[str, tuple[int, str, int]]) -> BatchPlan:
         """Check each request against the stream heads and build the rows to write (pure).
 
         `heads` maps stream id to (version, last_hash, epoch) as read inside the batch's
-        transaction (under SQLite's write lock / PostgreSQL row locks). Requests of one
-        stream in one batch chain onto each other.
+        transaction (under SQLite's write lock / PostgreSQL row locks), or as cached (then
+        the writer checks them when it writes, see `_plan_from_cache`). Requests of one
+        stream in one batch chain onto each other. `heads` is updated in place.
         """
-        plan = BatchPlan()
-        existed = set(heads)
+        plan = BatchPlan(before=dict(heads))
+        existed = plan.before
         touched: dict[str, int] = {}
         for r in batch:
             version, last_hash, epoch = heads.get(r.stream_id, (0, GENESIS_HASH, 0))
@@ -361,7 +451,11 @@ class SqlEventStore:
         # create the same streams cannot deadlock on their unique keys (PostgreSQL).
         for sid, at in sorted(touched.items()):
             version, h, epoch = heads[sid]
-            (plan.updated if sid in existed else plan.created).append((sid, version, h, epoch, at))
+            old = existed.get(sid)
+            if old is None:
+                plan.created.append((sid, version, h, epoch, at))
+            else:
+                plan.updated.append((sid, version, h, epoch, at, *old))
         return plan
 
     # ------------------------------------------------------------------ read

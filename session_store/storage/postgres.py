@@ -8,12 +8,20 @@ transaction still running (`pg_snapshot_xmin`): no transaction can later commit 
 that sorts before what a reader has already seen in (tx_order, position) order.
 
 The hot path talks to asyncpg directly: each writer task owns one connection and writes a
-whole batch with array parameters (`unnest`), a fixed number of round trips per batch.
+whole batch with array parameters (`unnest`). A batch planned from cached stream heads is one
+round trip, one statement in its own transaction: for one stream (an idle store's append), a
+statement that updates the head row only where it still holds the cached head and inserts the
+events only if it did; for several, a function (created per writer connection in its temporary
+schema, so no migration) that locks the heads, updates them the same way and raises unless all
+held, so no head moves without its events. If a head moved (another store wrote), nothing is
+written and the batch takes the transaction path: BEGIN, read the heads FOR UPDATE, plan,
+write, COMMIT.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 
 import asyncpg
@@ -23,7 +31,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ..schema import events, streams
-from .base import SqlEventStore, _RetryBatch
+from .base import SqlEventStore
+from .batch import _RetryBatch
+
+log = logging.getLogger(__name__)
 
 
 def check_schema_name(schema: str) -> str:
@@ -58,6 +69,53 @@ _INSERT_EVENTS = (
     "$7::text[]) AS u(s, v, ty, sv, d, t, h)) SELECT pg_notify($8, '')")
 
 
+# SQLSTATE the function raises when a head moved (a class no PostgreSQL error uses).
+_HEADS_MOVED = "SSH01"
+_FN = "pg_temp.session_store_append"
+_CREATE_FN = f"""
+CREATE OR REPLACE FUNCTION {_FN}(
+    text[], bigint[], text[], bigint[], bigint[], bigint[], text[], bigint[],
+    text[], bigint[], text[], int[], text[], bigint[], text[], text) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    moved bigint;
+BEGIN
+    -- Heads locked in one global order, as on the transaction path: writers never deadlock.
+    -- (One head is locked by the UPDATE itself.)
+    IF cardinality($1) > 1 THEN
+        PERFORM 1 FROM {_S} WHERE stream_id = ANY($1) ORDER BY stream_id FOR UPDATE;
+    END IF;
+    UPDATE {_S} AS st SET version = u.v, last_hash = u.h, epoch = u.e, updated_at_us = u.t
+    FROM unnest($1, $2, $3, $4, $5, $6, $7, $8) AS u(s, v, h, e, t, ov, oh, oe)
+    WHERE st.stream_id = u.s AND st.version = u.ov AND st.last_hash = u.oh AND st.epoch = u.oe;
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    IF moved <> cardinality($1) THEN
+        RAISE EXCEPTION 'a stream head moved since it was cached' USING ERRCODE = '{_HEADS_MOVED}';
+    END IF;
+    INSERT INTO {_E} (tx_order, stream_id, version, type, schema_version, data, recorded_at_us,
+                      hash)
+    SELECT pg_current_xact_id()::text::bigint, s, v, ty, sv, d, t, h
+    FROM unnest($9, $10, $11, $12, $13, $14, $15) AS u(s, v, ty, sv, d, t, h);
+    PERFORM pg_notify($16, '');
+END
+$fn$"""
+_CALL_FN = f"SELECT {_FN}({', '.join(f'${i}' for i in range(1, 17))})"
+# One stream: one plain statement (cheaper than the function). Nothing to undo if the head
+# moved: no row updated, so no event inserted; it then returns no row.
+_APPEND_ONE = f"""
+WITH head AS (
+    UPDATE {_S} SET version = $2, last_hash = $3, epoch = $4, updated_at_us = $5
+    WHERE stream_id = $1 AND version = $6 AND last_hash = $7 AND epoch = $8 RETURNING 1),
+ins AS (
+    INSERT INTO {_E} (tx_order, stream_id, version, type, schema_version, data, recorded_at_us,
+                      hash)
+    SELECT pg_current_xact_id()::text::bigint, $1, v, ty, sv, d, t, h
+    FROM unnest($9::bigint[], $10::text[], $11::int[], $12::text[], $13::bigint[], $14::text[])
+        AS u(v, ty, sv, d, t, h)
+    WHERE EXISTS (SELECT 1 FROM head))
+SELECT pg_notify($15, '') FROM head"""
+
+
 def _columns(rows: list[tuple]) -> list[list]:
     return [list(col) for col in zip(*rows)]
 
@@ -89,12 +147,29 @@ class PostgresEventStore(SqlEventStore):
             "lock_timeout": "15s"})
         self._channel = f"session_store_{schema or 'public'}".lower()
         self._free: list[asyncpg.Connection] = []
+        self._has_fn = True  # off if this role may not create temporary functions
+
+    async def _connect_writer(self) -> asyncpg.Connection:
+        conn = await asyncpg.connect(**self._writer_kwargs)
+        if self._has_fn:
+            try:
+                await conn.execute(_CREATE_FN)
+            except asyncpg.InsufficientPrivilegeError as exc:
+                log.warning("no TEMP privilege (%s): batches of several streams take the "
+                            "transaction path", exc)
+                self._has_fn = False
+            except BaseException:
+                conn.terminate()
+                raise
+        return conn
 
     @contextlib.asynccontextmanager
     async def _writer_connection(self):
         """A dedicated connection per writer task, replaced when it breaks."""
+        while self._free and self._free[-1].is_closed():
+            self._free.pop()  # the server ended it while it was idle
         reused = bool(self._free)
-        conn = self._free.pop() if self._free else await asyncpg.connect(**self._writer_kwargs)
+        conn = self._free.pop() if self._free else await self._connect_writer()
         try:
             yield conn
         except asyncpg.InternalClientError as exc:
@@ -114,32 +189,69 @@ class PostgresEventStore(SqlEventStore):
             self._free.append(conn)
 
     async def _run_batch(self, batch):
-        async with self._writer_connection() as conn, conn.transaction():
-            ids = sorted({r.stream_id for r in batch})
-            heads = {row[0]: (row[1], row[2], row[3])
-                     for row in await conn.fetch(_SELECT_HEADS, ids)}
-            plan = self._plan_batch(batch, heads)
-            if not plan.events:
-                return plan.outcomes
-            if plan.created:
-                inserted = await conn.fetch(_INSERT_STREAMS, *_columns(plan.created))
-                if len(inserted) != len(plan.created):
-                    # Another writer created one of these streams since we looked.
-                    raise _RetryBatch()
-            if plan.updated:
-                await conn.execute(_UPDATE_STREAMS, *_columns(plan.updated))
-            await conn.execute(_INSERT_EVENTS, *_columns(plan.events), self._channel)
-            return plan.outcomes
+        cached = self._plan_from_cache(batch)
+        if cached is not None and len(cached.updated) > 1 and not self._has_fn:
+            self._unplan(batch)
+            cached = None
+        async with self._writer_connection() as conn:
+            stale = False
+            if cached is not None:
+                if await self._write_cached(conn, cached):
+                    return cached
+                # Nothing was written (the statement did nothing, or failed as a whole); the
+                # connection is fine.
+                self._unplan(batch)
+                stale = True
+            async with conn.transaction():
+                plan = await self._plan_and_write(conn, batch)
+            plan.stale = stale
+            return plan
+
+    async def _write_cached(self, conn, plan) -> bool:
+        """One round trip; False if a head moved (then nothing was written)."""
+        if len(plan.updated) == 1:
+            (sid, v, h, e, t, ov, oh, oe), = plan.updated
+            written = await conn.fetch(_APPEND_ONE, sid, v, h, e, t, ov, oh, oe,
+                                       *_columns(plan.events)[1:], self._channel)
+            return bool(written)
+        try:
+            await conn.execute(_CALL_FN, *_columns(plan.updated), *_columns(plan.events),
+                               self._channel)
+            return True
+        except asyncpg.PostgresError as exc:
+            if exc.sqlstate != _HEADS_MOVED:
+                raise
+            return False
+
+    async def _plan_and_write(self, conn, batch):
+        ids = sorted({r.stream_id for r in batch})
+        heads = {row[0]: (row[1], row[2], row[3])
+                 for row in await conn.fetch(_SELECT_HEADS, ids)}
+        plan = self._plan_batch(batch, heads)
+        if not plan.events:
+            return plan
+        if plan.created:
+            inserted = await conn.fetch(_INSERT_STREAMS, *_columns(plan.created))
+            if len(inserted) != len(plan.created):
+                # Another writer created one of these streams since we looked.
+                raise _RetryBatch()
+        if plan.updated:  # rows locked FOR UPDATE above: they hold what was read
+            await conn.execute(_UPDATE_STREAMS, *_columns([u[:5] for u in plan.updated]))
+        await conn.execute(_INSERT_EVENTS, *_columns(plan.events), self._channel)
+        return plan
 
     def _is_integrity_error(self, exc):
         return isinstance(exc, asyncpg.IntegrityConstraintViolationError)
 
     def _is_outage(self, exc):
         # Unreachable or refused (OSError), the connection lost mid-statement, the server
-        # starting up or shutting down, restarting after a crash of one of its processes.
+        # starting up or shutting down, restarting after a crash of one of its processes;
+        # InternalClientError: an idle connection the server terminated (its FATAL message
+        # arrived before the socket closed) refuses the next statement; nothing was sent.
         return isinstance(exc, (OSError, ConnectionError, asyncpg.PostgresConnectionError,
                                 asyncpg.InterfaceError, asyncpg.CannotConnectNowError,
-                                asyncpg.AdminShutdownError, asyncpg.CrashShutdownError))
+                                asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
+                                asyncpg.InternalClientError))
 
     def _insert(self, table):
         return pg_insert(table)

@@ -1,0 +1,85 @@
+"""What flows through group commit: append requests, their queue, and the plan of one batch."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(eq=False)
+class _AppendRequest:
+    stream_id: str
+    rows: list[tuple[str, int, str]]  # (type, schema_version, data_json), encoded by the caller
+    expected_version: int
+    epoch: int | None
+    recorded_at_us: int
+    deadline: float
+    future: asyncio.Future | None = None  # only for a request that waits for a writer
+    final_hash: str | None = None  # set when first computed: recognises a commit whose ack was lost
+
+
+@dataclass
+class BatchPlan:
+    """What one group commit writes, and each request's outcome (new version or error)."""
+    outcomes: list[Any] = field(default_factory=list)
+    created: list[tuple] = field(default_factory=list)  # (stream_id, version, hash, epoch, at_us)
+    # (stream_id, version, hash, epoch, at_us, old version, old hash, old epoch): the old head
+    # is what the row must still hold when it is written (a conditional update).
+    updated: list[tuple] = field(default_factory=list)
+    events: list[tuple] = field(default_factory=list)  # (stream_id, version, type, schema, data, at_us, hash)
+    before: dict[str, tuple[int, str, int]] = field(default_factory=dict)  # heads planned from
+    from_cache: bool = False
+    stale: bool = False  # planned from the cache, which turned out stale: replanned from the db
+
+    @property
+    def failed(self) -> bool:
+        return any(isinstance(o, BaseException) for o in self.outcomes)
+
+
+class _RetryBatch(Exception):
+    """A concurrent writer created a stream we meant to create: re-read heads and retry."""
+
+
+class _RequestQueue:
+    """FIFO of append requests for the writer tasks (asyncio.Queue cannot put in front)."""
+
+    def __init__(self) -> None:
+        self._items: deque = deque()
+        self._waiters: deque[asyncio.Future] = deque()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def put_nowait(self, item, *, front: bool = False) -> None:
+        if front:
+            self._items.appendleft(item)
+        else:
+            self._items.append(item)
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def get_nowait(self):
+        return self._items.popleft()
+
+    async def get(self):
+        while not self._items:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+                if waiter.done() and not waiter.cancelled() and self._items:
+                    self._wake_one()  # woken, then cancelled: pass the wake-up on
+                raise
+        return self._items.popleft()

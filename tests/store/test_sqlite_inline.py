@@ -1,0 +1,160 @@
+"""SQLite inline commits: an append that finds the store idle commits on the event loop's
+thread (no hand-off to the writer thread), and must never hold the loop for long."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+
+import pytest
+
+from session_store.storage import sqlite as sqlite_store
+
+from .helpers import msg
+
+
+@pytest.fixture
+async def sqlite_backend(migrated):
+    if migrated.name != "sqlite":
+        pytest.skip("inline commits are SQLite's")
+    return migrated
+
+
+# Tests that count inline commits switch the budget guard off (a huge budget): this machine's
+# disk may be slow at any moment, and then the guard rightly sends appends to the thread.
+NO_GUARD = {"inline_budget": 60.0}
+
+
+async def test_idle_appends_commit_inline_and_are_durable(sqlite_backend):
+    store = await sqlite_backend.open(**NO_GUARD)
+    try:
+        v = 0
+        for i in range(20):
+            v = await store.append("s", [msg(i)], v)
+        assert v == 20 and store.stats["inline"] == 20 and store.stats["batches"] == 20
+    finally:
+        await store.close()
+    reopened = await sqlite_backend.open()  # what a new process sees
+    try:
+        assert [r.event.text for r in await reopened.read("s")] == [f"turn {i}" for i in range(20)]
+        assert all(r.ok for r in await reopened.verify())
+    finally:
+        await reopened.close()
+
+
+async def test_a_store_serving_several_streams_keeps_commits_off_the_loop(sqlite_backend):
+    store = await sqlite_backend.open(**NO_GUARD)
+    try:
+        assert await store.append("a", [msg(0)], 0) == 1
+        assert store.stats["inline"] == 1  # one call so far
+        versions = {"a": 1, "b": 0}
+        for i in range(6):  # two calls take turns
+            sid = "ba"[i % 2]
+            versions[sid] = await store.append(sid, [msg(i)], versions[sid])
+        assert versions == {"a": 4, "b": 3}
+        assert store.stats["inline"] == 1 and store.stats["batches"] == 7
+        store._shared_until = 0.0  # a second later, only "a" is left
+        assert await store.append("a", [msg(9)], 4) == 5
+        assert store.stats["inline"] == 2
+    finally:
+        await store.close()
+
+
+async def test_inline_budget_zero_sends_everything_to_the_writer_thread(sqlite_backend):
+    store = await sqlite_backend.open(inline_budget=0)
+    try:
+        v = 0
+        for i in range(5):
+            v = await store.append("s", [msg(i)], v)
+        assert v == 5 and store.stats["inline"] == 0 and store.stats["batches"] == 5
+    finally:
+        await store.close()
+
+
+@pytest.mark.timeout(60)
+async def test_write_lock_held_by_another_process_never_blocks_the_loop(sqlite_backend):
+    """The inline connection does not wait for SQLite's lock: the append goes to the writer
+    thread (which waits, up to busy_timeout) and the loop runs on meanwhile."""
+    store = await sqlite_backend.open(**NO_GUARD)
+    path = sqlite_backend.url.split("///", 1)[1]
+    other = sqlite3.connect(path, isolation_level=None)
+    loop = asyncio.get_running_loop()
+    try:
+        assert await store.append("s", [msg(0)], 0) == 1
+        inline = store.stats["inline"]
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        started = loop.time()
+        pending = asyncio.create_task(store.append("s", [msg(1)], 1))
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+        # Had the append waited for the lock on the loop's thread, this coroutine could not
+        # have run before busy_timeout (5 s) was over.
+        assert loop.time() - started < sqlite_store.BUSY_TIMEOUT_MS / 1000
+        assert not pending.done()
+        other.execute("COMMIT")
+        assert await asyncio.wait_for(pending, 10) == 2
+        assert store.stats["inline"] == inline  # it went through the writer thread
+        assert await store.append("s", [msg(2)], 2) == 3
+        assert store.stats["inline"] == inline + 1  # and the next idle append inline again
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+        await store.close()
+
+
+async def test_a_broken_inline_connection_hands_over_and_is_reopened(sqlite_backend):
+    store = await sqlite_backend.open(**NO_GUARD)
+    try:
+        assert await store.append("s", [msg(0)], 0) == 1
+        store._inline_conn.close()  # e.g. the handle went bad under us
+        inline = store.stats["inline"]
+        assert await store.append("s", [msg(1)], 1) == 2  # the writer thread took it
+        assert store.stats["inline"] == inline
+        assert store._inline_conn is not None  # reopened by the writer thread
+        assert await store.append("s", [msg(2)], 2) == 3
+        assert store.stats["inline"] == inline + 1
+        assert [r.version for r in await store.read("s")] == [1, 2, 3]
+    finally:
+        await store.close()
+
+
+async def test_repeatedly_slow_commits_pause_inline_commits(sqlite_backend):
+    """The budget guard (fed measured durations directly: a slow disk cannot be ordered)."""
+    store = await sqlite_backend.open(inline_budget=0.002)
+    try:
+        for _ in range(50):
+            store._judge_inline(0.0002)
+        store._judge_inline(0.003)  # one slow fsync on a busy machine: noise
+        assert store._inline_ready("s")
+        store._judge_inline(0.003)  # two close together: the disk is slow now
+        assert not store._inline_ready("s")
+        batches, inline = store.stats["batches"], store.stats["inline"]
+        assert await store.append("s", [msg(0)], 0) == 1  # paused: the writer thread commits
+        assert store.stats["batches"] == batches + 1 and store.stats["inline"] == inline
+
+        store._inline_paused_until = 0.0  # the pause is over
+        assert store._inline_ready("s")
+        assert store._inline_pause == 2 * sqlite_store._PAUSE_MIN_S  # next pause is longer
+        store._judge_inline(0.025)  # one commit ten times over budget pauses at once
+        assert not store._inline_ready("s")
+    finally:
+        await store.close()
+
+
+@pytest.mark.timeout(120)
+async def test_wal_is_checkpointed_off_the_loop_and_stays_bounded(sqlite_backend):
+    """Inline commits never checkpoint; the writer thread does, and inline commits wait for
+    it. Without it, 1,500 back-to-back appends grow the WAL to ~25 MB (measured)."""
+    store = await sqlite_backend.open(**NO_GUARD)
+    path = sqlite_backend.url.split("///", 1)[1]
+    try:
+        v = 0
+        for i in range(1500):
+            v = await store.append("s", [msg(i)], v)
+        assert store.stats["inline"] > 1000
+        wal = os.path.getsize(path + "-wal")
+        assert wal < 12_000_000, f"WAL grew to {wal / 1e6:.1f} MB"
+    finally:
+        await store.close()
