@@ -63,7 +63,6 @@ _OUTAGE_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.S
                            sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL})
 
 
-
 def _primary_code(exc: BaseException) -> int | None:
     code = getattr(exc, "sqlite_errorcode", None)
     return None if code is None else code & 0xFF
