@@ -93,7 +93,7 @@ _INSERT_EVENT = _sql(events.insert().values(
 
 def _configure(dbapi_conn, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
     cur = dbapi_conn.cursor()
-    cur.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+    cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")  # PRAGMA takes no parameters
     # FULL: a commit survives power loss, not only a process crash (NORMAL would not).
     cur.execute("PRAGMA synchronous=FULL")
     cur.close()

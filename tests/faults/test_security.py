@@ -275,7 +275,10 @@ SQL_WORD = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|PRAGMA|
 #: What string-built SQL in the product may interpolate: table names from the schema module
 #: and an integer constant (checked below to be exactly that). Nothing that comes from a call
 #: id, a filter, a payload or configuration.
-ALLOWED_IN_SQL = {"streams.name", "events.name", "_S", "_E", "BUSY_TIMEOUT_MS"}
+ALLOWED_IN_SQL = {"streams.name", "events.name", "_S", "_E", "BUSY_TIMEOUT_MS",
+                  "int(busy_timeout_ms)",  # an int() cannot carry SQL
+                  # the PostgreSQL batch function: its name, its error code, "$1, ..., $16"
+                  "_FN", "_HEADS_MOVED", "', '.join((f'${i}' for i in range(1, 17)))"}
 #: The one `.format` on SQL: a run of "?" placeholders for the number of bound values.
 ALLOWED_FORMAT = {("session_store/storage/sqlite.py",
                    "_SELECT_HEADS.format(marks=','.join('?' * len(part)))")}
@@ -337,6 +340,8 @@ def test_sql_is_never_built_from_runtime_values():
     for ident in (streams.name, events.name, postgres._S, postgres._E):
         assert re.fullmatch(r"[a-z_]+", ident)
     assert type(sqlite.BUSY_TIMEOUT_MS) is int
+    assert re.fullmatch(r"pg_temp\.[a-z_]+", postgres._FN)
+    assert re.fullmatch(r"[A-Z0-9]{5}", postgres._HEADS_MOVED)
     # The scan can fail: each way of splicing a value into SQL is caught.
     spliced = ast.parse(
         "conn.execute(f\"SELECT * FROM t WHERE id = '{call_id}'\")\n"
