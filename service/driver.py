@@ -24,8 +24,8 @@ from session_store import events as ev
 from session_store.decide import Effect, Observation
 from session_store.errors import ConcurrencyConflict, Fenced, StreamDamaged
 from session_store.events import canonical_json
-from session_store.projection import (PROJECTION_VERSION, HistoryNeeded, compact, fold_into,
-                                      to_snapshot)
+from session_store.loading import snapshot_of
+from session_store.projection import HistoryNeeded, fold_into
 from session_store.records import RecordedEvent
 from session_store.storage import Snapshot, SqlEventStore
 
@@ -227,10 +227,8 @@ class CallDriver:
                 and self.state.version - self._snapshot_version >= self.snapshot_every
                 and (self._snapshot_task is None or self._snapshot_task.done())):
             self._snapshot_version = self.state.version
-            snapshot = Snapshot(self.call_id, self.state.version, PROJECTION_VERSION,
-                                to_snapshot(compact(
-                                    self.state, handle_ttl_us=self.policy.handle_ttl_us,
-                                    crossing_window_us=int(self.policy.crossing_window_s * 1e6))))
+            snapshot = snapshot_of(self.state, handle_ttl_us=self.policy.handle_ttl_us,
+                                   crossing_window_us=int(self.policy.crossing_window_s * 1e6))
             self._snapshot_task = asyncio.ensure_future(self._save_snapshot(snapshot))
 
     async def _save_snapshot(self, snapshot: Snapshot) -> None:

@@ -307,7 +307,6 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         handshaking = self._session is None and self._connection_task is not None
         return reconnecting or handshaking or self._awaiting_seed()
 
-
     # ------------------------------------------------------------------ server messages
     async def _handle_server_message(self, message):
         # A session that delivered a message is progress. pipecat resets its failure count

@@ -63,11 +63,18 @@ async def load_state(store: SqlEventStore, stream_id: str, *, use_snapshot: bool
     return fold_into(state, await store.read(stream_id, to_version=to_version))
 
 
+def snapshot_of(state: SessionState, *, handle_ttl_us: int = HANDLE_TTL_US,
+                crossing_window_us: int = CROSSING_WINDOW_US) -> Snapshot:
+    """The snapshot of `state`: its compacted form (bounded however long the call; see
+    projection.compact), serialised now, so the caller may go on changing `state`."""
+    text = to_snapshot(compact(state, handle_ttl_us=handle_ttl_us,
+                               crossing_window_us=crossing_window_us))
+    return Snapshot(state.stream_id, state.version, PROJECTION_VERSION, text)
+
+
 async def save_snapshot(store: SqlEventStore, state: SessionState, *,
                         handle_ttl_us: int = HANDLE_TTL_US,
                         crossing_window_us: int = CROSSING_WINDOW_US) -> None:
-    """Store the compacted state (bounded however long the call; see projection.compact).
-    Serialised before the first await: the caller may go on changing `state`."""
-    text = to_snapshot(compact(state, handle_ttl_us=handle_ttl_us,
-                               crossing_window_us=crossing_window_us))
-    await store.save_snapshot(Snapshot(state.stream_id, state.version, PROJECTION_VERSION, text))
+    """Store the snapshot of `state` (serialised before the first await)."""
+    await store.save_snapshot(snapshot_of(state, handle_ttl_us=handle_ttl_us,
+                                          crossing_window_us=crossing_window_us))

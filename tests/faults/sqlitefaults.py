@@ -64,6 +64,15 @@ class TinyDisk:
         finally:
             os.close(fd)
 
+    @contextlib.contextmanager
+    def full(self):
+        """The disk is full while inside."""
+        self.fill()
+        try:
+            yield
+        finally:
+            self.free()
+
     def free(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.filler.unlink()

@@ -180,15 +180,7 @@ async def sqlite_store(directory):
 
 async def test_sqlite_disk_full_while_100_calls_append(tiny_disk):
     async with sqlite_store(tiny_disk.path) as store:
-        @contextlib.contextmanager
-        def disk_full():
-            tiny_disk.fill()
-            try:
-                yield
-            finally:
-                tiny_disk.free()
-
-        figures = await _sqlite_faults(store, tiny_disk.path / "log.db", disk_full,
+        figures = await _sqlite_faults(store, tiny_disk.path / "log.db", tiny_disk.full,
                                        [(3.0, 2.5)], tail=4.0)
     report("sqlite disk full", figures)
     assert figures["failed"] > 0
@@ -198,15 +190,7 @@ async def test_sqlite_disk_full_while_100_calls_append(tiny_disk):
 @long_only
 async def test_long_sqlite_disk_full(tiny_disk):
     async with sqlite_store(tiny_disk.path) as store:
-        @contextlib.contextmanager
-        def disk_full():
-            tiny_disk.fill()
-            try:
-                yield
-            finally:
-                tiny_disk.free()
-
-        figures = await _sqlite_faults(store, tiny_disk.path / "log.db", disk_full,
+        figures = await _sqlite_faults(store, tiny_disk.path / "log.db", tiny_disk.full,
                                        [(10.0, 2.0), (15.0, 8.0), (15.0, 35.0), (15.0, 1.0)],
                                        tail=15.0)
     report("sqlite disk full long", figures)

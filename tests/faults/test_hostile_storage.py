@@ -64,7 +64,6 @@ import httpx
 import pytest
 
 from service.driver import CallDriver
-from session_store import events as ev
 from session_store import load_state
 from session_store.errors import (CorruptEvent, SchemaVersionTooNew, StreamDamaged,
                                   UnknownEventType)

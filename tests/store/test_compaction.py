@@ -81,7 +81,6 @@ def simulated_calls(draw, max_steps: int = 80):
     ids = iter(range(10_000))
 
     def log(*events):
-        nonlocal t
         for e in events:
             recs.extend(record("sim", [e], start_version=state.version + 1, t0_us=t))
             fold_into(state, recs[-1:])
