@@ -2,16 +2,23 @@
 
 The same scripted call (N turns; each turn: model audio, a toolCall, the answer, more audio,
 turnComplete) goes through a real pipecat pipeline (user aggregator → service → AudioTap →
-PlaybackOutput → assistant aggregator) against the local Gemini Live server, once with the
+PlaybackOutput → assistant aggregator) against the local Gemini Live server (in a process of
+its own, as Gemini is on another machine: see ServerProcess), once with the
 stock GeminiLiveLLMService and once with DurableGeminiLiveLLMService per database (SQLite file,
 and PostgreSQL when it is reachable). The tool answers at once.
 
 Printed per service:
 - turn: toolCall sent by the server → toolResponse received by the server (p50/p99 ms),
-  and ours minus stock (the log's added latency per tool call: it appends the request, the
-  start, the result and the send intent before the toolResponse leaves);
+  and ours minus stock (the log's added latency per tool call: two commits before the
+  toolResponse leaves, the request with its start, then the result with the send intent);
 - audio: a model audio chunk sent by the server → its TTSAudioRawFrame leaving the service
   (p50/p99/max ms), ours minus stock (what the log adds on the audio path).
+
+SQLite runs twice: `sqlite` is the default store, which commits on the event loop's thread
+while it serves one call (no thread hand-off: the shortest turn), which holds the loop, and
+the audio on it, for each fsync; `sqlite-thread` commits on the writer thread, as a store
+serving several calls does: nothing on the audio path, but each commit waits for the GIL
+to come back from the busy loop.
 
 Deferral is switched off for this comparison (Policy(defer="none")): with it on, ours waits
 for the bot to stop speaking before running a tool, which is the point of deferral and not
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
@@ -51,8 +59,7 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService  # noqa
 from pipecat.services.llm_service import FunctionCallParams  # noqa: E402
 
 from service.gemini_live import DurableGeminiLiveLLMService  # noqa: E402
-from service.local_live import (Audio, Call, LocalLiveServer, Script, ToolCall,  # noqa: E402
-                                TurnComplete, WaitToolResponse)
+from service.local_live.server import http_options  # noqa: E402
 from service.testing.pipeline import MODEL, PlaybackOutput, tools_schema  # noqa: E402
 from session_store import Policy, open_store  # noqa: E402
 from session_store.migrate import upgrade  # noqa: E402
@@ -60,9 +67,11 @@ from session_store.migrate import upgrade  # noqa: E402
 PG_URL = os.environ.get("SESSION_STORE_BENCH_PG",
                         "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 PG_DSN = PG_URL.replace("postgresql+asyncpg", "postgresql")
-TOOL = "lookup_order"
-AUDIO_BEFORE = 6   # chunks of 40 ms before each toolCall
-AUDIO_AFTER = 4    # chunks after the answer
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from turn_scripts import TOOL, audio_chunks, deferral_script, overhead_script  # noqa: E402
+
+SCRIPTS = Path(__file__).resolve().parent / "turn_scripts.py"
+BUILDERS = {"overhead_script": overhead_script, "deferral_script": deferral_script}
 
 
 class AudioTap(FrameProcessor):
@@ -88,77 +97,106 @@ def pct(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-def overhead_script(turns: int) -> Script:
-    steps = []
-    for i in range(turns):
-        steps += [Audio(chunks=AUDIO_BEFORE), ToolCall(Call(f"t{i}", TOOL, {"id": i})),
-                  WaitToolResponse(f"t{i}"), Audio(chunks=AUDIO_AFTER), TurnComplete()]
-    return Script(steps, reply=())
+class ServerProcess:
+    """The local Gemini Live server in a process of its own, serving one call: it must not
+    share the service's event loop, or whatever the service does after sending a
+    toolResponse (ours logs that it was sent) would count as latency before the server
+    "receives" it, and the server's own TLS and JSON work would land on the service's loop.
+    Gemini is on another machine."""
+
+    def __init__(self, script: str, turns: int, record: Path):
+        self.spec, self.record = f"{SCRIPTS}:{script}:{turns}", record
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def __aenter__(self):
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "service.local_live", "--script", self.spec,
+            "--record", str(self.record), "--exit-after", "1",
+            cwd=str(Path(__file__).resolve().parent.parent), stdout=asyncio.subprocess.PIPE)
+        ready = json.loads(await asyncio.wait_for(self.proc.stdout.readline(), 30))
+        self.http_options = http_options(ready["base_url"], ready["cert_path"])
+        return self
+
+    async def __aexit__(self, *exc):
+        try:
+            await asyncio.wait_for(self.proc.wait(), 30)
+        except TimeoutError:
+            self.proc.terminate()
+            await self.proc.wait()
+
+    def connection(self) -> dict:
+        """The call's connection as the server recorded it; raises on any violation."""
+        record = json.loads(self.record.read_text())
+        if record["violations"] or record["errors"] or len(record["connections"]) != 1:
+            raise AssertionError(f"the local server saw problems: {record['violations']} "
+                                 f"{record['errors']} ({len(record['connections'])} connections)")
+        return record["connections"][0]
 
 
-def deferral_script(turns: int) -> Script:
-    """Each call arrives mid-speech: 0.4 s of audio still to play after it."""
-    steps = []
-    for i in range(turns):
-        steps += [Audio(chunks=4), ToolCall(Call(f"d{i}", TOOL, {"id": i})), Audio(chunks=10),
-                  TurnComplete(), WaitToolResponse(f"d{i}", timeout=8), Audio(chunks=2),
-                  TurnComplete()]
-    return Script(steps, reply=())
-
-
-async def run_call(kind: str, script: Script, turns: int, store=None, policy=None) -> dict:
+async def run_call(kind: str, script: str, turns: int, store=None, policy=None) -> dict:
     """One call; returns the server record, the audio tap and the tool start times."""
     tool_started: dict[str, float] = {}
-    async with LocalLiveServer([script]) as server:
-        common = dict(api_key="bench", http_options=server.http_options(),
-                      settings=GeminiLiveLLMService.Settings(model=MODEL,
-                                                             system_instruction="Be brief."),
-                      tools=tools_schema([TOOL]))
-        if kind == "stock":
-            llm = GeminiLiveLLMService(**common)
-        else:
-            llm = DurableGeminiLiveLLMService(**common, store=store, policy=policy,
-                                              call_id=f"bench-{uuid.uuid4().hex[:8]}")
+    chunks = audio_chunks(BUILDERS[script](turns))
+    with tempfile.TemporaryDirectory() as tmp:
+        async with ServerProcess(script, turns, Path(tmp) / "record.json") as server:
+            common = dict(api_key="bench", http_options=server.http_options,
+                          settings=GeminiLiveLLMService.Settings(model=MODEL,
+                                                                 system_instruction="Be brief."),
+                          tools=tools_schema([TOOL]))
+            if kind == "stock":
+                llm = GeminiLiveLLMService(**common)
+            else:
+                llm = DurableGeminiLiveLLMService(**common, store=store, policy=policy,
+                                                  call_id=f"bench-{uuid.uuid4().hex[:8]}")
 
-        async def tool(params: FunctionCallParams):
-            tool_started[params.tool_call_id] = time.time()
-            await params.result_callback({"ok": True, "id": params.arguments.get("id")})
+            async def tool(params: FunctionCallParams):
+                tool_started[params.tool_call_id] = time.time()
+                await params.result_callback({"ok": True, "id": params.arguments.get("id")})
 
-        llm.register_function(TOOL, tool)
-        aggregators = LLMContextAggregatorPair(LLMContext(messages=[{"role": "user",
-                                                                     "content": "Hello"}]))
-        tap = AudioTap()
-        task = PipelineTask(Pipeline([aggregators.user(), llm, tap, PlaybackOutput(),
-                                      aggregators.assistant()]),
-                            params=PipelineParams(), cancel_on_idle_timeout=False)
-        runner = PipelineRunner(handle_sigint=False)
-        run = asyncio.create_task(runner.run(task))
-        await task.queue_frames([LLMRunFrame()])
-        await server.wait_until(lambda: len(server.tool_responses()) >= turns,
-                                timeout=30 + turns * 2)
-        await server.wait_until(lambda: server._sessions[0].steps_done, timeout=10)  # noqa: SLF001
-        await asyncio.sleep(0.3)
-        await task.queue_frame(EndFrame())
-        done, _ = await asyncio.wait({run}, timeout=30)
-        if not done:
-            await task.cancel()
-        server.assert_clean()
-    return {"server": server, "tap": tap, "tool_started": tool_started}
+            llm.register_function(TOOL, tool)
+            aggregators = LLMContextAggregatorPair(LLMContext(messages=[{"role": "user",
+                                                                         "content": "Hello"}]))
+            tap = AudioTap()
+            task = PipelineTask(Pipeline([aggregators.user(), llm, tap, PlaybackOutput(),
+                                          aggregators.assistant()]),
+                                params=PipelineParams(), cancel_on_idle_timeout=False)
+            runner = PipelineRunner(handle_sigint=False)
+            run = asyncio.create_task(runner.run(task))
+            await task.queue_frames([LLMRunFrame()])
+            # The server sends the audio after each answer only once the answer arrived: all
+            # chunks through the service means every toolResponse reached the server.
+            deadline = time.monotonic() + 30 + turns * 2
+            while len(tap.audio_at) < chunks:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{len(tap.audio_at)} of {chunks} audio chunks arrived")
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)
+            await task.queue_frame(EndFrame())
+            done, _ = await asyncio.wait({run}, timeout=30)
+            if not done:
+                await task.cancel()
+        conn = server.connection()
+    return {"conn": conn, "tap": tap, "tool_started": tool_started}
+
+
+def tool_calls_sent(conn: dict) -> dict[str, float]:
+    """Call id → when the server sent its toolCall."""
+    return {s["message"]["toolCall"]["functionCalls"][0]["id"]: s["at"] for s in conn["sent"]
+            if isinstance(s["message"], dict) and "toolCall" in s["message"]}
 
 
 def turn_latencies(result: dict) -> list[float]:
     """Per call: toolCall sent by the server → its toolResponse received, in ms."""
-    conn = result["server"].connections[0]
-    sent = {s.message["toolCall"]["functionCalls"][0]["id"]: s.at for s in conn.sent
-            if isinstance(s.message, dict) and "toolCall" in s.message}
-    return [(r.at - sent[r.id]) * 1e3 for r in conn.results]
+    conn = result["conn"]
+    sent = tool_calls_sent(conn)
+    return [(r["at"] - sent[r["id"]]) * 1e3 for r in conn["results"]]
 
 
 def audio_latencies(result: dict) -> list[float]:
     """Per audio chunk: sent by the server → pushed out of the service, in ms."""
-    conn = result["server"].connections[0]
-    sent = [s.at for s in conn.sent if isinstance(s.message, dict)
-            and "modelTurn" in s.message.get("serverContent", {})]
+    conn = result["conn"]
+    sent = [s["at"] for s in conn["sent"] if isinstance(s["message"], dict)
+            and "modelTurn" in s["message"].get("serverContent", {})]
     pushed = result["tap"].audio_at
     if len(pushed) != len(sent):
         raise RuntimeError(f"{len(sent)} audio chunks sent, {len(pushed)} reached the tap")
@@ -166,10 +204,13 @@ def audio_latencies(result: dict) -> list[float]:
 
 
 async def open_backend(name: str, tmp: str):
-    if name == "sqlite":
+    if name.startswith("sqlite"):
         url = f"sqlite+aiosqlite:///{tmp}/bench-{uuid.uuid4().hex[:6]}.db"
         await upgrade(url)
-        return await open_store(url), None
+        # sqlite-thread: every commit on the writer thread (what a store serving several
+        # calls does); sqlite: the default, commits inline while it serves one call.
+        return await open_store(url, **({"inline_budget": 0} if name == "sqlite-thread"
+                                        else {})), None
     import asyncpg
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     conn = await asyncpg.connect(PG_DSN, timeout=3)
@@ -201,7 +242,7 @@ async def postgres_reachable() -> bool:
 
 
 async def main(turns: int, rounds: int, deferral_turns: int) -> None:
-    backends = ["sqlite"] + (["postgres"] if await postgres_reachable() else [])
+    backends = ["sqlite", "sqlite-thread"] + (["postgres"] if await postgres_reachable() else [])
     services = ["stock"] + [f"ours/{n}" for n in backends]
     turn_ms: dict[str, list[float]] = {k: [] for k in services}
     audio_ms: dict[str, list[float]] = {k: [] for k in services}
@@ -209,7 +250,7 @@ async def main(turns: int, rounds: int, deferral_turns: int) -> None:
     per_round = max(1, turns // rounds)
     with tempfile.TemporaryDirectory() as tmp:
         # Warm-up (imports, TLS, first pipeline): not measured.
-        await run_call("stock", overhead_script(2), 2)
+        await run_call("stock", "overhead_script", 2)
         stores = {name: await open_backend(name, tmp) for name in backends}
         try:
             # Rounds interleave the services, so machine noise (other processes, GC) lands
@@ -217,16 +258,16 @@ async def main(turns: int, rounds: int, deferral_turns: int) -> None:
             for _ in range(rounds):
                 for key in services:
                     if key == "stock":
-                        res = await run_call("stock", overhead_script(per_round), per_round)
+                        res = await run_call("stock", "overhead_script", per_round)
                     else:
                         store = stores[key.split("/")[1]][0]
-                        res = await run_call("ours", overhead_script(per_round), per_round,
+                        res = await run_call("ours", "overhead_script", per_round,
                                              store, Policy(defer="none"))
                     turn_ms[key] += turn_latencies(res)
                     audio_ms[key] += audio_latencies(res)
             for name in backends:
                 deferral[name].append(await run_call(
-                    "ours", deferral_script(deferral_turns), deferral_turns, stores[name][0],
+                    "ours", "deferral_script", deferral_turns, stores[name][0],
                     Policy()))
         finally:
             for store, schema in stores.values():
@@ -236,12 +277,12 @@ async def main(turns: int, rounds: int, deferral_turns: int) -> None:
 
     print(f"\nTurn overhead: {per_round * rounds} turns per service in {rounds} interleaved "
           f"rounds; the tool answers at once; Policy(defer='none') for ours")
-    print(f"{'service':<15}{'turn p50':>9}{'p90':>8}{'p99':>8}{'+p50':>8}{'+p90':>8}{'+p99':>8}"
+    print(f"{'service':<20}{'turn p50':>9}{'p90':>8}{'p99':>8}{'+p50':>8}{'+p90':>8}{'+p99':>8}"
           f"{'audio p50':>11}{'p90':>7}{'p99':>8}{'+p50':>8}{'+p99':>8}")
     base_t, base_a = turn_ms["stock"], audio_ms["stock"]
     for key in services:
         t, a = turn_ms[key], audio_ms[key]
-        row = f"{key:<15}{pct(t, 50):>9.2f}{pct(t, 90):>8.2f}{pct(t, 99):>8.2f}"
+        row = f"{key:<20}{pct(t, 50):>9.2f}{pct(t, 90):>8.2f}{pct(t, 99):>8.2f}"
         row += ("" if key == "stock" else
                 f"{pct(t, 50) - pct(base_t, 50):>+8.2f}{pct(t, 90) - pct(base_t, 90):>+8.2f}"
                 f"{pct(t, 99) - pct(base_t, 99):>+8.2f}").rjust(24)
@@ -255,9 +296,7 @@ async def main(turns: int, rounds: int, deferral_turns: int) -> None:
     print(f"\nDeferral wait (default Policy, calls arriving mid-speech, {deferral_turns} calls)")
     for name in backends:
         res = deferral[name][0]
-        conn = res["server"].connections[0]
-        sent = {s.message["toolCall"]["functionCalls"][0]["id"]: s.at for s in conn.sent
-                if isinstance(s.message, dict) and "toolCall" in s.message}
+        sent = tool_calls_sent(res["conn"])
         waits, reactions = [], []
         for call_id, started in res["tool_started"].items():
             waits.append((started - sent[call_id]) * 1e3)
@@ -266,7 +305,7 @@ async def main(turns: int, rounds: int, deferral_turns: int) -> None:
                        default=None)
             if stop is not None:
                 reactions.append((started - stop) * 1e3)
-        print(f"  ours/{name:<9} toolCall -> tool start p50 {pct(waits, 50):6.1f} ms, "
+        print(f"  ours/{name:<14} toolCall -> tool start p50 {pct(waits, 50):6.1f} ms, "
               f"p99 {pct(waits, 99):6.1f} ms (the bot's remaining speech); "
               f"bot stopped -> tool start p50 {pct(reactions, 50):5.2f} ms, "
               f"p99 {pct(reactions, 99):5.2f} ms")

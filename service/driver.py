@@ -195,10 +195,18 @@ class CallDriver:
     def pending_notes(self) -> int:
         return len(self._notes)
 
-    async def flush(self, then: Then | None = None) -> list[ev.Event]:
-        """Append whatever was noted (and what `then` decides on the state after it)."""
+    async def flush(self, then: Then | None = None, *, timeout: float | None = None
+                    ) -> list[ev.Event]:
+        """Append whatever was noted (and what `then` decides on the state after it).
+        `timeout`: how long the store may wait for a database that is down (its default
+        otherwise); the notes stay queued if it gives up."""
         async with self._lock:
-            return await self._commit([], then)
+            return await self._commit([], then, timeout)
+
+    @property
+    def busy(self) -> bool:
+        """A record, observation or flush holds the log (a new one would wait for it)."""
+        return self._lock.locked()
 
     async def ensure_history(self) -> None:
         """Make sure the state holds the whole conversation (it may come from a snapshot)."""
@@ -207,16 +215,16 @@ class CallDriver:
                 self._full_history = True
                 await self._reload()
 
-    async def _commit(self, what: list[ev.Event] | Observation, then: Then | None
-                      ) -> list[ev.Event]:
+    async def _commit(self, what: list[ev.Event] | Observation, then: Then | None,
+                      timeout: float | None = None) -> list[ev.Event]:
         try:
-            mine = await self._commit_once(what, then)
+            mine = await self._commit_once(what, then, timeout)
         except HistoryNeeded:
             # Staging needed what the snapshot left out (a fresh session, an archived call):
             # nothing was appended; decide again on the whole history.
             self._full_history = True
             await self._reload()
-            mine = await self._commit_once(what, then)
+            mine = await self._commit_once(what, then, timeout)
         self._maybe_snapshot()
         return mine
 
@@ -237,8 +245,8 @@ class CallDriver:
         except Exception as exc:  # noqa: BLE001 - a cache: the log is the truth
             log.warning("snapshot of %s at v%s failed: %s", self.call_id, snapshot.version, exc)
 
-    async def _commit_once(self, what: list[ev.Event] | Observation, then: Then | None
-                           ) -> list[ev.Event]:
+    async def _commit_once(self, what: list[ev.Event] | Observation, then: Then | None,
+                           timeout: float | None = None) -> list[ev.Event]:
         if self.fenced:
             raise Fenced(self.call_id, self.epoch, self.state.epoch)
         if self._stale:
@@ -274,7 +282,7 @@ class CallDriver:
             return mine
         try:
             await self.store.append(self.call_id, batch, before, epoch=self.epoch,
-                                    recorded_at_us=at)
+                                    recorded_at_us=at, timeout=timeout)
         except Fenced:
             self.fenced = True
             self._stale = True

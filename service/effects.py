@@ -34,6 +34,9 @@ def jsonable(value: Any) -> Any:
 # Backoff of the task that logs noted facts while the log is unavailable (each try itself
 # waits up to the store's append_timeout).
 NOTES_RETRY_FIRST_S, NOTES_RETRY_MAX_S = 0.25, 2.0
+# The longest a database that is down may hold the receive loop for a fact logged there
+# (`_log_now`): then the notes task retries it, and the audio behind it flows.
+LOG_NOW_TIMEOUT_S = 0.2
 
 
 class DueEffects:
@@ -57,8 +60,40 @@ class DueEffects:
         """Log a fact in order without waiting for it; a task appends it (with the calls it
         lets start) unless another append takes it along first."""
         self._driver.note(item)
+        self._ensure_notes_task()
+
+    def _ensure_notes_task(self) -> None:
         if self._notes_task is None or self._notes_task.done():
             self._notes_task = self.create_task(self._flush_notes(), "log_notes")
+
+    async def _log_now(self, item) -> None:
+        """Log a fact right here (the receive loop), with the calls it lets start, and start
+        them: for a toolCall, what stock pipecat does in the receive loop too.
+
+        Through the notes task, a toolCall waited for the loop to get round to that task,
+        behind the processing of the audio that came with it (0.5–1 ms per call:
+        bench/turn_overhead.py). Only when nothing holds the log (else the note waits its
+        turn with the notes task, as any note), and bounded: a database that is down holds
+        the receive loop, and the audio behind it, LOG_NOW_TIMEOUT_S at most; then the
+        notes task takes the note over and retries."""
+        self._driver.note(item)
+        if self._driver.busy:
+            self._ensure_notes_task()
+            return
+        try:
+            started = await self._driver.flush(then=self._starts_now, timeout=LOG_NOW_TIMEOUT_S)
+            await self._run_started(started)
+        except Fenced:
+            await self._on_fenced()
+            return
+        except Exception as exc:  # noqa: BLE001 - the notes are kept: the task retries
+            logger.warning(f"{self}: call {self.call_id}: logging in the receive loop failed "
+                           f"({type(exc).__name__}: {exc}); the notes task retries")
+            self._ensure_notes_task()
+            return
+        # Anything else now due (a result waiting for this session, ...) is not the receive
+        # loop's business: it may wait for the log.
+        self.create_task(self._perform_due(), "perform_due")
 
     async def _flush_notes(self) -> None:
         delay = NOTES_RETRY_FIRST_S
@@ -164,8 +199,14 @@ class DueEffects:
             call = self._driver.state.calls[intent.call_id]
             if await self._send_result(call, intent.via):
                 sent.append(ev.ToolResultSent(call.call_id, intent.generation, intent.via))
-        if sent:
-            await self._driver.record(*sent)
+        # Noted, not committed here: a result's send is confirmed with the next append (or
+        # by the notes task), one commit fewer per tool call and none between the send and
+        # the next message. Until then `due` sees the send under way on this session and
+        # does not repeat it; a reconnect logs the notes first; and a crash before they
+        # are logged leaves the send unconfirmed, which the delivery rules resolve (I3)
+        # exactly as for a crash right after the send.
+        for event in sent:
+            self._note(event)
         return bool(sent)
 
     async def _send_result(self, call, via: str) -> bool:

@@ -394,10 +394,10 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
                          has_handler=bool(f.name) and self.has_function(f.name))
             for f in (message.tool_call.function_calls or []))
         if calls:
-            # Decided and logged (with the start of every call now due: one commit) by the
-            # note flush, in order with everything else: audio behind the toolCall is not
-            # held up by the log.
-            self._note(ToolCallsArrived(calls, gen))
+            # Decided and logged with the start of every call now due (one commit), in order
+            # with everything noted before, right here unless the log is busy; a database
+            # that is down holds the audio behind the toolCall only briefly (`_log_now`).
+            await self._log_now(ToolCallsArrived(calls, gen))
         else:
             self._note(ev.AnomalyRecorded("empty_tool_call", {}, gen))
 

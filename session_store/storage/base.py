@@ -98,6 +98,8 @@ class SqlEventStore:
         self._changed = asyncio.Event()
         # Appends accepted and not yet returned (queued, committing, or about to go inline).
         self._inflight = 0
+        # An inline commit happened and the event loop has not run anything else since.
+        self._inline_awaits_turn = False
         # stream id -> (version, last hash, epoch) as this store last committed or read it
         # under the write lock. Never trusted alone: see `_plan_from_cache`.
         self._heads: dict[str, tuple[int, str, int]] = {}
@@ -141,8 +143,8 @@ class SqlEventStore:
         if self._closed:
             return
         self._closed = True
-        # An append accepted just before waits one loop tick before it commits inline or
-        # queues in front (see `append`): let it, so it is never behind the stop sentinels.
+        # An append accepted just before may be yielding before it commits inline or queues
+        # in front (see `append`): let it, so it is never behind the stop sentinels.
         await asyncio.sleep(0)
         for _ in self._writers:
             self._queue.put_nowait(None)
@@ -221,24 +223,35 @@ class SqlEventStore:
         self._inflight += 1
         try:
             front = False
-            if self._inline_ready(stream_id) and self._inflight == 1:
-                # Alone: wait one loop tick, so a burst of appends arriving together still
-                # shares one commit (the writer takes us first), then commit right here.
-                await asyncio.sleep(0)
+            if self._inflight == 1 and self._queue.empty() and self._inline_ready(stream_id):
+                # Alone, and the store serves only this stream (the dialect's rule): commit
+                # right here. Without yielding first, unless the loop has not had a turn
+                # since the last inline commit: a caller appending in a tight loop would
+                # never give other tasks a turn (seen: three of four writers starved). A
+                # yield before every append cost a whole loop iteration each, 0.3–0.5 ms
+                # inside a busy pipeline (bench/turn_overhead.py), and bought nothing: a
+                # burst on one stream conflicts anyway; a second stream stops inline commits.
+                if self._inline_awaits_turn:
+                    await asyncio.sleep(0)
                 if (self._inflight == 1 and self._queue.empty()
                         and self._inline_ready(stream_id)):
                     outcome = self._append_inline(request)
                     if outcome is not None:
+                        self._inline_awaits_turn = True
+                        loop.call_soon(self._loop_had_turn)
                         self._signal_change()
                         if isinstance(outcome, BaseException):
                             raise outcome
                         return outcome
-                front = True
+                front = True  # it came first: it still goes first
             request.future = loop.create_future()
             self._queue.put_nowait(request, front=front)
             return await request.future
         finally:
             self._inflight -= 1
+
+    def _loop_had_turn(self) -> None:
+        self._inline_awaits_turn = False
 
     def _inline_ready(self, stream_id: str) -> bool:
         """Dialect: may an append to `stream_id` that finds the store idle commit on the

@@ -43,6 +43,36 @@ async def test_idle_appends_commit_inline_and_are_durable(sqlite_backend):
         await reopened.close()
 
 
+async def test_inline_commits_do_not_yield_yet_never_starve_the_loop(sqlite_backend):
+    """An inline append after the loop had a turn commits without yielding (no loop
+    iteration added to a tool call's path); back-to-back ones yield, so a caller appending
+    in a tight loop still lets every other task run."""
+    store = await sqlite_backend.open(**NO_GUARD)
+    try:
+        v = await store.append("s", [msg(0)], 0)
+        await asyncio.sleep(0)  # the loop has had its turn
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)  # the ticker runs once and yields
+        seen = ticks
+        v = await store.append("s", [msg(1)], v)  # the loop had a turn since: no yield
+        assert ticks == seen and store.stats["inline"] == 2
+        for i in range(2, 42):  # a tight loop: the ticker keeps getting turns
+            v = await store.append("s", [msg(i)], v)
+        assert v == 42 and store.stats["inline"] == 42
+        assert ticks >= seen + 20, "the appends starved the other task"
+        other.cancel()
+    finally:
+        await store.close()
+
+
 async def test_a_store_serving_several_streams_keeps_commits_off_the_loop(sqlite_backend):
     store = await sqlite_backend.open(**NO_GUARD)
     try:

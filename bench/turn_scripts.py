@@ -1,0 +1,40 @@
+"""The scripted calls of bench/turn_overhead.py, in a module of their own: the local server
+runs them in a process of its own (`python -m service.local_live --script ...`), which must
+not import pipecat to load them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from service.local_live import (Audio, Call, Script, ToolCall, TurnComplete,  # noqa: E402
+                                WaitToolResponse)
+
+TOOL = "lookup_order"
+AUDIO_BEFORE = 6   # chunks of 40 ms before each toolCall
+AUDIO_AFTER = 4    # chunks after the answer
+
+
+def overhead_script(turns: int) -> Script:
+    steps = []
+    for i in range(turns):
+        steps += [Audio(chunks=AUDIO_BEFORE), ToolCall(Call(f"t{i}", TOOL, {"id": i})),
+                  WaitToolResponse(f"t{i}"), Audio(chunks=AUDIO_AFTER), TurnComplete()]
+    return Script(steps, reply=())
+
+
+def deferral_script(turns: int) -> Script:
+    """Each call arrives mid-speech: 0.4 s of audio still to play after it."""
+    steps = []
+    for i in range(turns):
+        steps += [Audio(chunks=4), ToolCall(Call(f"d{i}", TOOL, {"id": i})), Audio(chunks=10),
+                  TurnComplete(), WaitToolResponse(f"d{i}", timeout=8), Audio(chunks=2),
+                  TurnComplete()]
+    return Script(steps, reply=())
+
+
+def audio_chunks(script: Script) -> int:
+    """How many audio chunks the server sends in the whole script."""
+    return sum(step.chunks for step in script.steps if isinstance(step, Audio))
