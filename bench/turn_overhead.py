@@ -14,11 +14,10 @@ Printed per service:
 - audio: a model audio chunk sent by the server → its TTSAudioRawFrame leaving the service
   (p50/p99/max ms), ours minus stock (what the log adds on the audio path).
 
-SQLite runs twice: `sqlite` is the default store, which commits on the event loop's thread
-while it serves one call (no thread hand-off: the shortest turn), which holds the loop, and
-the audio on it, for each fsync; `sqlite-thread` commits on the writer thread, as a store
-serving several calls does: nothing on the audio path, but each commit waits for the GIL
-to come back from the busy loop.
+SQLite runs twice: `sqlite` is the default store, which commits on its writer thread:
+nothing on the audio path, but each commit waits for the GIL to come back from the busy loop;
+`sqlite-inline` has inline commits switched on (`inline_budget`): no thread hand-off, but each
+fsync holds the loop, and the audio on it.
 
 Deferral is switched off for this comparison (Policy(defer="none")): with it on, ours waits
 for the bot to stop speaking before running a tool, which is the point of deferral and not
@@ -207,9 +206,9 @@ async def open_backend(name: str, tmp: str):
     if name.startswith("sqlite"):
         url = f"sqlite+aiosqlite:///{tmp}/bench-{uuid.uuid4().hex[:6]}.db"
         await upgrade(url)
-        # sqlite-thread: every commit on the writer thread (what a store serving several
-        # calls does); sqlite: the default, commits inline while it serves one call.
-        return await open_store(url, **({"inline_budget": 0} if name == "sqlite-thread"
+        # sqlite: the default store, every commit on the writer thread; sqlite-inline: inline
+        # commits switched on (they apply while the store serves one call).
+        return await open_store(url, **({"inline_budget": 0.002} if name == "sqlite-inline"
                                         else {})), None
     import asyncpg
     schema = f"bench_{uuid.uuid4().hex[:10]}"
@@ -242,7 +241,7 @@ async def postgres_reachable() -> bool:
 
 
 async def main(turns: int, rounds: int, deferral_turns: int) -> None:
-    backends = ["sqlite", "sqlite-thread"] + (["postgres"] if await postgres_reachable() else [])
+    backends = ["sqlite", "sqlite-inline"] + (["postgres"] if await postgres_reachable() else [])
     services = ["stock"] + [f"ours/{n}" for n in backends]
     turn_ms: dict[str, list[float]] = {k: [] for k in services}
     audio_ms: dict[str, list[float]] = {k: [] for k in services}

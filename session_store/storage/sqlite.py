@@ -4,10 +4,14 @@ SQLite has one writer at a time, so group commit here means one writer task that
 queued append into one BEGIN IMMEDIATE … COMMIT, on a dedicated thread with statements
 compiled once from the Core tables. Reads go through SQLAlchemy over aiosqlite.
 
-An append that finds the store idle (nothing queued or committing) commits inline instead, on
-the event loop's thread over a second connection: on a fast disk the two thread hand-offs of
-the writer-thread path cost more than the commit itself (bench/append_floor.py). Inline blocks
-the loop, and the audio of every call on it, so it is only used where that stays small:
+Opt-in (`inline_budget` > 0): an append that finds the store idle (nothing queued or
+committing) commits inline instead, on the event loop's thread over a second connection: on a
+fast disk the two thread hand-offs of the writer-thread path cost more than the commit itself
+(bench/append_floor.py). Inline blocks the loop, and the audio of every call on it, for each
+fsync: in a live call that added 3-4 ms to every audio chunk's way through the service, and
+the writer thread's turn was no slower (bench/turn_overhead.py), so it is off by default. It
+suits a process that appends for one stream and has nothing else on its loop. Where it is on,
+it is only used where the stall stays small:
 - while the store serves one stream (one call): if another stream was appended to in the last
   `_SHARED_QUIET_S`, every append goes to the writer thread. With n calls on a loop, inline
   commits would come n times as often and each would hold up n calls' audio; group commit on
@@ -109,9 +113,11 @@ class SqliteEventStore(SqlEventStore):
     default_writers = 1  # SQLite has one writer; more tasks would only queue on its lock
     poll_interval = 0.1  # other processes cannot notify us: poll
 
-    def __init__(self, url: str, *, inline_budget: float = 0.002, **kwargs):
-        """`inline_budget`: the longest commit (seconds) tolerated on the event loop's thread
-        before inline commits pause; 0 sends every append to the writer thread."""
+    def __init__(self, url: str, *, inline_budget: float = 0.0, **kwargs):
+        """`inline_budget`: 0 (the default) sends every append to the writer thread; more
+        lets an idle store serving one stream commit on the event loop's thread, and is the
+        longest commit (seconds) tolerated there before inline commits pause (0.002 is a
+        good value on a local SSD)."""
         self._path = make_url(url).database
         if not self._path or self._path == ":memory:":
             raise ValueError("the SQLite store needs a file (sqlite+aiosqlite:///path.db): "

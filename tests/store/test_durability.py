@@ -3,7 +3,8 @@
 A child process appends to a few streams in a loop and prints each acknowledged version; the
 parent kills it mid-stream, then checks the log from a fresh store and lets another process
 carry on where the dead one stopped. With one stream, the store is idle at every append, so
-on SQLite each commits inline on the event loop's thread (the child reports how many did).
+on SQLite, inline commits switched on, each commits on the event loop's thread (the child
+reports how many did).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ CHILD = textwrap.dedent('''
     from session_store import events as ev, open_store
 
     async def main(url, schema, streams, limit):
-        store = await open_store(url, **({"schema": schema} if schema else {}))
+        # SQLite: inline commits on (they are opt-in), so the solo case tests that path.
+        store = await open_store(url, **({"schema": schema} if schema
+                                         else {"inline_budget": 0.002}))
 
         async def writer(sid):
             v = await store.stream_version(sid)
