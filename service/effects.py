@@ -34,8 +34,9 @@ def jsonable(value: Any) -> Any:
 # Backoff of the task that logs noted facts while the log is unavailable (each try itself
 # waits up to the store's append_timeout).
 NOTES_RETRY_FIRST_S, NOTES_RETRY_MAX_S = 0.25, 2.0
-# The longest a database that is down may hold the receive loop for a fact logged there
-# (`_log_now`): then the notes task retries it, and the audio behind it flows.
+# How long a database that refuses appends may hold the receive loop for a fact logged there
+# (`_log_now`), counted as the store's append deadline (checked when an attempt fails): then
+# the notes task retries it, and the audio behind it flows.
 LOG_NOW_TIMEOUT_S = 0.2
 
 
@@ -68,14 +69,16 @@ class DueEffects:
 
     async def _log_now(self, item) -> None:
         """Log a fact right here (the receive loop), with the calls it lets start, and start
-        them: for a toolCall, what stock pipecat does in the receive loop too.
+        them: for a toolCall, what stock pipecat does in the receive loop too; a goAway and a
+        toolCallCancellation the same way (they used to hold the receive loop, and the audio
+        behind it, for as long as a database outage lasted).
 
         Through the notes task, a toolCall waited for the loop to get round to that task,
         behind the processing of the audio that came with it (0.5–1 ms per call:
         bench/turn_overhead.py). Only when nothing holds the log (else the note waits its
-        turn with the notes task, as any note), and bounded: a database that is down holds
-        the receive loop, and the audio behind it, LOG_NOW_TIMEOUT_S at most; then the
-        notes task takes the note over and retries."""
+        turn with the notes task, as any note), and bounded: a database that refuses appends
+        holds the receive loop, and the audio behind it, LOG_NOW_TIMEOUT_S more at most once
+        an attempt failed; then the notes task takes the note over and retries."""
         self._driver.note(item)
         if self._driver.busy:
             self._ensure_notes_task()

@@ -346,14 +346,18 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
                                        update.last_consumed_client_message_index))
         if message.go_away is not None:
             time_left = parse_time_left(message.go_away.time_left)
-            await self._observe(GoAway(gen, time_left))
+            # In the receive loop, bounded while the database is down (`_log_now`).
+            await self._log_now(GoAway(gen, time_left))
             margin = self._driver.policy.go_away_margin_s
             self.create_task(self._due_after(max(time_left - margin, 0.0)), "go_away_deadline")
         if message.tool_call_cancellation is not None:
             ids = tuple(message.tool_call_cancellation.ids or ())
             before = {i: self._driver.state.calls[i].status for i in ids
                       if i in self._driver.state.calls}
-            await self._observe(CancellationArrived(ids, gen))
+            # Logged here, bounded while the database is down (`_log_now`); if it is only
+            # noted, it is still logged before anything else is decided, so no cancelled call
+            # starts. Stopping a running one is this process's own business: done at once.
+            await self._log_now(CancellationArrived(ids, gen))
             for call_id, status in before.items():
                 if status == "started":  # already running: stop it if pipecat can
                     await self._cancel_function_calls_by_tool_call_id(call_id)
