@@ -231,10 +231,12 @@ class SqlEventStore:
                 # yield before every append cost a whole loop iteration each, 0.3–0.5 ms
                 # inside a busy pipeline (bench/turn_overhead.py), and bought nothing: a
                 # burst on one stream conflicts anyway; a second stream stops inline commits.
+                ready = True
                 if self._inline_awaits_turn:
-                    await asyncio.sleep(0)
-                if (self._inflight == 1 and self._queue.empty()
-                        and self._inline_ready(stream_id)):
+                    await asyncio.sleep(0)  # others may have appended meanwhile: ask again
+                    ready = (self._inflight == 1 and self._queue.empty()
+                             and self._inline_ready(stream_id))
+                if ready:
                     outcome = self._append_inline(request)
                     if outcome is not None:
                         self._inline_awaits_turn = True
