@@ -189,7 +189,7 @@ async def run_one(backend: str, sessions: int, total: int) -> dict:
             # sqlite-inline: the opt-in inline commits (see SqliteEventStore), which apply
             # to a store serving one stream only.
             url = f"sqlite+aiosqlite:///{tmp}/ours.db"
-            options = {"inline_budget": 0.002} if backend == "sqlite-inline" else {}
+            options = {"inline": "always"} if backend == "sqlite-inline" else {}
             await upgrade(url)
             our_t, our_lat, stats, probe = await ours(url, options, sessions, per_session)
         else:

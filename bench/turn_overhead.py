@@ -14,10 +14,11 @@ Printed per service:
 - audio: a model audio chunk sent by the server → its TTSAudioRawFrame leaving the service
   (p50/p99/max ms), ours minus stock (what the log adds on the audio path).
 
-SQLite runs twice: `sqlite` is the default store, which commits on its writer thread:
-nothing on the audio path, but each commit waits for the GIL to come back from the busy loop;
-`sqlite-inline` has inline commits switched on (`inline_budget`): no thread hand-off, but each
-fsync holds the loop, and the audio on it.
+SQLite runs twice: `sqlite` is the default store (inline="never"), every commit on its
+writer thread: each commit waits for the GIL to come back from the busy loop;
+`sqlite-urgent` (inline="urgent") commits the two appends a tool call waits for (its start;
+its result with the send intent) on the event loop's thread when the store is idle: no
+thread hand-off for them, but their fsyncs hold the loop.
 
 Deferral is switched off for this comparison (Policy(defer="none")): with it on, ours waits
 for the bot to stop speaking before running a tool, which is the point of deferral and not
@@ -206,10 +207,9 @@ async def open_backend(name: str, tmp: str):
     if name.startswith("sqlite"):
         url = f"sqlite+aiosqlite:///{tmp}/bench-{uuid.uuid4().hex[:6]}.db"
         await upgrade(url)
-        # sqlite: the default store, every commit on the writer thread; sqlite-inline: inline
-        # commits switched on (they apply while the store serves one call).
-        return await open_store(url, **({"inline_budget": 0.002} if name == "sqlite-inline"
-                                        else {})), None
+        # Inline commits apply while the store serves one call (see the docstring).
+        inline = {"sqlite": "never", "sqlite-urgent": "urgent"}[name]
+        return await open_store(url, inline=inline), None
     import asyncpg
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     conn = await asyncpg.connect(PG_DSN, timeout=3)
@@ -241,7 +241,7 @@ async def postgres_reachable() -> bool:
 
 
 async def main(turns: int, rounds: int, deferral_turns: int) -> None:
-    backends = ["sqlite", "sqlite-inline"] + (["postgres"] if await postgres_reachable() else [])
+    backends = ["sqlite", "sqlite-urgent"] + (["postgres"] if await postgres_reachable() else [])
     services = ["stock"] + [f"ours/{n}" for n in backends]
     turn_ms: dict[str, list[float]] = {k: [] for k in services}
     audio_ms: dict[str, list[float]] = {k: [] for k in services}

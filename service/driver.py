@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 #: Rounds of read-and-append an attach makes while other workers keep moving the stream.
 ATTACH_TRIES = 8
 
+#: Events the service acts on the moment their commit returns (run a tool, send a result):
+#: their appends are `urgent` (SQLite may commit them on the loop's thread, no hand-off).
+_ACTED_ON = (ev.ToolCallStarted, ev.ToolResultSending)
+
 #: Decides more events on the state after a record's own (same append, same commit).
 Then = Callable[[SessionState], list[ev.Event]]
 
@@ -81,6 +85,8 @@ class CallDriver:
         self.fenced = False
         self._lock = asyncio.Lock()
         self._notes: deque[Observation | ev.Event | Then] = deque()
+        # Called with the state after each commit (the service wakes lazy notes with it).
+        self.on_commit: Callable[[SessionState], None] | None = None
         self._stale = False  # a failed append left the state unsure: re-read before use
         # (version before, rows, how many noted items) of an append whose outcome is unknown
         # (it failed or its caller was cancelled, possibly after the commit).
@@ -282,7 +288,8 @@ class CallDriver:
             return mine
         try:
             await self.store.append(self.call_id, batch, before, epoch=self.epoch,
-                                    recorded_at_us=at, timeout=timeout)
+                                    recorded_at_us=at, timeout=timeout,
+                                    urgent=any(isinstance(e, _ACTED_ON) for e in batch))
         except Fenced:
             self.fenced = True
             self._stale = True
@@ -309,6 +316,8 @@ class CallDriver:
             except (TypeError, ValueError):  # the append refused them: nothing was written
                 self._unsure = None
             raise
+        if self.on_commit is not None:
+            self.on_commit(self.state)
         return mine
 
     def _stage(self, events: list[ev.Event], at: int) -> list[ev.Event]:

@@ -20,7 +20,8 @@ from websockets.exceptions import ConnectionClosed
 
 from session_store import events as ev
 from session_store.decide import (OUTCOME_UNKNOWN, Reconnect, ResolveInDoubt, SendResult,
-                                  StartCall, due, result_as_content, result_value)
+                                  StartCall, due, result_as_content, result_value,
+                                  waits_for_silence)
 from session_store.errors import Fenced
 
 from .driver import now_us
@@ -38,6 +39,13 @@ NOTES_RETRY_FIRST_S, NOTES_RETRY_MAX_S = 0.25, 2.0
 # (`_log_now`), counted as the store's append deadline (checked when an attempt fails): then
 # the notes task retries it, and the audio behind it flows.
 LOG_NOW_TIMEOUT_S = 0.2
+# How long a lazy note (a fact that decides nothing now: speech started, a resumption handle,
+# a send confirmed, a stop nothing waits for) may wait, on a store that commits urgent appends
+# inline, to share the next commit before the notes task logs it on its own
+# (bench/turn_overhead.py: committed at once, such a fact occupied the log when the next
+# toolCall came, and that toolCall waited for it). Decisions never lag: every commit stages
+# the notes before anything it decides.
+LAZY_NOTE_WAIT_S = 0.05
 
 
 class DueEffects:
@@ -57,15 +65,32 @@ class DueEffects:
             return
         await self._perform_due()
 
-    def _note(self, item) -> None:
+    def _note(self, item, *, lazy: bool = False) -> None:
         """Log a fact in order without waiting for it; a task appends it (with the calls it
-        lets start) unless another append takes it along first."""
+        lets start) unless another append takes it along first. A `lazy` fact decides
+        nothing by itself: the task waits up to LAZY_NOTE_WAIT_S for another append to take
+        it along, so it does not hold the log when something that matters comes. (Lazy or
+        not, every fact is decided in order with the next commit: an append never skips a
+        note ahead of it.)"""
         self._driver.note(item)
-        self._ensure_notes_task()
+        # Only where the tool call's own commits skip the thread hand-off (SQLite, inline
+        # commits on): through the writer thread, a toolCall committed at once, amid the
+        # audio that came with it, waited longer for the GIL (3 ms median against 1 ms,
+        # traced) than it had waited behind the confirmation committed before it.
+        self._ensure_notes_task(lazy=lazy and self._driver.store.commits_urgent_inline)
 
-    def _ensure_notes_task(self) -> None:
+    def _ensure_notes_task(self, *, lazy: bool = False) -> None:
+        if not lazy:
+            self._notes_due.set()
         if self._notes_task is None or self._notes_task.done():
             self._notes_task = self.create_task(self._flush_notes(), "log_notes")
+
+    def _after_commit(self, state) -> None:
+        """The driver committed: lazy notes still queued must go now if something waits for
+        the bot's silence (a call deferred by this very commit, with a stop noted lazily
+        while it was under way, must not wait LAZY_NOTE_WAIT_S for it)."""
+        if self._driver.has_notes and waits_for_silence(state):
+            self._ensure_notes_task()
 
     async def _log_now(self, item) -> None:
         """Log a fact right here (the receive loop), with the calls it lets start, and start
@@ -100,6 +125,14 @@ class DueEffects:
 
     async def _flush_notes(self) -> None:
         delay = NOTES_RETRY_FIRST_S
+        if not self._notes_due.is_set():  # only lazy notes: give an append time to take them
+            self._notes_waiting = True
+            try:
+                await asyncio.wait_for(self._notes_due.wait(), LAZY_NOTE_WAIT_S)
+            except TimeoutError:
+                pass
+            finally:
+                self._notes_waiting = False
         try:
             # Until no note is left: one noted while this task performs what is due would
             # find it still running, start no flush of its own, and wait for the next
@@ -107,6 +140,7 @@ class DueEffects:
             # sent stayed unlogged, and unanswered, while the server waited for it).
             while self._driver.has_notes:
                 while self._driver.has_notes:
+                    self._notes_due.clear()  # this flush takes whatever is noted now
                     try:
                         started = await self._driver.flush(then=self._starts_now)
                     except Fenced:
@@ -209,7 +243,7 @@ class DueEffects:
         # are logged leaves the send unconfirmed, which the delivery rules resolve (I3)
         # exactly as for a crash right after the send.
         for event in sent:
-            self._note(event)
+            self._note(event, lazy=True)
         return bool(sent)
 
     async def _send_result(self, call, via: str) -> bool:

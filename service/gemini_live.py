@@ -33,7 +33,8 @@ from session_store import Policy
 from session_store import events as ev
 from session_store.decide import (RESYNC_KINDS, CancellationArrived, FunctionCall, GoAway,
                                   InterruptionObserved, ResolveInDoubt, ServerMessageRejected,
-                                  SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived)
+                                  SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,
+                                  waits_for_silence)
 from session_store.errors import Fenced
 from session_store.storage import SqlEventStore
 
@@ -52,6 +53,8 @@ RESTORED_SETTINGS = ("system_instruction", "voice", "language")
 MAX_FRAME_BYTES = 16 << 20
 #: Reconnects that back off when they repeat (see _replace_session).
 PACED_REASONS = RESYNC_KINDS | {"error"}
+# At cleanup, how long lazy notes left over may take to be logged.
+CLEANUP_NOTES_WAIT_S = 2.0
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*s?\s*$")
 
 
@@ -103,6 +106,9 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         self._resyncs: list[float] = []  # when recent resyncs (RESYNC_KINDS) reconnected
         self._unknown_logged: set[str] = set()  # unknown message fields already logged
         self._notes_task: asyncio.Task | None = None
+        self._notes_due = asyncio.Event()  # a note that must not wait is queued
+        self._notes_waiting = False  # the notes task waits for an append to take lazy notes
+        self._driver.on_commit = self._after_commit
         self._watchdog_task: asyncio.Task | None = None
         # The output transport's own view: between its BotStarted and BotStoppedSpeakingFrame.
         self._transport_speaking = False
@@ -157,9 +163,14 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         if self._watchdog_task:
             await self.cancel_task(self._watchdog_task)
             self._watchdog_task = None
+        if self._notes_task and self._notes_waiting:
+            # Lazy notes that came after stop() (the transport's last stop, a confirmation):
+            # no commit will take them along now, so log them (an outage is not waited out).
+            self._notes_due.set()
+            await asyncio.wait({self._notes_task}, timeout=CLEANUP_NOTES_WAIT_S)
         if self._notes_task and not self._notes_task.done() and self._driver.has_notes:
-            # stop() already tried to log everything: what is left is the notes task waiting
-            # out an outage past the end of the call. Say so, do not leave it running.
+            # What is left is the notes task waiting out an outage past the end of the call.
+            # Say so, do not leave it running.
             logger.error(f"{self}: call {self.call_id} ended with "
                          f"{self._driver.pending_notes} noted fact(s) the log never took")
             await self.cancel_task(self._notes_task)
@@ -335,7 +346,7 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         if sc and sc.turn_complete:
             await self._flush_transcript()
             if self._speaking_signal == "model":  # noted: the receive loop must not wait
-                self._note(SpeechStopped(self._driver.state.generation, "turn_complete"))
+                self._note_stop("turn_complete")
 
     async def _observe_server_message(self, message) -> None:
         gen = self._driver.state.generation
@@ -343,7 +354,8 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         if update and update.resumable and update.new_handle:
             # Logged in order, without holding up the receive loop (and the audio behind it).
             self._note(ev.HandleIssued(gen, update.new_handle,
-                                       update.last_consumed_client_message_index))
+                                       update.last_consumed_client_message_index),
+                       lazy=True)
         if message.go_away is not None:
             time_left = parse_time_left(message.go_away.time_left)
             # In the receive loop, bounded while the database is down (`_log_now`).
@@ -426,7 +438,7 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             self._last_speech_activity = time.monotonic()
             # Upstream calls this right before pushing a turn's first audio frame: note it
             # (logged before anything decided after it) rather than wait for a commit here.
-            self._note(SpeechStarted(self._driver.state.generation, "model"))
+            self._note(SpeechStarted(self._driver.state.generation, "model"), lazy=True)
 
     async def process_frame(self, frame, direction: FrameDirection):
         await super().process_frame(frame, direction)
@@ -443,7 +455,7 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         if isinstance(frame, BotStartedSpeakingFrame):
             self._transport_speaking = True
             self._last_speech_activity = time.monotonic()
-            self._note(SpeechStarted(self._driver.state.generation, "transport"))
+            self._note(SpeechStarted(self._driver.state.generation, "transport"), lazy=True)
         elif isinstance(frame, BotStoppedSpeakingFrame):
             self._transport_speaking = False
             # Gemini streams faster than real time: when a turn's playback ends (its
@@ -454,7 +466,14 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             # turn, so it counts too: no deadlock.
             self._turns_played = min(self._turns_played + 1, self._model_turns)
             if self._turns_played >= self._model_turns:
-                self._note(SpeechStopped(self._driver.state.generation, "transport"))
+                self._note_stop("transport")
+
+    def _note_stop(self, source: str) -> None:
+        """Speech stopped: logged at once if a call or a reconnect waits for it, else lazily
+        (it then shares the next commit, and the one after the turn stays free for a
+        toolCall)."""
+        self._note(SpeechStopped(self._driver.state.generation, source),
+                   lazy=not waits_for_silence(self._driver.state))
 
     async def _speech_watchdog(self) -> None:
         """Silence safety net for speech the transport never reported (no output transport,

@@ -377,7 +377,7 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
                 and not (state.bot_speaking and (c.status == "deferred" or policy.defers(c.name)))]
     for call in to_start:
         effects.append(StartCall(call.call_id, 1, idempotency_key(state, call)))
-    waiting = any(c.status in ("requested", "deferred") for c in state.calls.values())
+    waiting = _calls_waiting(state)
     deadline_near = (state.go_away_deadline_us is not None and now_us
                      >= state.go_away_deadline_us - int(policy.go_away_margin_s * 1e6))
     if state.opened and (not state.connected or state.reconnect_pending):
@@ -385,6 +385,17 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
         if not state.connected or deadline_near or (not state.bot_speaking and not waiting):
             effects.append(Reconnect(reason))
     return effects
+
+
+def _calls_waiting(state: SessionState) -> bool:
+    return any(c.status in ("requested", "deferred") for c in state.calls.values())
+
+
+def waits_for_silence(state: SessionState) -> bool:
+    """Does anything wait for the bot to stop speaking (a deferred call, a pending
+    reconnect)? Then news that it stopped must be logged at once; otherwise it may wait to
+    share the next commit."""
+    return state.reconnect_pending is not None or _calls_waiting(state)
 
 
 def choose_resumption(state: SessionState, policy: Policy, now_us: int) -> str | None:

@@ -25,6 +25,9 @@ from service.local_live.server import http_options
 from service.testing.pipeline import MODEL, ToolLedger, run_pipeline, tools_schema
 from session_store import Policy, open_store
 
+# How long the call must stay complete, as the log says, before the worker ends it.
+COMPLETE_FOR_S = 0.25
+
 
 @dataclass
 class WorkerConfig:
@@ -98,6 +101,7 @@ async def run_worker(cfg: WorkerConfig) -> None:
         llm.register_function(name, make_handler(name))
 
     async def control(task) -> None:
+        complete_since = None
         while True:
             state = llm.driver.state
             if llm.driver.fenced:
@@ -110,9 +114,17 @@ async def run_worker(cfg: WorkerConfig) -> None:
                 while llm.driver.state.settings.get("system_instruction") != scenario.new_prompt:
                     await asyncio.sleep(0.02)
             # Complete only when nothing observed is still waiting to be logged (a toolCall
-            # received but not yet appended would otherwise be left unanswered).
+            # received but not yet appended would otherwise be left unanswered), and only
+            # once it stayed complete for COMPLETE_FOR_S: a new session's toolCall may still
+            # be on its way, or in the receive loop behind its audio (seen: a call ended
+            # 50 ms after a reconnect, its repeated toolCall started and never answered).
             if complete(state) and not llm.driver.has_notes:
-                return
+                now = time.monotonic()
+                complete_since = complete_since or now
+                if now - complete_since >= COMPLETE_FOR_S:
+                    return
+            else:
+                complete_since = None
             await asyncio.sleep(0.05)
 
     try:

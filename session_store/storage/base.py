@@ -86,6 +86,10 @@ class SqlEventStore:
     #: Stream heads kept in memory (most recently written); an evicted one is read again.
     max_cached_heads = 10_000
 
+    #: May an `urgent` append commit on the caller's thread, with no hand-off (SQLite with
+    #: inline commits on)? A caller may then keep its other appends out of their way.
+    commits_urgent_inline = False
+
     def __init__(self, engine: AsyncEngine, *, max_batch_events: int = 2000,
                  writers: int | None = None, append_timeout: float = 30.0):
         self._engine = engine
@@ -198,7 +202,7 @@ class SqlEventStore:
     # ------------------------------------------------------------------ append
     async def append(self, stream_id: str, new_events: Sequence[Event], expected_version: int,
                      *, epoch: int | None = None, timeout: float | None = None,
-                     recorded_at_us: int | None = None) -> int:
+                     recorded_at_us: int | None = None, urgent: bool = False) -> int:
         """Append events after `expected_version` (0 for a new stream); durable on return.
 
         Returns the stream's new version. Raises ConcurrencyConflict when the stream is not at
@@ -208,7 +212,9 @@ class SqlEventStore:
         only if the connection broke during its commit, so read the stream again before the
         next append (the CallDriver does). `recorded_at_us` stamps the events with the
         caller's clock instead of now: a writer that folds its own events (the service's
-        CallDriver) then knows exactly what was stored without reading it back.
+        CallDriver) then knows exactly what was stored without reading it back. `urgent`: the
+        caller acts on the wire as soon as this commit returns (write-ahead on a latency
+        path); a dialect may then commit it on the calling thread (SQLite, see its store).
         """
         if self._closed:
             raise StoreClosed("the store is closed")
@@ -223,7 +229,8 @@ class SqlEventStore:
         self._inflight += 1
         try:
             front = False
-            if self._inflight == 1 and self._queue.empty() and self._inline_ready(stream_id):
+            if (self._inflight == 1 and self._queue.empty()
+                    and self._inline_ready(stream_id, urgent)):
                 # Alone, and the store serves only this stream (the dialect's rule): commit
                 # right here. Without yielding first, unless the loop has not had a turn
                 # since the last inline commit: a caller appending in a tight loop would
@@ -235,7 +242,7 @@ class SqlEventStore:
                 if self._inline_awaits_turn:
                     await asyncio.sleep(0)  # others may have appended meanwhile: ask again
                     ready = (self._inflight == 1 and self._queue.empty()
-                             and self._inline_ready(stream_id))
+                             and self._inline_ready(stream_id, urgent))
                 if ready:
                     outcome = self._append_inline(request)
                     if outcome is not None:
@@ -255,9 +262,9 @@ class SqlEventStore:
     def _loop_had_turn(self) -> None:
         self._inline_awaits_turn = False
 
-    def _inline_ready(self, stream_id: str) -> bool:
+    def _inline_ready(self, stream_id: str, urgent: bool) -> bool:
         """Dialect: may an append to `stream_id` that finds the store idle commit on the
-        calling thread? Asked at every append (a dialect may track who appends)."""
+        calling thread? Asked at every such append (a dialect may track who appends)."""
         return False
 
     def _append_inline(self, request: _AppendRequest) -> Any:

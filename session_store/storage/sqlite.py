@@ -4,14 +4,17 @@ SQLite has one writer at a time, so group commit here means one writer task that
 queued append into one BEGIN IMMEDIATE … COMMIT, on a dedicated thread with statements
 compiled once from the Core tables. Reads go through SQLAlchemy over aiosqlite.
 
-Opt-in (`inline_budget` > 0): an append that finds the store idle (nothing queued or
-committing) commits inline instead, on the event loop's thread over a second connection: on a
-fast disk the two thread hand-offs of the writer-thread path cost more than the commit itself
-(bench/append_floor.py). Inline blocks the loop, and the audio of every call on it, for each
-fsync: in a live call that added 3-4 ms to every audio chunk's way through the service, and
-the writer thread's turn was no slower (bench/turn_overhead.py), so it is off by default. It
-suits a process that appends for one stream and has nothing else on its loop. Where it is on,
-it is only used where the stall stays small:
+Opt-in (`inline="urgent"` or `"always"`): an append that finds the store idle (nothing
+queued or committing) commits inline instead, on the event loop's thread over a second
+connection: on a fast disk the two thread hand-offs of the writer-thread path cost more than
+the commit itself (bench/append_floor.py), and while the loop is busy the writer thread waits
+for the GIL after each sqlite3 call (1-7 ms per commit in a live call). "urgent" does this
+only for appends marked urgent (the service marks the two a tool call waits for: its start,
+its result with the send intent). Inline blocks the loop, and the audio of every call on it,
+for each fsync: in bench/turn_overhead.py the audio chunks came out 3-4 ms later than with
+the writer thread, so it is off by default. "always" suits a process that appends for one
+stream and has nothing else on its loop. Where it is on, it is only used where the stall
+stays small:
 - while the store serves one stream (one call): if another stream was appended to in the last
   `_SHARED_QUIET_S`, every append goes to the writer thread. With n calls on a loop, inline
   commits would come n times as often and each would hold up n calls' audio; group commit on
@@ -113,11 +116,18 @@ class SqliteEventStore(SqlEventStore):
     default_writers = 1  # SQLite has one writer; more tasks would only queue on its lock
     poll_interval = 0.1  # other processes cannot notify us: poll
 
-    def __init__(self, url: str, *, inline_budget: float = 0.0, **kwargs):
-        """`inline_budget`: 0 (the default) sends every append to the writer thread; more
-        lets an idle store serving one stream commit on the event loop's thread, and is the
-        longest commit (seconds) tolerated there before inline commits pause (0.002 is a
-        good value on a local SSD)."""
+    def __init__(self, url: str, *, inline: str = "never", inline_budget: float = 0.002,
+                 **kwargs):
+        """`inline`: which appends that find the store idle, serving one stream, may commit
+        on the event loop's thread: "never" (the default: every commit on the writer
+        thread), "urgent" ones (`append(urgent=True)`: an append the caller acts on at once,
+        such as a tool's start or a result about to be sent), or "always". `inline_budget`:
+        the longest inline commit (seconds) tolerated before inline commits pause (0.002
+        suits a local SSD); 0 turns them off."""
+        if inline not in ("urgent", "always", "never"):
+            raise ValueError(f"inline must be 'urgent', 'always' or 'never', not {inline!r}")
+        if inline == "never":
+            inline_budget = 0.0
         self._path = make_url(url).database
         if not self._path or self._path == ":memory:":
             raise ValueError("the SQLite store needs a file (sqlite+aiosqlite:///path.db): "
@@ -128,6 +138,8 @@ class SqliteEventStore(SqlEventStore):
         self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="session-store-sqlite")
         self._conn: sqlite3.Connection | None = None  # the writer thread's
         self._inline_budget = inline_budget
+        self._inline_urgent_only = inline == "urgent"
+        self.commits_urgent_inline = inline_budget > 0
         self._inline_conn: sqlite3.Connection | None = None  # the event loop thread's
         self._inline_paused_until = 0.0
         self._inline_pause = _PAUSE_MIN_S
@@ -259,13 +271,15 @@ class SqliteEventStore(SqlEventStore):
             self._checkpointing = False
 
     # ------------------------------------------------------------------ inline (loop thread)
-    def _inline_ready(self, stream_id: str) -> bool:
+    def _inline_ready(self, stream_id: str, urgent: bool) -> bool:
         now = time.monotonic()
         if stream_id != self._last_stream:
             if now - self._last_stream_at < _SHARED_QUIET_S:
                 self._shared_until = now + _SHARED_QUIET_S  # several calls: keep off the loop
             self._last_stream = stream_id
         self._last_stream_at = now
+        if self._inline_urgent_only and not urgent:
+            return False
         return (self._inline_conn is not None and not self._closed and not self._checkpointing
                 and now >= self._inline_paused_until and now >= self._shared_until)
 

@@ -9,7 +9,7 @@ from session_store import events as ev
 from session_store.decide import (OUTCOME_UNKNOWN, CancellationArrived, FunctionCall, GoAway,
                                   InterruptionObserved, Policy, Reconnect, ResolveInDoubt,
                                   SettingsUpdate, SpeechStarted, SpeechStopped, StartCall,
-                                  ToolCallsArrived, decide, due)
+                                  ToolCallsArrived, decide, due, waits_for_silence)
 
 from .helpers import Log, opened
 
@@ -124,6 +124,23 @@ def test_settings_reconnect_waits_for_turn_end_and_for_deferred_calls_to_start()
     s = log.state()
     assert s.reconnect_pending is None and s.reconnects == 1
     assert due(s, ALL, log.now_us) == []
+
+
+def test_waits_for_silence_while_a_call_or_a_reconnect_waits_for_the_bot_to_stop():
+    """What makes the shell log a stop at once rather than lazily."""
+    log = live(speaking=True)
+    assert not waits_for_silence(log.state())  # speaking, nothing waiting: a stop can wait
+    observe(log, calls(("c1", "lookup", {})))
+    assert waits_for_silence(log.state())  # deferred
+    log.add(ev.ToolCallStarted("c1", 1, "call-1:c1", 1))
+    assert not waits_for_silence(log.state())
+    observe(log, SettingsUpdate(("system_instruction",), {"system_instruction": "new"},
+                                needs_reconnect=True))
+    assert waits_for_silence(log.state())  # a reconnect buffered until the turn ends
+    quiet = live()
+    observe(quiet, calls(("c2", "lookup", {})))
+    assert quiet.state().calls["c2"].status == "requested"  # not started yet: waits too
+    assert waits_for_silence(quiet.state())
 
 
 def test_settings_without_reconnect_only_record_the_change():

@@ -23,7 +23,7 @@ async def sqlite_backend(migrated):
 
 # Tests that count inline commits switch the budget guard off (a huge budget): this machine's
 # disk may be slow at any moment, and then the guard rightly sends appends to the thread.
-NO_GUARD = {"inline_budget": 60.0}
+NO_GUARD = {"inline": "always", "inline_budget": 60.0}
 
 
 async def test_idle_appends_commit_inline_and_are_durable(sqlite_backend):
@@ -92,11 +92,11 @@ async def test_a_store_serving_several_streams_keeps_commits_off_the_loop(sqlite
 
 
 async def test_inline_budget_zero_sends_everything_to_the_writer_thread(sqlite_backend):
-    store = await sqlite_backend.open(inline_budget=0)
+    store = await sqlite_backend.open(inline="always", inline_budget=0)
     try:
         v = 0
         for i in range(5):
-            v = await store.append("s", [msg(i)], v)
+            v = await store.append("s", [msg(i)], v, urgent=True)
         assert v == 5 and store.stats["inline"] == 0 and store.stats["batches"] == 5
     finally:
         await store.close()
@@ -152,23 +152,23 @@ async def test_a_broken_inline_connection_hands_over_and_is_reopened(sqlite_back
 
 async def test_repeatedly_slow_commits_pause_inline_commits(sqlite_backend):
     """The budget guard (fed measured durations directly: a slow disk cannot be ordered)."""
-    store = await sqlite_backend.open(inline_budget=0.002)
+    store = await sqlite_backend.open(inline="always", inline_budget=0.002)
     try:
         for _ in range(50):
             store._judge_inline(0.0002)
         store._judge_inline(0.003)  # one slow fsync on a busy machine: noise
-        assert store._inline_ready("s")
+        assert store._inline_ready("s", True)
         store._judge_inline(0.003)  # two close together: the disk is slow now
-        assert not store._inline_ready("s")
+        assert not store._inline_ready("s", True)
         batches, inline = store.stats["batches"], store.stats["inline"]
         assert await store.append("s", [msg(0)], 0) == 1  # paused: the writer thread commits
         assert store.stats["batches"] == batches + 1 and store.stats["inline"] == inline
 
         store._inline_paused_until = 0.0  # the pause is over
-        assert store._inline_ready("s")
+        assert store._inline_ready("s", True)
         assert store._inline_pause == 2 * sqlite_store._PAUSE_MIN_S  # next pause is longer
         store._judge_inline(0.025)  # one commit ten times over budget pauses at once
-        assert not store._inline_ready("s")
+        assert not store._inline_ready("s", True)
     finally:
         await store.close()
 
@@ -188,3 +188,26 @@ async def test_wal_is_checkpointed_off_the_loop_and_stays_bounded(sqlite_backend
         assert wal < 12_000_000, f"WAL grew to {wal / 1e6:.1f} MB"
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("mode, inline_plain, inline_urgent", [
+    ("urgent", 0, 1), ("always", 1, 1), ("never", 0, 0)])
+async def test_inline_mode_decides_which_appends_may_commit_inline(sqlite_backend, mode,
+                                                                   inline_plain, inline_urgent):
+    """The default commits only `urgent` appends (a tool's start, a result about to be sent)
+    on the loop's thread; the rest go to the writer thread, off the audio path."""
+    store = await sqlite_backend.open(inline=mode, inline_budget=60.0)
+    try:
+        v = await store.append("s", [msg(0)], 0)
+        await asyncio.sleep(0)  # a loop turn: the next append need not yield first
+        assert store.stats["inline"] == inline_plain
+        v = await store.append("s", [msg(1)], v, urgent=True)
+        assert v == 2 and store.stats["inline"] == inline_plain + inline_urgent
+        assert store.stats["batches"] == 2
+    finally:
+        await store.close()
+
+
+async def test_an_unknown_inline_mode_is_refused(sqlite_backend):
+    with pytest.raises(ValueError, match="inline must be"):
+        await sqlite_backend.open(inline="sometimes")
