@@ -69,7 +69,8 @@ async def sqlite_steps(tmp: str):
         if name in ("table", "head"):
             tables[name] = _sqlite_conn(f"{tmp}/{name}.db")
     tables["head"].execute("INSERT INTO session_streams VALUES ('s', 0, '', 0, 0, 0)")
-    ours = await open_store(f"sqlite+aiosqlite:///{tmp}/ours.db", inline="always", inline_budget=60.0)
+    ours = await open_store(f"sqlite+aiosqlite:///{tmp}/ours.db", inline="always",
+                            inline_budget=60.0)
     thread = await open_store(f"sqlite+aiosqlite:///{tmp}/thread.db", inline="never")
     v = {"raw": 0, "table": 0, "head": 0, "ours": 0, "thread": 0}
 
