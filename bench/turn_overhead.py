@@ -240,8 +240,9 @@ async def postgres_reachable() -> bool:
         return False
 
 
-async def main(turns: int, rounds: int, deferral_turns: int) -> None:
+async def main(turns: int, rounds: int, deferral_turns: int, only: list[str] | None) -> None:
     backends = ["sqlite", "sqlite-urgent"] + (["postgres"] if await postgres_reachable() else [])
+    backends = [b for b in backends if only is None or b in only]
     services = ["stock"] + [f"ours/{n}" for n in backends]
     turn_ms: dict[str, list[float]] = {k: [] for k in services}
     audio_ms: dict[str, list[float]] = {k: [] for k in services}
@@ -314,8 +315,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CI smoke run (< 60 s)")
     parser.add_argument("--turns", type=int, default=None)
+    parser.add_argument("--backends", nargs="+", choices=["sqlite", "sqlite-urgent", "postgres"],
+                        help="only these stores (default: all; postgres when reachable)")
     args = parser.parse_args()
     logger.remove()
     logger.add(sys.stderr, level="ERROR")
     turns = args.turns or (15 if args.quick else 120)
-    asyncio.run(main(turns, 3 if args.quick else 6, 4 if args.quick else 10))
+    asyncio.run(main(turns, 3 if args.quick else 6, 4 if args.quick else 10, args.backends))

@@ -278,7 +278,9 @@ SQL_WORD = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|PRAGMA|
 ALLOWED_IN_SQL = {"streams.name", "events.name", "_S", "_E", "BUSY_TIMEOUT_MS",
                   "int(busy_timeout_ms)",  # an int() cannot carry SQL
                   # the PostgreSQL batch function: its name, its error code, "$1, ..., $16"
-                  "_FN", "_HEADS_MOVED", "', '.join((f'${i}' for i in range(1, 17)))"}
+                  "_FN", "_HEADS_MOVED", "', '.join((f'${i}' for i in range(1, 17)))",
+                  # the SQLite one-statement append: its view's name, its abort message
+                  "_APPEND_VIEW", "_HEAD_MOVED"}
 #: The one `.format` on SQL: a run of "?" placeholders for the number of bound values.
 ALLOWED_FORMAT = {("session_store/storage/sqlite.py",
                    "_SELECT_HEADS.format(marks=','.join('?' * len(part)))")}
@@ -342,6 +344,9 @@ def test_sql_is_never_built_from_runtime_values():
     assert type(sqlite.BUSY_TIMEOUT_MS) is int
     assert re.fullmatch(r"pg_temp\.[a-z_]+", postgres._FN)
     assert re.fullmatch(r"[A-Z0-9]{5}", postgres._HEADS_MOVED)
+    assert re.fullmatch(r"[a-z_]+", sqlite._APPEND_VIEW)
+    assert re.fullmatch(r"[a-z_: ]+", sqlite._HEAD_MOVED)
+    assert all(re.fullmatch(r"[a-z_]+", c) for c in sqlite._APPEND_COLUMNS)
     # The scan can fail: each way of splicing a value into SQL is caught.
     spliced = ast.parse(
         "conn.execute(f\"SELECT * FROM t WHERE id = '{call_id}'\")\n"

@@ -89,6 +89,25 @@ async def test_head_row_changed_in_place_is_not_trusted(store, migrated):
     assert all(r.ok for r in await store.verify())
 
 
+async def test_head_with_the_cached_version_but_another_hash_is_not_trusted(migrated):
+    """A stream rewritten behind the store's back to the same version (a restore, then
+    another worker's append): the cached hash no longer chains, so the append is planned
+    again from the row and chains onto the event really stored."""
+    a, b = await migrated.open(), await migrated.open()
+    try:
+        await a.append("s", [msg(1)], 0)
+        await sql(migrated, "DELETE FROM session_events WHERE stream_id = 's'")
+        await sql(migrated, "DELETE FROM session_streams WHERE stream_id = 's'")
+        await b.append("s", [msg(9)], 0)
+        assert await a.append("s", [msg(2)], 1) == 2
+        assert a.stats["stale_heads"] == 1
+        assert await _texts(b, "s") == ["turn 9", "turn 2"]
+        assert all(r.ok for r in await b.verify())
+    finally:
+        await a.close()
+        await b.close()
+
+
 async def test_one_moved_stream_in_a_batch_fails_only_its_own_request(migrated):
     a, b = await migrated.open(), await migrated.open()
     try:

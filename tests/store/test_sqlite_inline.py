@@ -211,3 +211,21 @@ async def test_inline_mode_decides_which_appends_may_commit_inline(sqlite_backen
 async def test_an_unknown_inline_mode_is_refused(sqlite_backend):
     with pytest.raises(ValueError, match="inline must be"):
         await sqlite_backend.open(inline="sometimes")
+
+
+async def test_checkpoints_beside_inline_commits_succeed(sqlite_backend, caplog):
+    """The writer thread checkpoints the main database only: a checkpoint of every attached
+    database also visited the connection's temporary one (the one-statement commit's view)
+    and failed now and then with "database table is locked"."""
+    store = await sqlite_backend.open(**NO_GUARD)
+    try:
+        v = 0
+        with caplog.at_level("WARNING", logger=sqlite_store.__name__):
+            for i in range(12 * sqlite_store._CHECKPOINT_EVERY):
+                v = await store.append("s", [msg(i)], v)
+            while store._checkpointing:
+                await asyncio.sleep(0.01)
+        assert store.stats["inline"] > 10 * sqlite_store._CHECKPOINT_EVERY
+        assert not [r for r in caplog.records if "checkpoint" in r.getMessage()]
+    finally:
+        await store.close()
