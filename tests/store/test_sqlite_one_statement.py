@@ -71,3 +71,28 @@ async def test_a_batch_too_big_for_one_statement_checks_its_heads_too(sqlite_bac
         assert all(r.ok for r in await store.verify())
     finally:
         await store.close()
+
+
+async def test_one_statement_chains_requests_of_a_stream_and_raises_its_epoch(sqlite_backend):
+    """A batch from the cache with two streams, three requests on one of them chaining onto
+    each other, the second raising the epoch: each event's check expects the head the event
+    before it left (its hash, and the batch's epoch once the head was written)."""
+    store = await sqlite_backend.open()
+    try:
+        await store.append("s", [msg(0)], 0, epoch=1)
+        await store.append("u", [msg(0)], 0)
+        seen = _traced(store)
+        got = await asyncio.gather(store.append("s", [msg(1), msg(2)], 1, epoch=1),
+                                   store.append("s", [msg(3)], 3, epoch=2),
+                                   store.append("u", [msg(1)], 1),
+                                   store.append("s", [msg(4)], 4, epoch=2))
+        assert got == [3, 4, 2, 5]
+        assert store.stats["cached_plans"] == 1 and store.stats["stale_heads"] == 0
+        assert {q.split(" VALUES")[0] for q in seen} == {
+            f"INSERT INTO temp.{sqlite_store._APPEND_VIEW}"}
+        assert [(h.stream_id, h.version, h.epoch) for h in await store.list_streams()] == [
+            ("s", 5, 2), ("u", 2, 0)]
+        assert [r.event.text for r in await store.read("s")] == [f"turn {i}" for i in range(5)]
+        assert all(r.ok for r in await store.verify())
+    finally:
+        await store.close()
