@@ -37,6 +37,7 @@ stays small:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import sqlite3
@@ -156,12 +157,19 @@ def _install_append_view(conn: sqlite3.Connection) -> None:
     conn.execute(_CREATE_APPEND_TRIGGER)
 
 
-def _rollback(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass  # the caller drops this connection
+@contextlib.contextmanager
+def _immediate(conn: sqlite3.Connection):
+    """BEGIN IMMEDIATE (the write lock from the start); rolled back if the body raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the caller drops this connection
+        raise
 
 
 def _configure(dbapi_conn, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
@@ -244,17 +252,13 @@ class SqliteEventStore(SqlEventStore):
             if self._commit_planned(conn, cached):
                 return cached
             self._unplan(batch)  # another store moved a head: nothing was written
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with _immediate(conn):
             plan = self._plan_batch(batch, self._read_heads(conn, batch))
             plan.stale = cached is not None
             if not self._write_plan(conn, plan):
                 raise RuntimeError("a stream head row changed under SQLite's write lock")
             conn.execute("COMMIT")
-            return plan
-        except BaseException:
-            _rollback(conn)
-            raise
+        return plan
 
     @staticmethod
     def _commit_planned(conn: sqlite3.Connection, plan: BatchPlan) -> bool:
@@ -264,16 +268,12 @@ class SqliteEventStore(SqlEventStore):
         SQLite runs it as its own transaction, from taking the write lock to the fsync of
         the commit, inside one sqlite3 call."""
         if len(plan.events) > _MAX_ROWS_PER_STATEMENT:  # (a plan from the cache creates none)
-            conn.execute("BEGIN IMMEDIATE")  # a huge batch: the conditional writes
-            try:
-                if not SqliteEventStore._write_plan(conn, plan):
-                    conn.execute("ROLLBACK")
-                    return False
-                conn.execute("COMMIT")
-                return True
-            except BaseException:
-                _rollback(conn)
-                raise
+            with _immediate(conn):  # a huge batch: the conditional writes
+                moved = not SqliteEventStore._write_plan(conn, plan)
+                conn.execute("ROLLBACK" if moved else "COMMIT")
+            return not moved
+        # stream -> (old hash, old epoch, new epoch), from plan.updated's rows
+        # (stream, version, hash, epoch, at, old version, old hash, old epoch)
         olds = {row[0]: (row[6], row[7], row[3]) for row in plan.updated}
         params: list = []
         prev_hash: dict[str, str] = {}
