@@ -102,8 +102,6 @@ class SqlEventStore:
         self._changed = asyncio.Event()
         # Appends accepted and not yet returned (queued, committing, or about to go inline).
         self._inflight = 0
-        # An inline commit happened and the event loop has not run anything else since.
-        self._inline_awaits_turn = False
         # stream id -> (version, last hash, epoch) as this store last committed or read it
         # under the write lock. Never trusted alone: see `_plan_from_cache`.
         self._heads: dict[str, tuple[int, str, int]] = {}
@@ -232,22 +230,18 @@ class SqlEventStore:
             if (self._inflight == 1 and self._queue.empty()
                     and self._inline_ready(stream_id, urgent)):
                 # Alone, and the store serves only this stream (the dialect's rule): commit
-                # right here. Without yielding first, unless the loop has not had a turn
-                # since the last inline commit: a caller appending in a tight loop would
-                # never give other tasks a turn (seen: three of four writers starved). A
-                # yield before every append cost a whole loop iteration each, 0.3–0.5 ms
-                # inside a busy pipeline (bench/turn_overhead.py), and bought nothing: a
-                # burst on one stream conflicts anyway; a second stream stops inline commits.
-                ready = True
-                if self._inline_awaits_turn:
-                    await asyncio.sleep(0)  # others may have appended meanwhile: ask again
-                    ready = (self._inflight == 1 and self._queue.empty()
-                             and self._inline_ready(stream_id, urgent))
-                if ready:
+                # right here, after one loop turn. The commit holds the loop (an fsync):
+                # whatever is ready to run goes first. In a live call that is the audio the
+                # service pushed before the toolCall: without the turn it waited for both of
+                # the call's commits (bench/turn_overhead.py, SQLite inline="urgent": audio
+                # p50 +0.5 to +2.6 ms against stock; with it, -1.6 to +0.3), and a caller
+                # appending in a tight loop would starve every other task. The turn costs the
+                # tool call that processing: 0.2-0.8 ms of its p50 there.
+                await asyncio.sleep(0)
+                if (self._inflight == 1 and self._queue.empty()  # others may have come
+                        and self._inline_ready(stream_id, urgent)):
                     outcome = self._append_inline(request)
                     if outcome is not None:
-                        self._inline_awaits_turn = True
-                        loop.call_soon(self._loop_had_turn)
                         self._signal_change()
                         if isinstance(outcome, BaseException):
                             raise outcome
@@ -258,9 +252,6 @@ class SqlEventStore:
             return await request.future
         finally:
             self._inflight -= 1
-
-    def _loop_had_turn(self) -> None:
-        self._inline_awaits_turn = False
 
     def _inline_ready(self, stream_id: str, urgent: bool) -> bool:
         """Dialect: may an append to `stream_id` that finds the store idle commit on the

@@ -14,9 +14,11 @@ the commit itself (bench/append_floor.py), and while the loop is busy the writer
 for the GIL after each sqlite3 call (1-7 ms per commit in a live call). "urgent" does this
 only for appends marked urgent (the service marks the two a tool call waits for: its start,
 its result with the send intent). Inline blocks the loop, and the audio of every call on it,
-for each fsync: in bench/turn_overhead.py the audio chunks came out 3-4 ms later than with
-the writer thread, so it is off by default. "always" suits a process that appends for one
-stream and has nothing else on its loop. Where it is on, it is only used where the stall
+for each fsync, so it is off by default: through the writer thread a disk that stalls delays
+a tool call, inline it would stall the audio of every call on the loop. An inline commit
+first gives the loop one turn (the store's append), so the audio already pushed goes out
+before the loop blocks. "always" suits a process that appends for one stream and has nothing
+else on its loop. Where it is on, it is only used where the stall
 stays small:
 - while the store serves one stream (one call): if another stream was appended to in the last
   `_SHARED_QUIET_S`, every append goes to the writer thread. With n calls on a loop, inline

@@ -43,14 +43,28 @@ async def test_idle_appends_commit_inline_and_are_durable(sqlite_backend):
         await reopened.close()
 
 
-async def test_inline_commits_do_not_yield_yet_never_starve_the_loop(sqlite_backend):
-    """An inline append after the loop had a turn commits without yielding (no loop
-    iteration added to a tool call's path); back-to-back ones yield, so a caller appending
-    in a tight loop still lets every other task run."""
+async def test_an_inline_commit_lets_ready_tasks_run_first(sqlite_backend):
+    """The commit holds the loop for an fsync, so whatever is ready runs first (in a live
+    call, the audio already pushed): every inline append gives the loop one turn before it
+    commits, and a caller appending in a tight loop never starves the other tasks."""
     store = await sqlite_backend.open(**NO_GUARD)
     try:
         v = await store.append("s", [msg(0)], 0)
-        await asyncio.sleep(0)  # the loop has had its turn
+        ran: list[str] = []
+
+        async def ready_task():
+            ran.append("other")
+
+        asyncio.ensure_future(ready_task())  # ready, not yet run
+        store_commit = store._append_inline
+
+        def commit_and_log(request):
+            ran.append("commit")
+            return store_commit(request)
+
+        store._append_inline = commit_and_log
+        v = await store.append("s", [msg(1)], v)
+        assert ran == ["other", "commit"], ran
         ticks = 0
 
         async def ticker():
@@ -60,14 +74,10 @@ async def test_inline_commits_do_not_yield_yet_never_starve_the_loop(sqlite_back
                 await asyncio.sleep(0)
 
         other = asyncio.ensure_future(ticker())
-        await asyncio.sleep(0)  # the ticker runs once and yields
-        seen = ticks
-        v = await store.append("s", [msg(1)], v)  # the loop had a turn since: no yield
-        assert ticks == seen and store.stats["inline"] == 2
         for i in range(2, 42):  # a tight loop: the ticker keeps getting turns
             v = await store.append("s", [msg(i)], v)
         assert v == 42 and store.stats["inline"] == 42
-        assert ticks >= seen + 20, "the appends starved the other task"
+        assert ticks >= 40, "the appends starved the other task"
         other.cancel()
     finally:
         await store.close()
@@ -194,12 +204,11 @@ async def test_wal_is_checkpointed_off_the_loop_and_stays_bounded(sqlite_backend
     ("urgent", 0, 1), ("always", 1, 1), ("never", 0, 0)])
 async def test_inline_mode_decides_which_appends_may_commit_inline(sqlite_backend, mode,
                                                                    inline_plain, inline_urgent):
-    """The default commits only `urgent` appends (a tool's start, a result about to be sent)
-    on the loop's thread; the rest go to the writer thread, off the audio path."""
+    """Mode "urgent" commits only `urgent` appends (a tool's start, a result about to be
+    sent) on the loop's thread; the rest go to the writer thread, off the audio path."""
     store = await sqlite_backend.open(inline=mode, inline_budget=60.0)
     try:
         v = await store.append("s", [msg(0)], 0)
-        await asyncio.sleep(0)  # a loop turn: the next append need not yield first
         assert store.stats["inline"] == inline_plain
         v = await store.append("s", [msg(1)], v, urgent=True)
         assert v == 2 and store.stats["inline"] == inline_plain + inline_urgent
@@ -227,5 +236,15 @@ async def test_checkpoints_beside_inline_commits_succeed(sqlite_backend, caplog)
                 await asyncio.sleep(0.01)
         assert store.stats["inline"] > 10 * sqlite_store._CHECKPOINT_EVERY
         assert not [r for r in caplog.records if "checkpoint" in r.getMessage()]
+    finally:
+        await store.close()
+
+
+async def test_by_default_every_append_goes_to_the_writer_thread(sqlite_backend):
+    store = await sqlite_backend.open()  # inline left at its default
+    try:
+        v = await store.append("s", [msg(0)], 0)
+        v = await store.append("s", [msg(1)], v, urgent=True)
+        assert v == 2 and store.stats["inline"] == 0 and not store.commits_urgent_inline
     finally:
         await store.close()
