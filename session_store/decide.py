@@ -373,11 +373,11 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
             effects.append(SendResult(call.call_id, via))
     # I4: nothing deferrable starts while the bot speaks, even a call recorded as "requested"
     # (it arrived in silence, and the bot started speaking before it was started).
-    to_start = [c for c in state.calls.values() if c.status in ("requested", "deferred")
-                and not (state.bot_speaking and (c.status == "deferred" or policy.defers(c.name)))]
-    for call in to_start:
-        effects.append(StartCall(call.call_id, 1, idempotency_key(state, call)))
-    waiting = _calls_waiting(state)
+    waiting_calls = _waiting_calls(state)
+    for call in waiting_calls:
+        if not (state.bot_speaking and (call.status == "deferred" or policy.defers(call.name))):
+            effects.append(StartCall(call.call_id, 1, idempotency_key(state, call)))
+    waiting = bool(waiting_calls)
     deadline_near = (state.go_away_deadline_us is not None and now_us
                      >= state.go_away_deadline_us - int(policy.go_away_margin_s * 1e6))
     if state.opened and (not state.connected or state.reconnect_pending):
@@ -387,15 +387,16 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
     return effects
 
 
-def _calls_waiting(state: SessionState) -> bool:
-    return any(c.status in ("requested", "deferred") for c in state.calls.values())
+def _waiting_calls(state: SessionState) -> list:
+    """Calls asked for and not started yet (requested or deferred), in request order."""
+    return [c for c in state.calls.values() if c.status in ("requested", "deferred")]
 
 
 def waits_for_silence(state: SessionState) -> bool:
     """Does anything wait for the bot to stop speaking (a deferred call, a pending
     reconnect)? Then news that it stopped must be logged at once; otherwise it may wait to
     share the next commit."""
-    return state.reconnect_pending is not None or _calls_waiting(state)
+    return state.reconnect_pending is not None or bool(_waiting_calls(state))
 
 
 def choose_resumption(state: SessionState, policy: Policy, now_us: int) -> str | None:

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..projection import SessionState
+from ..projection import SessionState, times_held
 from ..records import RecordedEvent
 from .redaction import Redactor
-from .delivery import lineage_cutoffs, times_in_model
 from .fmt import iso
 
 EXPORT_SCHEMA = 1
@@ -48,8 +47,8 @@ def state_view(s: SessionState, call_id: str | None = None, *,
     `conversation_total` say how many there are. Not redacted: pass it through
     `Redactor.redact_state` before showing it.
     """
-    lineage = lineage_cutoffs(s)
-    times = {c.call_id: times_in_model(lineage, c) for c in s.calls.values()}
+    lineage = s.lineage_cutoffs()
+    times = {c.call_id: times_held(lineage, c) for c in s.calls.values()}
     undelivered = [c.call_id for c in s.calls.values()
                    if c.has_outcome and not c.superseded_by and not times[c.call_id]]
 

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import CorruptEvent, SchemaVersionTooNew, UnknownEventType
-from ..projection import SessionState
+from ..projection import SessionState, times_held
 from ..records import RecordedEvent
-from .delivery import effective_sends, lineage_cutoffs, times_in_model
+from .delivery import effective_sends
 from .fmt import EPOCH, iso, ms, short
 
 __all__ = ["LANES", "lane_of", "build_timeline", "Timeline", "Entry", "ToolCallView",
@@ -498,9 +498,9 @@ def _final_findings(tl: Timeline, s: SessionState) -> None:
     for c in s.in_doubt():
         tl.problems.append({**at, "kind": "in_doubt", "detail": {"call_id": c.call_id,
                                                                  "name": c.name}})
-    lineage = lineage_cutoffs(s)
+    lineage = s.lineage_cutoffs()
     for c in s.calls.values():
-        n = times_in_model(lineage, c)
+        n = times_held(lineage, c)
         if n > 1:
             tl.problems.append({**at, "kind": "delivered_more_than_once",
                                 "detail": {"call_id": c.call_id, "sends_in_model": n}})

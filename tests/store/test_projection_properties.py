@@ -31,6 +31,11 @@ JSONISH = st.recursive(
     max_leaves=6)
 
 
+# The tool-call lifecycle, furthest step first (see `streams`).
+_LIFECYCLE = ["sent", "sending", "complete", "fail", "start", "request", "connect", "handle",
+              "defer", "reissue"]
+
+
 @st.composite
 def streams(draw, max_events: int = 40):
     """(events, recorded_at_us) of one valid stream."""
@@ -62,7 +67,13 @@ def streams(draw, max_events: int = 40):
             options.append("sending")
         if [c for c, d in calls.items() if d["unconfirmed"]]:
             options.append("sent")
-        action = draw(st.sampled_from(sorted(options)))
+        # The tool-call lifecycle first, its furthest step available first, and four times
+        # over: Hypothesis favours the first choices, and with the options in name order 150
+        # streams held 33 requests, one start and not one send (691 anomalies): the delivery
+        # rules went untested.
+        order = {a: i for i, a in enumerate(_LIFECYCLE)}
+        options += [a for a in options if a in order] * 3
+        action = draw(st.sampled_from(sorted(options, key=lambda a: (order.get(a, 99), a))))
 
         def pick(statuses=None, pred=lambda d: True):
             return draw(st.sampled_from(sorted(
@@ -287,3 +298,33 @@ async def test_an_older_snapshot_never_replaces_a_newer_one(store):
     old = fold((await store.read("call"))[:1])
     await save_snapshot(store, old)
     assert (await store.load_snapshot("call")).version == 3
+
+
+def _held_walked_per_call(s: SessionState, call, handle=None) -> bool:
+    """The delivery rule as DESIGN.md states it, walked for this one call: a confirmed send of
+    it was made in a generation of the lineage, before that generation's cutoff."""
+    lineage = s._lineage(handle.generation, handle.version) if handle else s._lineage()
+    for gen, cutoff in lineage:
+        if any(x.confirmed and x.generation == gen and (cutoff is None or x.version < cutoff)
+               for x in call.sends):
+            return True
+    return False
+
+
+@PROPS
+@given(streams())
+def test_the_lineage_walked_once_says_what_the_rule_says_per_call(drawn):
+    """`undelivered` and `in_model` walk the lineage once for all calls (`due` asks them of
+    every call of a call, several times per tool call); on every reachable state they agree
+    with the rule walked per call, for the current session and for every kept handle."""
+    recs = _records(drawn)
+    s = SessionState()
+    for r in recs:
+        s = evolve(s, r)
+        assert [c.call_id for c in s.undelivered()] == [
+            c.call_id for c in s.calls.values()
+            if c.has_outcome and not c.superseded_by and not _held_walked_per_call(s, c)]
+        for c in s.calls.values():
+            assert s.in_model(c) == _held_walked_per_call(s, c)
+            for h in s.handles.values():
+                assert s.in_model(c, h) == _held_walked_per_call(s, c, h)
