@@ -51,6 +51,8 @@ class Rejection:
 def classify(frame: bytes | str, error: Exception | None) -> Rejection | None:
     """What is wrong with a frame: `error` is what the SDK raised on it, None if it parsed
     it (then only unknown top-level fields, which it dropped, are reported; None if none)."""
+    if error is None and _only_known_fields(frame):
+        return None  # every audio chunk: the parse alone, no copy of the frame
     raw = frame.encode("utf-8", "backslashreplace") if isinstance(frame, str) else bytes(frame)
     base: dict[str, Any] = {"bytes": len(raw),
                             "frame": raw[:PREVIEW_BYTES].decode("utf-8", "backslashreplace")}
@@ -76,6 +78,15 @@ def classify(frame: bytes | str, error: Exception | None) -> Rejection | None:
     # ones: a forward-compatible client reads on. Logged once per set of field names.
     return Rejection("unknown_message", {"fields": unknown, "bytes": len(raw),
                                          "frame": base["frame"]}, once=",".join(unknown)[:200])
+
+
+def _only_known_fields(frame: bytes | str) -> bool:
+    """Is the frame a JSON object of known top-level fields only (at least one)?"""
+    try:
+        data = json.loads(frame)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and bool(data) and KNOWN_FIELDS.issuperset(data)
 
 
 class _FrameTap:
