@@ -240,23 +240,28 @@ class SessionState:
 
 # ------------------------------------------------------------------------- the fold
 
+def _send_held(lineage: dict[int, int | None], send: Send) -> bool:
+    """Does a model state with this lineage (`SessionState.lineage_cutoffs`) hold this send:
+    confirmed, made in one of its generations, before that generation's cutoff?"""
+    if not send.confirmed or send.generation not in lineage:
+        return False
+    cutoff = lineage[send.generation]
+    return cutoff is None or send.version < cutoff
+
+
 def _held(lineage: dict[int, int | None], call: CallState) -> bool:
-    """Does a model state with this lineage (`SessionState.lineage_cutoffs`) hold the call's
-    result: a confirmed send in one of its generations, before that generation's cutoff?
-    (`times_held` > 0, as a plain loop: `due` asks it of every call with an outcome.)"""
-    for x in call.sends:
-        if x.confirmed and x.generation in lineage:
-            cutoff = lineage[x.generation]
-            if cutoff is None or x.version < cutoff:
-                return True
+    """Does a model state with this lineage hold the call's result? (A plain loop: `due`
+    asks it of every call with an outcome.)"""
+    for send in call.sends:
+        if _send_held(lineage, send):
+            return True
     return False
 
 
 def times_held(lineage: dict[int, int | None], call: CallState) -> int:
     """How many confirmed sends of `call` a model state with this lineage holds (I2: at most
     one)."""
-    return sum(1 for x in call.sends if x.confirmed and x.generation in lineage
-               and (lineage[x.generation] is None or x.version < lineage[x.generation]))
+    return sum(1 for send in call.sends if _send_held(lineage, send))
 
 
 def _apply(s: SessionState, rec: RecordedEvent) -> None:

@@ -227,8 +227,7 @@ class SqlEventStore:
         self._inflight += 1
         try:
             front = False
-            if (self._inflight == 1 and self._queue.empty()
-                    and self._inline_ready(stream_id, urgent)):
+            if self._may_commit_inline(stream_id, urgent):
                 # Alone, and the store serves only this stream (the dialect's rule): commit
                 # right here, after one loop turn. The commit holds the loop (an fsync):
                 # whatever is ready to run goes first. In a live call that is the audio the
@@ -238,8 +237,7 @@ class SqlEventStore:
                 # appending in a tight loop would starve every other task. The turn costs the
                 # tool call that processing: 0.2-0.8 ms of its p50 there.
                 await asyncio.sleep(0)
-                if (self._inflight == 1 and self._queue.empty()  # others may have come
-                        and self._inline_ready(stream_id, urgent)):
+                if self._may_commit_inline(stream_id, urgent):  # others may have come
                     outcome = self._append_inline(request)
                     if outcome is not None:
                         self._signal_change()
@@ -252,6 +250,11 @@ class SqlEventStore:
             return await request.future
         finally:
             self._inflight -= 1
+
+    def _may_commit_inline(self, stream_id: str, urgent: bool) -> bool:
+        """Is this append alone (nothing queued or committing) and may it go inline?"""
+        return (self._inflight == 1 and self._queue.empty()
+                and self._inline_ready(stream_id, urgent))
 
     def _inline_ready(self, stream_id: str, urgent: bool) -> bool:
         """Dialect: may an append to `stream_id` that finds the store idle commit on the

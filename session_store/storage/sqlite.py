@@ -18,8 +18,7 @@ for each fsync, so it is off by default: through the writer thread a disk that s
 a tool call, inline it would stall the audio of every call on the loop. An inline commit
 first gives the loop one turn (the store's append), so the audio already pushed goes out
 before the loop blocks. "always" suits a process that appends for one stream and has nothing
-else on its loop. Where it is on, it is only used where the stall
-stays small:
+else on its loop. Where it is on, it is only used where the stall stays small:
 - while the store serves one stream (one call): if another stream was appended to in the last
   `_SHARED_QUIET_S`, every append goes to the writer thread. With n calls on a loop, inline
   commits would come n times as often and each would hold up n calls' audio; group commit on
