@@ -10,7 +10,7 @@ SQLite (WAL, synchronous=FULL, one event per transaction):
   our table    the same into our events table (hash column, two indexes)
   + head row   and a conditional UPDATE of the stream's head row: the least our log writes
   ours         store.append, committed inline (encode, hash chain, plan, asyncio, all of it)
-  ours/thread  store.append through the writer thread (inline_budget=0)
+  ours/writer  store.append through the writer process (the default store)
 PostgreSQL (synchronous_commit=on):
   raw          asyncpg pool of 1, BEGIN; INSERT; COMMIT       (bench/append.py's raw driver)
   raw 1 trip   one INSERT in its own implicit transaction (the floor for a durable write)
@@ -103,7 +103,7 @@ async def sqlite_steps(tmp: str):
         v["thread"] = await thread.append("s", [EVENT], v["thread"])
 
     return {"raw": raw_one, "our table": table_one, "+ head row": head_one,
-            "ours": ours_one, "ours/thread": thread_one}, (ours, thread)
+            "ours": ours_one, "ours/writer": thread_one}, (ours, thread)
 
 
 async def postgres_steps(schemas: list[str]):

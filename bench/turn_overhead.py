@@ -14,8 +14,8 @@ Printed per service:
 - audio: a model audio chunk sent by the server → its TTSAudioRawFrame leaving the service
   (p50/p99/max ms), ours minus stock (what the log adds on the audio path).
 
-SQLite runs twice: `sqlite` is the default store (inline="never"), every commit on its
-writer thread: each commit waits for the GIL to come back from the busy loop;
+SQLite runs twice: `sqlite` is the default store (inline="never"), every commit in its
+writer process (until stop 14 a thread, whose commits waited for the GIL of the busy loop);
 `sqlite-urgent` (inline="urgent") commits the two appends a tool call waits for (its start;
 its result with the send intent) on the event loop's thread when the store is idle: no
 thread hand-off for them, but their fsyncs hold the loop.

@@ -74,9 +74,9 @@ class DueEffects:
         note ahead of it.)"""
         self._driver.note(item)
         # Only where the tool call's own commits skip the thread hand-off (SQLite, inline
-        # commits on): through the writer thread, a toolCall committed at once, amid the
-        # audio that came with it, waited longer for the GIL (3 ms median against 1 ms,
-        # traced) than it had waited behind the confirmation committed before it.
+        # commits on): through the writer (a thread until stop 14), a toolCall committed at
+        # once, amid the audio that came with it, waited longer for the GIL (3 ms median
+        # against 1 ms, traced) than it had waited behind the confirmation committed before.
         self._ensure_notes_task(lazy=lazy and self._driver.store.commits_urgent_inline)
 
     def _ensure_notes_task(self, *, lazy: bool = False) -> None:

@@ -17,6 +17,9 @@ class ConcurrencyConflict(SessionStoreError):
             "re-read the stream and decide again"
         )
 
+    def __reduce__(self):  # picklable: the SQLite writer process returns it as an outcome
+        return (self.__class__, (self.stream_id, self.expected, self.actual))
+
 
 class Fenced(ConcurrencyConflict):
     """A newer worker took the stream over (I6): this worker must stop writing to it."""
@@ -29,6 +32,9 @@ class Fenced(ConcurrencyConflict):
             "(another worker took this call over)",
         )
         self.stream_id, self.expected, self.actual = stream_id, -1, None
+
+    def __reduce__(self):
+        return (self.__class__, (self.stream_id, self.epoch, self.current_epoch))
 
 
 class EventDecodeError(SessionStoreError):

@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
-from sqlalchemy.engine import make_url
+import importlib
+from typing import TYPE_CHECKING
 
-from .base import Snapshot, SqlEventStore, StreamHead
-from .verify import StreamReport
+if TYPE_CHECKING:
+    from .base import SqlEventStore
+
+# Imported on first use (PEP 562), as the package's names: the SQLite writer process imports
+# `storage.batch` and `storage.sqlite_commit` only, without SQLAlchemy.
+_MODULE_OF = {"SqlEventStore": ".base", "Snapshot": ".base", "StreamHead": ".base",
+              "StreamReport": ".verify"}
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 
 async def open_store(url: str, **options) -> SqlEventStore:
@@ -16,6 +31,8 @@ async def open_store(url: str, **options) -> SqlEventStore:
     path), `writers`, `max_batch_events`, `append_timeout` (seconds an append may wait for an
     unreachable database before StoreUnavailable).
     """
+    from sqlalchemy.engine import make_url
+
     driver = make_url(url).drivername
     if driver == "sqlite+aiosqlite":
         from .sqlite import SqliteEventStore

@@ -6,7 +6,7 @@ transaction, checking each request's expected version (and fencing epoch) agains
 stream's head row. So concurrent sessions share commits while each caller still gets its
 own conflict check and its own durable acknowledgement.
 
-Each dialect commits a batch its own way (SQLite on a writer thread over sqlite3, or inline
+Each dialect commits a batch its own way (SQLite in a writer process over sqlite3, or inline
 on the event loop when one append finds the store idle; PostgreSQL over asyncpg). What they
 share lives here: the queue, the retry policy, the pure batch planner and a cache of the
 stream heads this store committed. The cache saves reading the heads before writing: a batch
@@ -29,12 +29,11 @@ from sqlalchemy import func, select, text, tuple_
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..errors import (ConcurrencyConflict, Fenced, SchemaMismatch, StoreClosed,
-                      StoreUnavailable)
+from ..errors import SchemaMismatch, StoreClosed, StoreUnavailable
 from ..events import Event, canonical_json
-from ..records import GENESIS_HASH, RecordedEvent, chain_hash
+from ..records import RecordedEvent
 from ..schema import HEAD_REVISION, KNOWN_REVISIONS, events, snapshots, streams
-from .batch import BatchPlan, _AppendRequest, _RequestQueue, _RetryBatch
+from .batch import BatchPlan, _AppendRequest, _RequestQueue, _RetryBatch, plan_batch
 from .verify import StreamReport, verify_stream
 
 log = logging.getLogger(__name__)
@@ -384,7 +383,7 @@ class SqlEventStore:
             if head is None or r.final_hash is not None:
                 return None
             heads[r.stream_id] = head
-        plan = self._plan_batch(batch, heads)
+        plan = plan_batch(batch, heads)
         if plan.failed:
             self._unplan(batch)
             # Read these heads again: the caller may know better than the cache (a database
@@ -426,53 +425,6 @@ class SqlEventStore:
     def _forget_heads(self, batch: list[_AppendRequest]) -> None:
         for r in batch:
             self._heads.pop(r.stream_id, None)
-
-    # ------------------------------------------------------------------ one batch
-    def _plan_batch(self, batch: list[_AppendRequest],
-                    heads: dict[str, tuple[int, str, int]]) -> BatchPlan:
-        """Check each request against the stream heads and build the rows to write (pure).
-
-        `heads` maps stream id to (version, last_hash, epoch) as read inside the batch's
-        transaction (under SQLite's write lock / PostgreSQL row locks), or as cached (then
-        the writer checks them when it writes, see `_plan_from_cache`). Requests of one
-        stream in one batch chain onto each other. `heads` is updated in place.
-        """
-        plan = BatchPlan(before=dict(heads))
-        existed = plan.before
-        touched: dict[str, int] = {}
-        for r in batch:
-            version, last_hash, epoch = heads.get(r.stream_id, (0, GENESIS_HASH, 0))
-            n = len(r.rows)
-            if (r.final_hash is not None and version == r.expected_version + n
-                    and last_hash == r.final_hash):
-                plan.outcomes.append(version)  # committed by an earlier try whose ack was lost
-                continue
-            if r.epoch is not None and r.epoch < epoch:
-                plan.outcomes.append(Fenced(r.stream_id, r.epoch, epoch))
-                continue
-            if version != r.expected_version:
-                plan.outcomes.append(ConcurrencyConflict(r.stream_id, r.expected_version, version))
-                continue
-            h = last_hash
-            for i, (etype, schema_version, data_json) in enumerate(r.rows, start=version + 1):
-                h = chain_hash(h, r.stream_id, i, etype, schema_version, r.recorded_at_us,
-                               data_json)
-                plan.events.append((r.stream_id, i, etype, schema_version, data_json,
-                                    r.recorded_at_us, h))
-            r.final_hash = h
-            heads[r.stream_id] = (version + n, h, max(epoch, r.epoch or 0))
-            touched[r.stream_id] = r.recorded_at_us
-            plan.outcomes.append(version + n)
-        # Sorted: every batch creates new streams in one global order, so two batches that
-        # create the same streams cannot deadlock on their unique keys (PostgreSQL).
-        for sid, at in sorted(touched.items()):
-            version, h, epoch = heads[sid]
-            old = existed.get(sid)
-            if old is None:
-                plan.created.append((sid, version, h, epoch, at))
-            else:
-                plan.updated.append((sid, version, h, epoch, at, *old))
-        return plan
 
     # ------------------------------------------------------------------ read
     async def read(self, stream_id: str, from_version: int = 1, to_version: int | None = None,

@@ -8,6 +8,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ConcurrencyConflict, Fenced
+from ..records import GENESIS_HASH, chain_hash
+
 
 @dataclass(eq=False)
 class _AppendRequest:
@@ -83,3 +86,50 @@ class _RequestQueue:
                     self._wake_one()  # woken, then cancelled: pass the wake-up on
                 raise
         return self._items.popleft()
+
+
+def plan_batch(batch: list[_AppendRequest],
+               heads: dict[str, tuple[int, str, int]]) -> BatchPlan:
+    """Check each request against the stream heads and build the rows to write (pure).
+
+    `heads` maps stream id to (version, last_hash, epoch) as read inside the batch's
+    transaction (under SQLite's write lock / PostgreSQL row locks), or as cached (then
+    the writer checks them when it writes, see `_plan_from_cache`). Requests of one
+    stream in one batch chain onto each other. `heads` is updated in place.
+    """
+    plan = BatchPlan(before=dict(heads))
+    existed = plan.before
+    touched: dict[str, int] = {}
+    for r in batch:
+        version, last_hash, epoch = heads.get(r.stream_id, (0, GENESIS_HASH, 0))
+        n = len(r.rows)
+        if (r.final_hash is not None and version == r.expected_version + n
+                and last_hash == r.final_hash):
+            plan.outcomes.append(version)  # committed by an earlier try whose ack was lost
+            continue
+        if r.epoch is not None and r.epoch < epoch:
+            plan.outcomes.append(Fenced(r.stream_id, r.epoch, epoch))
+            continue
+        if version != r.expected_version:
+            plan.outcomes.append(ConcurrencyConflict(r.stream_id, r.expected_version, version))
+            continue
+        h = last_hash
+        for i, (etype, schema_version, data_json) in enumerate(r.rows, start=version + 1):
+            h = chain_hash(h, r.stream_id, i, etype, schema_version, r.recorded_at_us,
+                           data_json)
+            plan.events.append((r.stream_id, i, etype, schema_version, data_json,
+                                r.recorded_at_us, h))
+        r.final_hash = h
+        heads[r.stream_id] = (version + n, h, max(epoch, r.epoch or 0))
+        touched[r.stream_id] = r.recorded_at_us
+        plan.outcomes.append(version + n)
+    # Sorted: every batch creates new streams in one global order, so two batches that
+    # create the same streams cannot deadlock on their unique keys (PostgreSQL).
+    for sid, at in sorted(touched.items()):
+        version, h, epoch = heads[sid]
+        old = existed.get(sid)
+        if old is None:
+            plan.created.append((sid, version, h, epoch, at))
+        else:
+            plan.updated.append((sid, version, h, epoch, at, *old))
+    return plan

@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from ..schema import events, streams
 from .base import SqlEventStore
-from .batch import _RetryBatch
+from .batch import _RetryBatch, plan_batch
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ class PostgresEventStore(SqlEventStore):
         ids = sorted({r.stream_id for r in batch})
         heads = {row[0]: (row[1], row[2], row[3])
                  for row in await conn.fetch(_SELECT_HEADS, ids)}
-        plan = self._plan_batch(batch, heads)
+        plan = plan_batch(batch, heads)
         if not plan.events:
             return plan
         if plan.created:

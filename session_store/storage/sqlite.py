@@ -1,32 +1,30 @@
 """SQLite: one writer at a time over the plain sqlite3 driver, WAL with synchronous=FULL.
 
 SQLite has one writer at a time, so group commit here means one writer task that takes every
-queued append into one transaction, on a dedicated thread with statements compiled once from
-the Core tables. A batch planned from cached stream heads (the usual case) is one INSERT into
-a temporary view whose trigger checks and writes each head (see _APPEND_VIEW): the whole
-transaction is one sqlite3 call; otherwise BEGIN IMMEDIATE, the heads read under the lock,
-the writes, COMMIT. Reads go through SQLAlchemy over aiosqlite.
+queued append into one transaction, committed by a writer process of the store's own
+(`sqlite_writer`: a thread would wait for the GIL of a busy event loop) with statements
+compiled once from the Core tables (`sqlite_commit` commits). Reads go through SQLAlchemy
+over aiosqlite.
 
 Opt-in (`inline="urgent"` or `"always"`): an append that finds the store idle (nothing
 queued or committing) commits inline instead, on the event loop's thread over a second
-connection: on a fast disk the two thread hand-offs of the writer-thread path cost more than
-the commit itself (bench/append_floor.py), and while the loop is busy the writer thread waits
-for the GIL after each sqlite3 call (1-7 ms per commit in a live call). "urgent" does this
+connection: on a fast disk the two process hand-offs of the writer path cost more than the
+commit itself (bench/append_floor.py). "urgent" does this
 only for appends marked urgent (the service marks the two a tool call waits for: its start,
 its result with the send intent). Inline blocks the loop, and the audio of every call on it,
-for each fsync, so it is off by default: through the writer thread a disk that stalls delays
-a tool call, inline it would stall the audio of every call on the loop. An inline commit
+for each fsync, so it is off by default: through the writer a disk that stalls delays a
+tool call, inline it would stall the audio of every call on the loop. An inline commit
 first gives the loop one turn (the store's append), so the audio already pushed goes out
 before the loop blocks. "always" suits a process that appends for one stream and has nothing
 else on its loop. Where it is on, it is only used where the stall stays small:
 - while the store serves one stream (one call): if another stream was appended to in the last
-  `_SHARED_QUIET_S`, every append goes to the writer thread. With n calls on a loop, inline
-  commits would come n times as often and each would hold up n calls' audio; group commit on
-  the thread keeps fsyncs off the loop (bench/concurrent_calls.py);
+  `_SHARED_QUIET_S`, every append goes to the writer. With n calls on a loop, inline
+  commits would come n times as often and each would hold up n calls' audio; group commit in
+  the writer keeps fsyncs off the loop (bench/concurrent_calls.py);
 - that connection never waits for SQLite's lock (busy_timeout=0): if another process holds
-  it, the append goes to the writer thread, which waits;
-- it never checkpoints the WAL (wal_autocheckpoint=0); the writer thread does, every
-  `_CHECKPOINT_EVERY` inline commits, and appends go to the writer thread (queued behind the
+  it, the append goes to the writer, which waits;
+- it never checkpoints the WAL (wal_autocheckpoint=0); the writer does, every
+  `_CHECKPOINT_EVERY` inline commits, and appends go to the writer (queued behind the
   checkpoint) until it is done: a checkpoint racing a stream of commits never catches up, the
   WAL file then grows without end and every fsync gets slower;
 - commits slower than `inline_budget` seconds (a slow or busy disk) stop inline commits for a
@@ -38,12 +36,9 @@ else on its loop. Where it is on, it is only used where the stall stays small:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import sqlite3
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import bindparam, event, literal_column, update
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -52,14 +47,15 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ..schema import events, streams
+from . import sqlite_commit
 from .base import SqlEventStore
-from .batch import BatchPlan, _AppendRequest
+from .sqlite_commit import APPEND_COLUMNS, APPEND_VIEW, HEAD_MOVED, Statements, commit_batch
+from .sqlite_writer import WriterProcess
 
 log = logging.getLogger(__name__)
 
-BUSY_TIMEOUT_MS = 5000
-# Inline commits between two WAL checkpoints (by the writer thread). One event dirties ~4
-# pages, so this is about SQLite's own default of 1000 WAL pages.
+# Inline commits between two WAL checkpoints (by the writer). One event dirties ~4 pages,
+# so this is about SQLite's own default of 1000 WAL pages.
 _CHECKPOINT_EVERY = 250
 _PAUSE_MIN_S, _PAUSE_MAX_S = 1.0, 60.0
 # Per inline commit an old slow commit counts less: two slow ones within 13 commits pause.
@@ -85,43 +81,23 @@ def _sql(stmt) -> str:
     return str(stmt.compile(dialect=sqlite_dialect.dialect(paramstyle="qmark")))
 
 
-# One statement for all the batch's stream heads (fewer GIL hand-offs on the writer thread).
-_SELECT_HEADS = (f"SELECT stream_id, version, last_hash, epoch FROM {streams.name} "
-                 "WHERE stream_id IN ({marks})")
-_INSERT_STREAM = _sql(streams.insert().values(
-    stream_id=bindparam("s"), version=bindparam("v"), last_hash=bindparam("h"),
-    epoch=bindparam("e"), created_at_us=bindparam("t"), updated_at_us=bindparam("t2")))
-# Conditional: the row must still hold the head the batch was planned from (a cached head
-# another store moved updates nothing, and the batch is planned again).
-_UPDATE_STREAM = _sql(update(streams).where(
-    streams.c.stream_id == bindparam("s"), streams.c.version == bindparam("ov"),
-    streams.c.last_hash == bindparam("oh"), streams.c.epoch == bindparam("oe")).values(
-    version=bindparam("v"), last_hash=bindparam("h"), epoch=bindparam("e"),
-    updated_at_us=bindparam("t")))
-_INSERT_EVENT = _sql(events.insert().values(
-    tx_order=literal_column("0"), stream_id=bindparam("s"), version=bindparam("v"), type=bindparam("ty"),
-    schema_version=bindparam("sv"), data=bindparam("d"), recorded_at_us=bindparam("t"),
-    hash=bindparam("h")))
+# Rows that fit one statement's bound parameters; a bigger batch takes the transactional path.
+_MAX_ROWS_PER_STATEMENT = sqlite_commit.bound_parameter_limit() // len(APPEND_COLUMNS)
 
 
-# A batch planned from cached heads commits as one INSERT into this temporary view, whose
-# INSTEAD OF trigger checks each event against its stream's head row (version, last hash,
-# epoch: the conditional update of the transactional path) and writes both; a head that
-# moved aborts the statement, and nothing is written. Why one statement: each sqlite3 call
-# releases the GIL, and while the event loop is busy (the audio of a live call) the writer
-# thread waits up to the switch interval (5 ms) to take it back: BEGIN, UPDATE, INSERT,
-# COMMIT were four waits, the fsync's among them. Temporary objects live in the connection,
-# so this needs no migration (as the PostgreSQL writer's temporary function).
-_APPEND_VIEW = "session_store_append"
-_APPEND_COLUMNS = ("stream_id", "version", "type", "schema_version", "data", "recorded_at_us",
-                   "hash", "prev_hash", "expect_epoch", "epoch")
-_HEAD_MOVED = "session_store: stream head moved"
-_CREATE_APPEND_VIEW = (f"CREATE TEMP VIEW IF NOT EXISTS {_APPEND_VIEW} AS SELECT "
-                       + ", ".join(f"NULL AS {c}" for c in _APPEND_COLUMNS))
+# The one-statement append: a batch planned from cached heads is one INSERT into this
+# temporary view, whose INSTEAD OF trigger checks each event against its stream's head row
+# (version, last hash, epoch: the conditional update of the transactional path) and writes
+# both; a head that moved aborts the statement, and nothing is written. One statement is one
+# transaction from the write lock to the fsync in one sqlite3 call (on the loop's thread,
+# inline, one call instead of four). Temporary objects live in the connection: no migration
+# (as the PostgreSQL writer's temporary function).
+_CREATE_APPEND_VIEW = (f"CREATE TEMP VIEW IF NOT EXISTS {APPEND_VIEW} AS SELECT "
+                       + ", ".join(f"NULL AS {c}" for c in APPEND_COLUMNS))
 _CREATE_APPEND_TRIGGER = f"""
-CREATE TEMP TRIGGER IF NOT EXISTS {_APPEND_VIEW}_insert INSTEAD OF INSERT ON {_APPEND_VIEW}
+CREATE TEMP TRIGGER IF NOT EXISTS {APPEND_VIEW}_insert INSTEAD OF INSERT ON {APPEND_VIEW}
 BEGIN
-    SELECT RAISE(ABORT, '{_HEAD_MOVED}') WHERE NOT EXISTS (
+    SELECT RAISE(ABORT, '{HEAD_MOVED}') WHERE NOT EXISTS (
         SELECT 1 FROM {streams.name} WHERE stream_id = NEW.stream_id
         AND version = NEW.version - 1 AND last_hash = NEW.prev_hash
         AND epoch = NEW.expect_epoch);
@@ -132,53 +108,31 @@ BEGIN
     VALUES (0, NEW.stream_id, NEW.version, NEW.type, NEW.schema_version, NEW.data,
             NEW.recorded_at_us, NEW.hash);
 END"""
+# One statement for all the batch's stream heads.
+_SELECT_HEADS = (f"SELECT stream_id, version, last_hash, epoch FROM {streams.name} "
+                 "WHERE stream_id IN ({marks})")
 
 
-def _bound_parameter_limit() -> int:
-    conn = sqlite3.connect(":memory:")
-    try:
-        return conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)  # 32766 since SQLite 3.32
-    finally:
-        conn.close()
-
-
-# Rows that fit one statement's bound parameters; a bigger batch takes the transactional path.
-_MAX_ROWS_PER_STATEMENT = _bound_parameter_limit() // len(_APPEND_COLUMNS)
-
-
-@functools.lru_cache(maxsize=128)
-def _append_sql(rows: int) -> str:
-    marks = "(" + ",".join("?" * len(_APPEND_COLUMNS)) + ")"
-    return f"INSERT INTO temp.{_APPEND_VIEW} VALUES " + ",".join([marks] * rows)
-
-
-def _install_append_view(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA temp_store=MEMORY")  # the view and trigger: no temporary file
-    conn.execute(_CREATE_APPEND_VIEW)
-    conn.execute(_CREATE_APPEND_TRIGGER)
-
-
-@contextlib.contextmanager
-def _immediate(conn: sqlite3.Connection):
-    """BEGIN IMMEDIATE (the write lock from the start); rolled back if the body raises."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if conn.in_transaction:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass  # the caller drops this connection
-        raise
-
-
-def _configure(dbapi_conn, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")  # PRAGMA takes no parameters
-    # FULL: a commit survives power loss, not only a process crash (NORMAL would not).
-    cur.execute("PRAGMA synchronous=FULL")
-    cur.close()
+def _statements() -> Statements:
+    """The commit's SQL, compiled from the Core tables."""
+    return Statements(
+        select_heads=_SELECT_HEADS,
+        append_view=(_CREATE_APPEND_VIEW, _CREATE_APPEND_TRIGGER),
+        insert_stream=_sql(streams.insert().values(
+            stream_id=bindparam("s"), version=bindparam("v"), last_hash=bindparam("h"),
+            epoch=bindparam("e"), created_at_us=bindparam("t"), updated_at_us=bindparam("t2"))),
+        # Conditional: the row must still hold the head the batch was planned from (a cached
+        # head another store moved updates nothing, and the batch is planned again).
+        update_stream=_sql(update(streams).where(
+            streams.c.stream_id == bindparam("s"), streams.c.version == bindparam("ov"),
+            streams.c.last_hash == bindparam("oh"), streams.c.epoch == bindparam("oe")).values(
+            version=bindparam("v"), last_hash=bindparam("h"), epoch=bindparam("e"),
+            updated_at_us=bindparam("t"))),
+        insert_event=_sql(events.insert().values(
+            tx_order=literal_column("0"), stream_id=bindparam("s"), version=bindparam("v"),
+            type=bindparam("ty"), schema_version=bindparam("sv"), data=bindparam("d"),
+            recorded_at_us=bindparam("t"), hash=bindparam("h"))),
+        max_rows_per_statement=_MAX_ROWS_PER_STATEMENT)
 
 
 def _is_busy(exc: BaseException) -> bool:
@@ -208,10 +162,11 @@ class SqliteEventStore(SqlEventStore):
             raise ValueError("the SQLite store needs a file (sqlite+aiosqlite:///path.db): "
                              "durability and other processes need one")
         engine = create_async_engine(url)
-        event.listen(engine.sync_engine, "connect", lambda c, _r: _configure(c))
+        event.listen(engine.sync_engine, "connect", lambda c, _r: sqlite_commit.configure(c))
         super().__init__(engine, **kwargs)
-        self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="session-store-sqlite")
-        self._conn: sqlite3.Connection | None = None  # the writer thread's
+        self._statements = _statements()
+        self._writer = WriterProcess(self._path, self._statements)
+        self._writer_started: asyncio.Future | None = None
         self._inline_budget = inline_budget
         self._inline_urgent_only = inline == "urgent"
         self.commits_urgent_inline = inline_budget > 0
@@ -225,146 +180,44 @@ class SqliteEventStore(SqlEventStore):
         self._shared_until = 0.0
         self._inline_since_checkpoint = 0
         self._checkpointing = False
+        self._checkpoint_task: asyncio.Task | None = None
+
+    async def _check_schema(self) -> None:
+        # The writer process starts (0.15 s, mostly its imports) while the schema is checked.
+        self._writer_started = asyncio.ensure_future(self._writer.start())
+        try:
+            await super()._check_schema()
+        except BaseException:
+            await asyncio.gather(self._writer_started, return_exceptions=True)
+            raise
 
     async def _prepare_dialect(self) -> None:
-        # Both connections are opened on the writer thread: opening sets WAL mode (persistent
-        # in the file) and may wait for a lock, which the loop must not.
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._writer_thread, self._prepare_connections)
-
-    def _prepare_connections(self) -> None:
-        self._writer_conn()
-        self._open_inline()
+        # The writer process opens its connection first: that sets WAL mode (persistent in
+        # the file) and may wait for a lock, which the loop must not; so may the inline one.
+        await self._writer_started
+        await asyncio.get_running_loop().run_in_executor(None, self._open_inline)
 
     def _open_inline(self) -> None:
         if self._inline_budget > 0 and self._inline_conn is None:
-            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            _configure(conn, busy_timeout_ms=0)
-            conn.execute("PRAGMA wal_autocheckpoint=0")
-            _install_append_view(conn)
-            self._inline_conn = conn
+            self._inline_conn = sqlite_commit.connect(self._path, self._statements,
+                                                      busy_timeout_ms=0, checkpoints=False)
 
-    # ------------------------------------------------------------------ one batch (any thread)
-    def _commit_sync(self, conn: sqlite3.Connection, batch: list[_AppendRequest],
-                     cached: BatchPlan | None) -> BatchPlan:
-        """Commit a batch: the cached plan if its heads still hold, else a plan from the
-        heads read under the write lock."""
-        if cached is not None:
-            if self._commit_planned(conn, cached):
-                return cached
-            self._unplan(batch)  # another store moved a head: nothing was written
-        with _immediate(conn):
-            plan = self._plan_batch(batch, self._read_heads(conn, batch))
-            plan.stale = cached is not None
-            if not self._write_plan(conn, plan):
-                raise RuntimeError("a stream head row changed under SQLite's write lock")
-            conn.execute("COMMIT")
-        return plan
-
-    @staticmethod
-    def _commit_planned(conn: sqlite3.Connection, plan: BatchPlan) -> bool:
-        """Commit a plan made from cached heads; False (nothing written) if a head moved.
-
-        In one statement (see _APPEND_VIEW) when it fits: no transaction of ours is open, so
-        SQLite runs it as its own transaction, from taking the write lock to the fsync of
-        the commit, inside one sqlite3 call."""
-        if len(plan.events) > _MAX_ROWS_PER_STATEMENT:  # (a plan from the cache creates none)
-            with _immediate(conn):  # a huge batch: the conditional writes
-                moved = not SqliteEventStore._write_plan(conn, plan)
-                conn.execute("ROLLBACK" if moved else "COMMIT")
-            return not moved
-        # stream -> (old hash, old epoch, new epoch), from plan.updated's rows
-        # (stream, version, hash, epoch, at, old version, old hash, old epoch)
-        olds = {row[0]: (row[6], row[7], row[3]) for row in plan.updated}
-        params: list = []
-        prev_hash: dict[str, str] = {}
-        for sid, version, etype, schema_version, data, at_us, h in plan.events:
-            old_hash, old_epoch, epoch = olds[sid]
-            prev = prev_hash.get(sid)
-            params += (sid, version, etype, schema_version, data, at_us, h,
-                       old_hash if prev is None else prev,
-                       old_epoch if prev is None else epoch, epoch)
-            prev_hash[sid] = h
+    # ------------------------------------------------------------------ the writer process
+    async def _run_batch(self, batch):
         try:
-            conn.execute(_append_sql(len(plan.events)), params)
-        except sqlite3.IntegrityError as exc:
-            if str(exc) != _HEAD_MOVED:
-                raise
-            return False
-        return True
-
-    @staticmethod
-    def _read_heads(conn: sqlite3.Connection, batch: list[_AppendRequest]) -> dict:
-        ids = sorted({r.stream_id for r in batch})
-        heads = {}
-        for chunk in range(0, len(ids), 500):  # SQLite's bound-parameter limit
-            part = ids[chunk:chunk + 500]
-            sql = _SELECT_HEADS.format(marks=",".join("?" * len(part)))
-            heads.update((row[0], row[1:]) for row in conn.execute(sql, part))
-        return heads
-
-    @staticmethod
-    def _write_plan(conn: sqlite3.Connection, plan: BatchPlan) -> bool:
-        """Write a plan's rows; False (some rows may be written) if a head row moved."""
-        if not plan.events:
-            return True
-        if plan.created:
-            conn.executemany(_INSERT_STREAM, [(s, v, h, e, t, t)
-                                              for s, v, h, e, t in plan.created])
-        if plan.updated:
-            cur = conn.executemany(_UPDATE_STREAM, [(v, h, e, t, s, ov, oh, oe)
-                                                    for s, v, h, e, t, ov, oh, oe in plan.updated])
-            if cur.rowcount != len(plan.updated):
-                return False
-        conn.executemany(_INSERT_EVENT, plan.events)
-        return True
-
-    # ------------------------------------------------------------------ writer thread
-    def _writer_conn(self) -> sqlite3.Connection:
-        if self._conn is None:
-            # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so the write lock is
-            # held from the head check to the commit.
-            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            _configure(conn)
-            _install_append_view(conn)
-            self._conn = conn
-        return self._conn
-
-    def _run_batch_sync(self, batch, cached):
-        try:
-            return self._commit_sync(self._writer_conn(), batch, cached)
-        except BaseException:
-            # Whatever failed, the next try opens a new connection: one reopened while the
-            # file was unwritable stays read-only for good (tests/faults/test_db_outage.py).
-            self._drop_conn()
-            raise
+            return await self._writer.commit(batch, self._plan_from_cache(batch))
         finally:
-            if self._inline_conn is None and not self._closed:
-                try:  # the inline connection broke earlier: this thread may block, reopen it
-                    self._open_inline()
+            if self._inline_conn is None and self._inline_budget > 0 and not self._closed:
+                try:  # the inline connection broke earlier: reopen it off the loop
+                    await asyncio.get_running_loop().run_in_executor(None, self._open_inline)
                 except sqlite3.Error:
                     log.warning("cannot reopen the inline SQLite connection", exc_info=True)
 
-    def _drop_conn(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
-
-    async def _run_batch(self, batch):
-        loop = asyncio.get_running_loop()
-        cached = self._plan_from_cache(batch)
-        return await loop.run_in_executor(self._writer_thread, self._run_batch_sync, batch,
-                                          cached)
-
-    def _checkpoint_sync(self) -> None:
+    async def _checkpoint(self) -> None:
         try:
-            self._writer_conn().execute("PRAGMA main.wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error:
+            await self._writer.checkpoint()
+        except Exception:  # noqa: BLE001 - the next one retries
             log.warning("WAL checkpoint failed; the next one retries", exc_info=True)
-            self._drop_conn()
         finally:
             self._checkpointing = False
 
@@ -386,14 +239,14 @@ class SqliteEventStore(SqlEventStore):
         cached = self._plan_from_cache(batch)
         started = time.monotonic()
         try:
-            plan = self._commit_sync(conn, batch, cached)
-        except Exception as exc:  # noqa: BLE001 - the writer thread retries and reports it
+            plan = commit_batch(conn, self._statements, batch, cached)
+        except Exception as exc:  # noqa: BLE001 - the writer retries and reports it
             self._forget_heads(batch)
-            if _is_busy(exc):  # another process writes: leave the lock to the writer thread
+            if _is_busy(exc):  # another process writes: leave the lock to the writer
                 self._inline_paused_until = time.monotonic() + 0.05
             else:
-                log.warning("inline commit failed (%s); handing over to the writer thread", exc)
-                self._inline_conn = None  # reopened by the writer thread
+                log.warning("inline commit failed (%s); handing over to the writer", exc)
+                self._inline_conn = None  # reopened after the writer's next batch
                 try:
                     conn.close()
                 except sqlite3.Error:
@@ -408,7 +261,7 @@ class SqliteEventStore(SqlEventStore):
         if self._inline_since_checkpoint >= _CHECKPOINT_EVERY and not self._checkpointing:
             self._inline_since_checkpoint = 0
             self._checkpointing = True
-            self._writer_thread.submit(self._checkpoint_sync)
+            self._checkpoint_task = asyncio.ensure_future(self._checkpoint())
         return plan.outcomes[0]
 
     def _judge_inline(self, took: float) -> None:
@@ -425,7 +278,7 @@ class SqliteEventStore(SqlEventStore):
         if self._slow_score >= _SLOW_LIMIT:
             self._slow_score = 0.0
             self._inline_paused_until = time.monotonic() + self._inline_pause
-            log.info("inline commits over budget (last %.1f ms, budget %.1f ms): writer thread "
+            log.info("inline commits over budget (last %.1f ms, budget %.1f ms): the writer "
                      "for %.0f s", took * 1e3, budget * 1e3, self._inline_pause)
             self._inline_pause = min(self._inline_pause * 2, _PAUSE_MAX_S)
 
@@ -452,7 +305,7 @@ class SqliteEventStore(SqlEventStore):
             conn.close()
 
     async def _close_dialect(self) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._writer_thread, self._close_inline)
-        await loop.run_in_executor(self._writer_thread, self._drop_conn)
-        self._writer_thread.shutdown(wait=True)
+        if self._checkpoint_task is not None:
+            await asyncio.gather(self._checkpoint_task, return_exceptions=True)
+        await asyncio.get_running_loop().run_in_executor(None, self._close_inline)
+        await self._writer.close()

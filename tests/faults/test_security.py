@@ -280,10 +280,10 @@ ALLOWED_IN_SQL = {"streams.name", "events.name", "_S", "_E", "BUSY_TIMEOUT_MS",
                   # the PostgreSQL batch function: its name, its error code, "$1, ..., $16"
                   "_FN", "_HEADS_MOVED", "', '.join((f'${i}' for i in range(1, 17)))",
                   # the SQLite one-statement append: its view's name, its abort message
-                  "_APPEND_VIEW", "_HEAD_MOVED"}
+                  "APPEND_VIEW", "HEAD_MOVED"}
 #: The one `.format` on SQL: a run of "?" placeholders for the number of bound values.
-ALLOWED_FORMAT = {("session_store/storage/sqlite.py",
-                   "_SELECT_HEADS.format(marks=','.join('?' * len(part)))")}
+ALLOWED_FORMAT = {("session_store/storage/sqlite_commit.py",
+                   "st.select_heads.format(marks=','.join('?' * len(part)))")}
 
 
 def _product_sources():
@@ -338,15 +338,17 @@ def test_sql_is_never_built_from_runtime_values():
     assert formats == ALLOWED_FORMAT, formats ^ ALLOWED_FORMAT
     # What the allowed names are: plain identifiers and an integer, fixed at import.
     from session_store.schema import events, streams
-    from session_store.storage import postgres, sqlite
+    from session_store.storage import postgres, sqlite, sqlite_commit
     for ident in (streams.name, events.name, postgres._S, postgres._E):
         assert re.fullmatch(r"[a-z_]+", ident)
-    assert type(sqlite.BUSY_TIMEOUT_MS) is int
+    assert type(sqlite_commit.BUSY_TIMEOUT_MS) is int
     assert re.fullmatch(r"pg_temp\.[a-z_]+", postgres._FN)
     assert re.fullmatch(r"[A-Z0-9]{5}", postgres._HEADS_MOVED)
-    assert re.fullmatch(r"[a-z_]+", sqlite._APPEND_VIEW)
-    assert re.fullmatch(r"[a-z_: ]+", sqlite._HEAD_MOVED)
-    assert all(re.fullmatch(r"[a-z_]+", c) for c in sqlite._APPEND_COLUMNS)
+    assert re.fullmatch(r"[a-z_]+", sqlite_commit.APPEND_VIEW)
+    assert re.fullmatch(r"[a-z_: ]+", sqlite_commit.HEAD_MOVED)
+    assert all(re.fullmatch(r"[a-z_]+", c) for c in sqlite_commit.APPEND_COLUMNS)
+    # The writer process runs only SQL the store compiled at import from these.
+    assert sqlite._statements().select_heads == sqlite._SELECT_HEADS
     # The scan can fail: each way of splicing a value into SQL is caught.
     spliced = ast.parse(
         "conn.execute(f\"SELECT * FROM t WHERE id = '{call_id}'\")\n"

@@ -73,7 +73,7 @@ async def test_speech_started_rides_with_the_tool_call_commit(urgent, lazy_for_l
 
 async def test_notes_are_not_lazy_on_a_store_that_commits_through_its_writer(flavour,
                                                                              lazy_for_long):
-    """The default stores (SQLite through the writer thread, PostgreSQL): each fact is
+    """The default stores (SQLite through the writer process, PostgreSQL): each fact is
     committed at once, as before."""
     if not flavour.durable:
         pytest.skip("about our log")

@@ -121,7 +121,7 @@ async def test_conflict_when_version_moved(store):
 
 @pytest.mark.timeout(60)
 async def test_racing_appends_one_winner_per_version(migrated):
-    """20 appenders on 4 store instances (own connections / writer threads) race at the same
+    """20 appenders on 4 store instances (own connections / writer processes) race at the same
     expected version, over and over: exactly one wins each version."""
     stores = [await migrated.open() for _ in range(4)]
     try:

@@ -1,5 +1,5 @@
 """SQLite inline commits: an append that finds the store idle commits on the event loop's
-thread (no hand-off to the writer thread), and must never hold the loop for long."""
+thread (no hand-off to the writer process), and must never hold the loop for long."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sqlite3
 import pytest
 
 from session_store.storage import sqlite as sqlite_store
+from session_store.storage import sqlite_commit
 
 from .helpers import msg
 
@@ -101,7 +102,7 @@ async def test_a_store_serving_several_streams_keeps_commits_off_the_loop(sqlite
         await store.close()
 
 
-async def test_inline_budget_zero_sends_everything_to_the_writer_thread(sqlite_backend):
+async def test_inline_budget_zero_sends_everything_to_the_writer(sqlite_backend):
     store = await sqlite_backend.open(inline="always", inline_budget=0)
     try:
         v = 0
@@ -130,11 +131,11 @@ async def test_write_lock_held_by_another_process_never_blocks_the_loop(sqlite_b
             await asyncio.sleep(0.01)
         # Had the append waited for the lock on the loop's thread, this coroutine could not
         # have run before busy_timeout (5 s) was over.
-        assert loop.time() - started < sqlite_store.BUSY_TIMEOUT_MS / 1000
+        assert loop.time() - started < sqlite_commit.BUSY_TIMEOUT_MS / 1000
         assert not pending.done()
         other.execute("COMMIT")
         assert await asyncio.wait_for(pending, 10) == 2
-        assert store.stats["inline"] == inline  # it went through the writer thread
+        assert store.stats["inline"] == inline  # it went through the writer process
         assert await store.append("s", [msg(2)], 2) == 3
         assert store.stats["inline"] == inline + 1  # and the next idle append inline again
     finally:
@@ -150,9 +151,9 @@ async def test_a_broken_inline_connection_hands_over_and_is_reopened(sqlite_back
         assert await store.append("s", [msg(0)], 0) == 1
         store._inline_conn.close()  # e.g. the handle went bad under us
         inline = store.stats["inline"]
-        assert await store.append("s", [msg(1)], 1) == 2  # the writer thread took it
+        assert await store.append("s", [msg(1)], 1) == 2  # the writer process took it
         assert store.stats["inline"] == inline
-        assert store._inline_conn is not None  # reopened by the writer thread
+        assert store._inline_conn is not None  # reopened by the writer process
         assert await store.append("s", [msg(2)], 2) == 3
         assert store.stats["inline"] == inline + 1
         assert [r.version for r in await store.read("s")] == [1, 2, 3]
@@ -171,7 +172,7 @@ async def test_repeatedly_slow_commits_pause_inline_commits(sqlite_backend):
         store._judge_inline(0.003)  # two close together: the disk is slow now
         assert not store._inline_ready("s", True)
         batches, inline = store.stats["batches"], store.stats["inline"]
-        assert await store.append("s", [msg(0)], 0) == 1  # paused: the writer thread commits
+        assert await store.append("s", [msg(0)], 0) == 1  # paused: the writer process commits
         assert store.stats["batches"] == batches + 1 and store.stats["inline"] == inline
 
         store._inline_paused_until = 0.0  # the pause is over
@@ -185,7 +186,7 @@ async def test_repeatedly_slow_commits_pause_inline_commits(sqlite_backend):
 
 @pytest.mark.timeout(120)
 async def test_wal_is_checkpointed_off_the_loop_and_stays_bounded(sqlite_backend):
-    """Inline commits never checkpoint; the writer thread does, and inline commits wait for
+    """Inline commits never checkpoint; the writer process does, and inline commits wait for
     it. Without it, 1,500 back-to-back appends grow the WAL to ~25 MB (measured)."""
     store = await sqlite_backend.open(**NO_GUARD)
     path = sqlite_backend.url.split("///", 1)[1]
@@ -205,7 +206,7 @@ async def test_wal_is_checkpointed_off_the_loop_and_stays_bounded(sqlite_backend
 async def test_inline_mode_decides_which_appends_may_commit_inline(sqlite_backend, mode,
                                                                    inline_plain, inline_urgent):
     """Mode "urgent" commits only `urgent` appends (a tool's start, a result about to be
-    sent) on the loop's thread; the rest go to the writer thread, off the audio path."""
+    sent) on the loop's thread; the rest go to the writer process, off the audio path."""
     store = await sqlite_backend.open(inline=mode, inline_budget=60.0)
     try:
         v = await store.append("s", [msg(0)], 0)
@@ -223,7 +224,7 @@ async def test_an_unknown_inline_mode_is_refused(sqlite_backend):
 
 
 async def test_checkpoints_beside_inline_commits_succeed(sqlite_backend, caplog):
-    """The writer thread checkpoints the main database only: a checkpoint of every attached
+    """The writer process checkpoints the main database only: a checkpoint of every attached
     database also visited the connection's temporary one (the one-statement commit's view)
     and failed now and then with "database table is locked"."""
     store = await sqlite_backend.open(**NO_GUARD)
@@ -240,7 +241,7 @@ async def test_checkpoints_beside_inline_commits_succeed(sqlite_backend, caplog)
         await store.close()
 
 
-async def test_by_default_every_append_goes_to_the_writer_thread(sqlite_backend):
+async def test_by_default_every_append_goes_to_the_writer(sqlite_backend):
     store = await sqlite_backend.open()  # inline left at its default
     try:
         v = await store.append("s", [msg(0)], 0)

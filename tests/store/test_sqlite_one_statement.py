@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from session_store.storage import sqlite as sqlite_store
+from session_store.storage import sqlite_commit
 
 from .helpers import msg, sql
 
@@ -21,10 +22,15 @@ async def sqlite_backend(migrated):
     return migrated
 
 
-def _traced(store) -> list[str]:
-    """Every statement the writer thread's connection runs from now on."""
-    seen: list[str] = []
-    store._conn.set_trace_callback(seen.append)
+async def _trace(store) -> None:
+    """Record every statement the writer process runs from now on."""
+    await store._writer.trace(True)
+
+
+async def _traced(store) -> list[str]:
+    """The statements the writer ran since `_trace` (or the last `_traced`)."""
+    seen = await store._writer.trace(False)
+    await store._writer.trace(True)
     return seen
 
 
@@ -32,15 +38,16 @@ async def test_a_cached_append_is_one_statement_and_its_own_transaction(sqlite_b
     store = await sqlite_backend.open()
     try:
         await store.append("s", [msg(0)], 0)  # a new stream: heads read under the lock
-        seen = _traced(store)
+        await _trace(store)
         await asyncio.gather(store.append("s", [msg(1), msg(2)], 1),
                              store.append("t", [msg(0)], 0))
         # The new stream "t" alone in a batch, or with "s": either way not from the cache.
-        seen.clear()
+        await _traced(store)
         assert await store.append("s", [msg(3)], 3) == 4
+        seen = await _traced(store)
         # (the trace repeats the statement for each statement its trigger runs)
         assert {q.split(" VALUES")[0] for q in seen} == {
-            f"INSERT INTO temp.{sqlite_store._APPEND_VIEW}"}, seen
+            f"INSERT INTO temp.{sqlite_commit.APPEND_VIEW}"}, seen
         assert store.stats["stale_heads"] == 0
     finally:
         await store.close()
@@ -58,8 +65,9 @@ async def test_a_batch_too_big_for_one_statement_checks_its_heads_too(sqlite_bac
     store = await sqlite_backend.open()
     try:
         await store.append("s", [msg(0)], 0)
-        seen = _traced(store)
+        await _trace(store)
         assert await store.append("s", [msg(1), msg(2)], 1) == 3
+        seen = await _traced(store)
         assert seen[0] == "BEGIN IMMEDIATE" and seen[-1] == "COMMIT"
         assert store.stats["cached_plans"] == 1
         # The head row changes behind the cache (an epoch raised by hand, or another store).
@@ -81,15 +89,16 @@ async def test_one_statement_chains_requests_of_a_stream_and_raises_its_epoch(sq
     try:
         await store.append("s", [msg(0)], 0, epoch=1)
         await store.append("u", [msg(0)], 0)
-        seen = _traced(store)
+        await _trace(store)
         got = await asyncio.gather(store.append("s", [msg(1), msg(2)], 1, epoch=1),
                                    store.append("s", [msg(3)], 3, epoch=2),
                                    store.append("u", [msg(1)], 1),
                                    store.append("s", [msg(4)], 4, epoch=2))
         assert got == [3, 4, 2, 5]
+        seen = await _traced(store)
         assert store.stats["cached_plans"] == 1 and store.stats["stale_heads"] == 0
         assert {q.split(" VALUES")[0] for q in seen} == {
-            f"INSERT INTO temp.{sqlite_store._APPEND_VIEW}"}
+            f"INSERT INTO temp.{sqlite_commit.APPEND_VIEW}"}
         assert [(h.stream_id, h.version, h.epoch) for h in await store.list_streams()] == [
             ("s", 5, 2), ("u", 2, 0)]
         assert [r.event.text for r in await store.read("s")] == [f"turn {i}" for i in range(5)]

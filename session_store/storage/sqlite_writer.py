@@ -1,0 +1,284 @@
+"""The SQLite store's writer: a child process that runs the group commits.
+
+Why a process and not a thread: a thread's sqlite3 call must take the GIL back after every
+step (and after the fsync) from an event loop that is busy with a live call's audio, and
+waits up to the switch interval (5 ms) each time; with the loop kept busy a commit on a
+thread took 3 ms at the median and seconds at the tail, in a process 1.8 ms and 10 ms
+(bench/writer_process.py). The process has its own interpreter; the loop hears back through a
+pipe, as it hears from PostgreSQL through a socket.
+
+Protocol: frames of a 4-byte little-endian length and a pickle, over the child's stdin and
+stdout (its own prints go to stderr). A request is (id, op, args); the answer is (id, status,
+result, final_hashes), status "ok" or "error"; before it, for a batch planned in the child
+(heads read under the write lock, not from the parent's cache), a (id, "planned", None,
+final_hashes) sent before the commit: a batch whose answer is lost (the child died) is
+recognised on its retry by those hashes (see `plan_batch`), as with a lost acknowledgement.
+A batch committed as the parent planned it is answered with None (the parent has the plan). The child
+dies with its parent (PR_SET_PDEATHSIG on Linux): a worker killed mid-call takes its
+uncommitted batch with it, as a thread would, and never writes after its own end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import signal
+import sqlite3
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+from .batch import BatchPlan, _AppendRequest
+from .sqlite_commit import Statements, checkpoint, commit_batch, connect
+
+_HEADER = struct.Struct("<I")
+
+
+def _frame(obj: Any) -> bytes:
+    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return _HEADER.pack(len(body)) + body
+
+
+def _request_rows(batch: list[_AppendRequest]) -> list[tuple]:
+    return [(r.stream_id, r.rows, r.expected_version, r.epoch, r.recorded_at_us, r.final_hash)
+            for r in batch]
+
+
+def _error_payload(exc: BaseException) -> tuple:
+    if isinstance(exc, sqlite3.Error):
+        return ("sqlite3", type(exc).__name__, str(exc), getattr(exc, "sqlite_errorcode", None),
+                getattr(exc, "sqlite_errorname", None))
+    return ("other", type(exc).__name__, str(exc), None, None)
+
+
+def _error_from(payload: tuple) -> BaseException:
+    kind, name, message, code, code_name = payload
+    if kind == "sqlite3":
+        cls = getattr(sqlite3, name, sqlite3.Error)
+        if not (isinstance(cls, type) and issubclass(cls, sqlite3.Error)):
+            cls = sqlite3.Error
+        exc = cls(message)
+        if code is not None:
+            exc.sqlite_errorcode, exc.sqlite_errorname = code, code_name
+        return exc
+    return RuntimeError(f"the SQLite writer process failed: {name}: {message}")
+
+
+def _gone(detail: str) -> sqlite3.OperationalError:
+    """The writer process is gone: an outage (the store retries with a new one until the
+    append's deadline), not a bug. Its last commit may or may not have happened."""
+    exc = sqlite3.OperationalError(f"the SQLite writer process {detail}")
+    exc.sqlite_errorcode, exc.sqlite_errorname = sqlite3.SQLITE_IOERR, "SQLITE_IOERR"
+    return exc
+
+
+# ---------------------------------------------------------------------- the child
+def _die_with_parent(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(0)
+
+
+def _serve(requests, replies) -> None:
+    path = statements = conn = None
+    traced: list[str] | None = None  # statements run, while a test traces them
+    while True:
+        header = requests.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            return  # the parent closed the pipe: done
+        rid, op, args = pickle.loads(requests.read(_HEADER.unpack(header)[0]))
+        batch: list[_AppendRequest] = []
+        try:
+            if op == "open":
+                path, statements = args
+                conn = connect(path, statements)
+                result = None
+            else:
+                if conn is None:  # dropped after a failure: a new connection each try
+                    conn = connect(path, statements)
+                    conn.set_trace_callback(None if traced is None else traced.append)
+                if op == "commit":
+                    rows, cached = args
+                    batch = [_AppendRequest(s, r, v, e, t, 0.0, final_hash=h)
+                             for s, r, v, e, t, h in rows]
+
+                    def planned(batch, rid=rid):
+                        replies.write(_frame((rid, "planned", None,
+                                              [r.final_hash for r in batch])))
+                        replies.flush()
+
+                    plan = commit_batch(conn, statements, batch, cached, planned)
+                    if plan is cached:
+                        result = None  # committed as the parent planned it
+                    else:
+                        plan.events = []  # (the parent needs the outcomes and heads only)
+                        result = plan
+                elif op == "checkpoint":
+                    checkpoint(conn)
+                    result = None
+                elif op == "trace":  # (tests) True: record statements; False: hand them over
+                    result, traced = traced, [] if args else None
+                    conn.set_trace_callback(None if traced is None else traced.append)
+                else:
+                    raise ValueError(f"unknown request {op!r}")
+            reply = (rid, "ok", result, [r.final_hash for r in batch])
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the store
+            # Whatever failed, the next try opens a new connection: one reopened while the
+            # file was unwritable stays read-only for good (tests/faults/test_db_outage.py).
+            if conn is not None:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+                conn = None
+            reply = (rid, "error", _error_payload(exc), [r.final_hash for r in batch])
+        replies.write(_frame(reply))
+        replies.flush()
+
+
+def main() -> None:
+    _die_with_parent(int(sys.argv[1]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent closes us when it stops
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a stray print must not corrupt the protocol
+    _serve(sys.stdin.buffer, replies)
+
+
+# ---------------------------------------------------------------------- the parent's side
+class WriterProcess:
+    """The store's handle on its writer process: started on open, started again after it
+    died (the request that saw it die fails as an outage and is retried)."""
+
+    #: The module the child runs (`main()`); a test runs one that dies at a chosen moment.
+    child_module = __name__
+
+    def __init__(self, path: str, statements: Statements):
+        self._path, self._statements = path, statements
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task | None = None
+        self._pending: dict[int, asyncio.Future] = {}
+        self._batches: dict[int, list[_AppendRequest] | None] = {}  # the requests of each
+        self._next_id = 0
+        self._lock = asyncio.Lock()  # one request written at a time (frames never interleave)
+
+    async def start(self) -> None:
+        """Start the process and open its connection (an error here fails the store's open)."""
+        async with self._lock:
+            opened = await self._spawn()
+        status, result = await opened
+        if status != "ok":
+            raise _error_from(result)
+
+    async def commit(self, batch: list[_AppendRequest], cached: BatchPlan | None) -> BatchPlan:
+        """Commit a batch there (`commit_batch`); sets each request's `final_hash`."""
+        plan = await self._call("commit", (_request_rows(batch), cached), batch)
+        return cached if plan is None else plan
+
+    async def checkpoint(self) -> None:
+        await self._call("checkpoint", None)
+
+    async def trace(self, on: bool) -> list[str] | None:
+        """(Tests.) Start recording the statements the writer runs, or stop and return them."""
+        return await self._call("trace", on)
+
+    def _alive(self) -> bool:
+        return (self._proc is not None and self._proc.returncode is None
+                and self._reader is not None and not self._reader.done())
+
+    async def _spawn(self) -> asyncio.Future:
+        """(Under the lock.) A new process; returns the future of its "open" reply."""
+        await self._stop()
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH"))
+                                            if p)
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", self.child_module, str(os.getpid()), env=env,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        self._reader = asyncio.create_task(self._read_replies(self._proc),
+                                           name="session-store-sqlite-writer-replies")
+        return await self._send("open", (self._path, self._statements))
+
+    async def _send(self, op: str, args: Any,
+                    batch: list[_AppendRequest] | None = None) -> asyncio.Future:
+        """(Under the lock.) Write one request; returns the future of its reply."""
+        rid, self._next_id = self._next_id, self._next_id + 1
+        reply = asyncio.get_running_loop().create_future()
+        self._pending[rid] = reply
+        self._batches[rid] = batch
+        try:
+            self._proc.stdin.write(_frame((rid, op, args)))
+            await self._proc.stdin.drain()
+        except (ConnectionError, RuntimeError) as exc:  # the pipe broke: it is gone
+            self._pending.pop(rid, None)
+            self._batches.pop(rid, None)
+            raise _gone(f"cannot be reached ({exc})") from exc
+        return reply
+
+    async def _call(self, op: str, args: Any, batch: list[_AppendRequest] | None = None):
+        async with self._lock:
+            if not self._alive():
+                # A new process after one died: its "open" reply is not awaited (a failure
+                # to open comes back as this request's own error, the child opens again).
+                opened = await self._spawn()
+                opened.add_done_callback(lambda f: f.cancelled() or f.exception())
+            reply = await self._send(op, args, batch)
+        status, result = await reply
+        if status != "ok":
+            raise _error_from(result)
+        return result
+
+    async def _read_replies(self, proc: asyncio.subprocess.Process) -> None:
+        error: BaseException | None = None
+        try:
+            while True:
+                size = _HEADER.unpack(await proc.stdout.readexactly(_HEADER.size))[0]
+                rid, status, result, final_hashes = pickle.loads(
+                    await proc.stdout.readexactly(size))
+                # The hashes as planned, on the requests themselves: they must be there even
+                # if the answer never comes (or its caller has gone).
+                for request, final_hash in zip(self._batches.get(rid) or (), final_hashes):
+                    request.final_hash = final_hash
+                if status == "planned":
+                    continue
+                self._batches.pop(rid, None)
+                reply = self._pending.pop(rid, None)
+                if reply is not None and not reply.done():
+                    reply.set_result((status, result))
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            error = _gone(f"exited (code {await proc.wait()})")
+            error.__cause__ = exc
+        finally:
+            pending, self._pending, self._batches = self._pending, {}, {}
+            for reply in pending.values():
+                if not reply.done():
+                    if error is None:
+                        reply.cancel()
+                    else:
+                        reply.set_exception(error)
+
+    async def close(self) -> None:
+        await self._stop()
+
+    async def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.returncode is None:
+            proc.stdin.close()  # the child ends after the request it is on
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+        if self._reader is not None:
+            await asyncio.gather(self._reader, return_exceptions=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""SQLite's writer process: the store commits through a child process of its own, which may
+die like any process. Nothing acknowledged is lost, nothing is written twice, the store goes
+on with a new one, and the child never outlives the store's process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from session_store.errors import ConcurrencyConflict
+from session_store.storage.sqlite_writer import WriterProcess
+
+from .helpers import msg
+
+
+@pytest.fixture
+async def sqlite_backend(migrated):
+    if migrated.name != "sqlite":
+        pytest.skip("the writer process is SQLite's")
+    return migrated
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (dead, not yet reaped by its parent) counts as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+async def _texts(store, stream: str) -> list[str]:
+    return [r.event.text for r in await store.read(stream)]
+
+
+async def test_a_killed_writer_is_replaced_and_the_append_retried(sqlite_backend):
+    store = await sqlite_backend.open()
+    try:
+        assert await store.append("s", [msg(0)], 0) == 1
+        first = store._writer._proc.pid
+        os.kill(first, signal.SIGKILL)
+        await store._writer._proc.wait()
+        # The append finds it dead (or sees it die): an outage, retried on a new process.
+        assert await store.append("s", [msg(1)], 1) == 2
+        assert store._writer._proc.pid != first
+        assert await store.append("s", [msg(2)], 2) == 3
+        assert await _texts(store, "s") == ["turn 0", "turn 1", "turn 2"]
+        assert all(r.ok for r in await store.verify())
+    finally:
+        await store.close()
+    assert not _alive(first)
+
+
+async def test_a_commit_whose_answer_was_lost_is_recognised_not_repeated(sqlite_backend,
+                                                                         tmp_path, monkeypatch):
+    """The child commits a batch it planned itself (a new stream: heads read under the lock)
+    and dies before answering. The retry must see that very commit in the log and report
+    success: not write it again, and not call it a conflict (the caller would then decide
+    again and log its facts twice). The hashes sent before the commit make that possible."""
+    monkeypatch.setenv("SESSION_STORE_TEST_DIE_ONCE", str(tmp_path / "died"))
+    monkeypatch.setattr(WriterProcess, "child_module", "tests.store.dying_sqlite_writer")
+    store = await sqlite_backend.open()
+    try:
+        assert await store.append("s", [msg(0), msg(1)], 0) == 2  # planned in the child
+        assert (tmp_path / "died").exists()  # the first writer did die after its commit
+        assert store.stats["retries"] >= 1
+        assert await _texts(store, "s") == ["turn 0", "turn 1"]  # once
+        assert await store.append("s", [msg(2)], 2) == 3
+        with pytest.raises(ConcurrencyConflict):
+            await store.append("s", [msg(9)], 2)  # a real conflict is still one
+        assert all(r.ok for r in await store.verify())
+    finally:
+        await store.close()
+
+
+_WORKER = """
+import asyncio, sys
+from session_store import open_store
+from session_store.events import ConversationMessage
+
+async def main():
+    store = await open_store(sys.argv[1])
+    await store.append("s", [ConversationMessage("user", "before")], 0)
+    print(store._writer._proc.pid, flush=True)
+    sys.stdin.readline()  # the test holds the write lock now
+    print("appending", flush=True)
+    await store.append("s", [ConversationMessage("user", "after its end")], 1)
+    print("appended", flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.timeout(60)
+async def test_the_writer_dies_with_the_process_that_owns_the_store(sqlite_backend):
+    """A worker SIGKILLed while its writer waits to commit (another process holds SQLite's
+    lock) must not leave the writer behind to commit after the worker's end: a new worker
+    would have taken the call over by then. The writer dies with it (as a thread would)."""
+    path = sqlite_backend.url.split("///", 1)[1]
+    worker = subprocess.Popen([sys.executable, "-c", _WORKER, sqlite_backend.url],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    lock = sqlite3.connect(path, isolation_level=None)
+    try:
+        child = int(worker.stdout.readline())
+        lock.execute("BEGIN IMMEDIATE")  # the writer will wait for it (busy_timeout: 5 s)
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+        assert worker.stdout.readline().strip() == "appending"
+        await asyncio.sleep(0.3)  # the request is in the writer, waiting for the lock
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+        deadline = time.monotonic() + 3  # less than busy_timeout: still holding the lock
+        while _alive(child) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert not _alive(child)
+    finally:
+        if lock.in_transaction:
+            lock.execute("ROLLBACK")
+        lock.close()
+        if worker.poll() is None:
+            worker.kill()
+    store = await sqlite_backend.open()
+    try:
+        assert await _texts(store, "s") == ["before"]  # nothing written after its end
+    finally:
+        await store.close()
+
+
+async def test_closing_the_store_ends_its_writer(sqlite_backend):
+    store = await sqlite_backend.open()
+    await store.append("s", [msg(0)], 0)
+    pid = store._writer._proc.pid
+    await store.close()
+    assert not _alive(pid)
