@@ -148,8 +148,8 @@ class SqliteEventStore(SqlEventStore):
     def __init__(self, url: str, *, inline: str = "never", inline_budget: float = 0.002,
                  **kwargs):
         """`inline`: which appends that find the store idle, serving one stream, may commit
-        on the event loop's thread: "never" (the default: every commit on the writer
-        thread), "urgent" ones (`append(urgent=True)`: an append the caller acts on at once,
+        on the event loop's thread: "never" (the default: every commit in the writer
+        process), "urgent" ones (`append(urgent=True)`: an append the caller acts on at once,
         such as a tool's start or a result about to be sent), or "always". `inline_budget`:
         the longest inline commit (seconds) tolerated before inline commits pause (0.002
         suits a local SSD); 0 turns them off."""
@@ -167,6 +167,7 @@ class SqliteEventStore(SqlEventStore):
         self._statements = _statements()
         self._writer = WriterProcess(self._path, self._statements)
         self._writer_started: asyncio.Future | None = None
+        self._reopening = asyncio.Lock()
         self._inline_budget = inline_budget
         self._inline_urgent_only = inline == "urgent"
         self.commits_urgent_inline = inline_budget > 0
@@ -208,10 +209,13 @@ class SqliteEventStore(SqlEventStore):
             return await self._writer.commit(batch, self._plan_from_cache(batch))
         finally:
             if self._inline_conn is None and self._inline_budget > 0 and not self._closed:
-                try:  # the inline connection broke earlier: reopen it off the loop
-                    await asyncio.get_running_loop().run_in_executor(None, self._open_inline)
-                except sqlite3.Error:
-                    log.warning("cannot reopen the inline SQLite connection", exc_info=True)
+                async with self._reopening:  # (several writer tasks: one reopens)
+                    try:  # the inline connection broke earlier: reopen it off the loop
+                        await asyncio.get_running_loop().run_in_executor(None,
+                                                                         self._open_inline)
+                    except sqlite3.Error:
+                        log.warning("cannot reopen the inline SQLite connection",
+                                    exc_info=True)
 
     async def _checkpoint(self) -> None:
         try:
@@ -307,5 +311,7 @@ class SqliteEventStore(SqlEventStore):
     async def _close_dialect(self) -> None:
         if self._checkpoint_task is not None:
             await asyncio.gather(self._checkpoint_task, return_exceptions=True)
-        await asyncio.get_running_loop().run_in_executor(None, self._close_inline)
-        await self._writer.close()
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._close_inline)
+        finally:
+            await self._writer.close()

@@ -1,21 +1,24 @@
 """The SQLite store's writer: a child process that runs the group commits.
 
-Why a process and not a thread: a thread's sqlite3 call must take the GIL back after every
-step (and after the fsync) from an event loop that is busy with a live call's audio, and
-waits up to the switch interval (5 ms) each time; with the loop kept busy a commit on a
-thread took 3 ms at the median and seconds at the tail, in a process 1.8 ms and 10 ms
-(bench/writer_process.py). The process has its own interpreter; the loop hears back through a
-pipe, as it hears from PostgreSQL through a socket.
+Why a process and not a thread: a thread's sqlite3 call must take the GIL back from the
+event loop after every step (and after the fsync), and a live call keeps the loop busy. With
+the loop doing Python work in 0.3 ms slices, a commit on a thread took 1.6 ms at the median
+and 5.9 s at p99, in the process 3.0 and 7.5 ms; with two such tasks 11 ms and 9.8 s against
+5.2 and 6.1 ms (bench/busy_loop_commit.py). The process has its own interpreter; the loop
+hears back through a pipe, as it hears from PostgreSQL through a socket.
 
-Protocol: frames of a 4-byte little-endian length and a pickle, over the child's stdin and
-stdout (its own prints go to stderr). A request is (id, op, args); the answer is (id, status,
-result, final_hashes), status "ok" or "error"; before it, for a batch planned in the child
-(heads read under the write lock, not from the parent's cache), a (id, "planned", None,
-final_hashes) sent before the commit: a batch whose answer is lost (the child died) is
-recognised on its retry by those hashes (see `plan_batch`), as with a lost acknowledgement.
-A batch committed as the parent planned it is answered with None (the parent has the plan). The child
-dies with its parent (PR_SET_PDEATHSIG on Linux): a worker killed mid-call takes its
-uncommitted batch with it, as a thread would, and never writes after its own end.
+Protocol: frames of a 4-byte little-endian length and a pickle; requests on the child's
+stdin, answers on a pipe of their own (fd in argv: nothing the child prints can get in). A
+request is (id, op, args); the answer is (id, status, result, final_hashes), status "ok" or
+"error"; before it, for a batch planned in the child (heads read under the write lock, not
+from the parent's cache), (id, "planned", None, final_hashes) is sent before the commit: a
+batch whose answer is lost (the child died) is recognised on its retry by those hashes (see
+`plan_batch`), as with a lost acknowledgement. A batch committed as the parent planned it is
+answered with None (the parent has the plan and its hashes).
+
+The child dies with its parent (PR_SET_PDEATHSIG on Linux; strictly, with the thread that
+started it, which is the event loop's): a worker killed mid-call takes its uncommitted batch
+with it, as a thread would, and never writes after its own end.
 """
 
 from __future__ import annotations
@@ -144,12 +147,74 @@ def _serve(requests, replies) -> None:
 def main() -> None:
     _die_with_parent(int(sys.argv[1]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent closes us when it stops
-    replies = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # a stray print must not corrupt the protocol
-    _serve(sys.stdin.buffer, replies)
+    _serve(sys.stdin.buffer, os.fdopen(int(sys.argv[2]), "wb"))
 
 
 # ---------------------------------------------------------------------- the parent's side
+class _Child:
+    """One writer process and what is in flight with it: a new process gets a new one, so a
+    dead child's reader can only fail its own requests."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, replies: asyncio.StreamReader,
+                 transport: asyncio.BaseTransport):
+        self.proc, self.replies, self.transport = proc, replies, transport
+        self.pending: dict[int, asyncio.Future] = {}
+        self.batches: dict[int, list[_AppendRequest] | None] = {}  # the requests of each
+        self.reader: asyncio.Task | None = None
+
+    def alive(self) -> bool:
+        return (self.proc.returncode is None and self.reader is not None
+                and not self.reader.done())
+
+    async def read_replies(self) -> None:
+        error: BaseException | None = None
+        try:
+            while True:
+                size = _HEADER.unpack(await self.replies.readexactly(_HEADER.size))[0]
+                rid, status, result, final_hashes = pickle.loads(
+                    await self.replies.readexactly(size))
+                # The hashes as planned, on the requests themselves: they must be there even
+                # if the answer never comes (or its caller has gone).
+                for request, final_hash in zip(self.batches.get(rid) or (), final_hashes):
+                    request.final_hash = final_hash
+                if status == "planned":
+                    continue
+                self.batches.pop(rid, None)
+                reply = self.pending.pop(rid, None)
+                if reply is not None and not reply.done():
+                    reply.set_result((status, result))
+        except asyncio.CancelledError:
+            raise
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            error = _gone(f"exited (code {await self.proc.wait()})")
+            error.__cause__ = exc
+        except Exception as exc:  # noqa: BLE001 - a reply we cannot read: treat it as gone
+            error = _gone(f"sent a reply that cannot be read ({exc!r})")
+            error.__cause__ = exc
+            if self.proc.returncode is None:
+                self.proc.kill()
+        finally:
+            self.transport.close()
+            for reply in self.pending.values():
+                if not reply.done():
+                    if error is None:
+                        reply.cancel()
+                    else:
+                        reply.set_exception(error)
+            self.pending.clear()
+
+    async def stop(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.stdin.close()  # the child ends after the request it is on
+            try:
+                await asyncio.wait_for(self.proc.wait(), 10)
+            except asyncio.TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        if self.reader is not None:
+            await asyncio.gather(self.reader, return_exceptions=True)
+
+
 class WriterProcess:
     """The store's handle on its writer process: started on open, started again after it
     died (the request that saw it die fails as an outage and is retried)."""
@@ -159,10 +224,7 @@ class WriterProcess:
 
     def __init__(self, path: str, statements: Statements):
         self._path, self._statements = path, statements
-        self._proc: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task | None = None
-        self._pending: dict[int, asyncio.Future] = {}
-        self._batches: dict[int, list[_AppendRequest] | None] = {}  # the requests of each
+        self._child: _Child | None = None
         self._next_id = 0
         self._lock = asyncio.Lock()  # one request written at a time (frames never interleave)
 
@@ -186,98 +248,80 @@ class WriterProcess:
         """(Tests.) Start recording the statements the writer runs, or stop and return them."""
         return await self._call("trace", on)
 
-    def _alive(self) -> bool:
-        return (self._proc is not None and self._proc.returncode is None
-                and self._reader is not None and not self._reader.done())
-
     async def _spawn(self) -> asyncio.Future:
         """(Under the lock.) A new process; returns the future of its "open" reply."""
-        await self._stop()
+        old, self._child = self._child, None
+        if old is not None:
+            await old.stop()
         package_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH"))
                                             if p)
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", self.child_module, str(os.getpid()), env=env,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
-        self._reader = asyncio.create_task(self._read_replies(self._proc),
+        loop = asyncio.get_running_loop()
+        # Replies come on a pipe of their own: whatever the child prints (a sitecustomize, a
+        # warning) goes to the stdout and stderr it inherits, never into the protocol.
+        read_fd, write_fd = os.pipe()
+        try:
+            # -P: the working directory is not put first on the path (it could hold another
+            # `session_store`); this package's root is, by PYTHONPATH.
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-P", "-m", self.child_module, str(os.getpid()), str(write_fd),
+                env=env, stdin=asyncio.subprocess.PIPE, pass_fds=(write_fd,))
+        except OSError as exc:  # out of processes, memory or file descriptors: an outage
+            os.close(read_fd)
+            raise _gone(f"cannot be started ({exc})") from exc
+        finally:
+            os.close(write_fd)
+        try:
+            replies = asyncio.StreamReader(limit=2 ** 31)
+            transport, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(replies), os.fdopen(read_fd, "rb", 0))
+        except BaseException:
+            proc.kill()
+            await proc.wait()
+            raise
+        child = _Child(proc, replies, transport)
+        child.reader = asyncio.create_task(child.read_replies(),
                                            name="session-store-sqlite-writer-replies")
-        return await self._send("open", (self._path, self._statements))
+        self._child = child
+        return await self._send(child, "open", (self._path, self._statements))
 
-    async def _send(self, op: str, args: Any,
+    async def _send(self, child: _Child, op: str, args: Any,
                     batch: list[_AppendRequest] | None = None) -> asyncio.Future:
         """(Under the lock.) Write one request; returns the future of its reply."""
         rid, self._next_id = self._next_id, self._next_id + 1
         reply = asyncio.get_running_loop().create_future()
-        self._pending[rid] = reply
-        self._batches[rid] = batch
+        child.pending[rid] = reply
+        child.batches[rid] = batch
         try:
-            self._proc.stdin.write(_frame((rid, op, args)))
-            await self._proc.stdin.drain()
+            child.proc.stdin.write(_frame((rid, op, args)))
+            await child.proc.stdin.drain()
         except (ConnectionError, RuntimeError) as exc:  # the pipe broke: it is gone
-            self._pending.pop(rid, None)
-            self._batches.pop(rid, None)
+            child.pending.pop(rid, None)
             raise _gone(f"cannot be reached ({exc})") from exc
+        except asyncio.CancelledError:
+            child.pending.pop(rid, None)  # (the child may still answer: nobody listens)
+            raise
         return reply
 
     async def _call(self, op: str, args: Any, batch: list[_AppendRequest] | None = None):
         async with self._lock:
-            if not self._alive():
+            if self._child is None or not self._child.alive():
                 # A new process after one died: its "open" reply is not awaited (a failure
                 # to open comes back as this request's own error, the child opens again).
                 opened = await self._spawn()
                 opened.add_done_callback(lambda f: f.cancelled() or f.exception())
-            reply = await self._send(op, args, batch)
+            reply = await self._send(self._child, op, args, batch)
         status, result = await reply
         if status != "ok":
             raise _error_from(result)
         return result
 
-    async def _read_replies(self, proc: asyncio.subprocess.Process) -> None:
-        error: BaseException | None = None
-        try:
-            while True:
-                size = _HEADER.unpack(await proc.stdout.readexactly(_HEADER.size))[0]
-                rid, status, result, final_hashes = pickle.loads(
-                    await proc.stdout.readexactly(size))
-                # The hashes as planned, on the requests themselves: they must be there even
-                # if the answer never comes (or its caller has gone).
-                for request, final_hash in zip(self._batches.get(rid) or (), final_hashes):
-                    request.final_hash = final_hash
-                if status == "planned":
-                    continue
-                self._batches.pop(rid, None)
-                reply = self._pending.pop(rid, None)
-                if reply is not None and not reply.done():
-                    reply.set_result((status, result))
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            error = _gone(f"exited (code {await proc.wait()})")
-            error.__cause__ = exc
-        finally:
-            pending, self._pending, self._batches = self._pending, {}, {}
-            for reply in pending.values():
-                if not reply.done():
-                    if error is None:
-                        reply.cancel()
-                    else:
-                        reply.set_exception(error)
-
     async def close(self) -> None:
-        await self._stop()
+        child, self._child = self._child, None
+        if child is not None:
+            await child.stop()
 
-    async def _stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.returncode is None:
-            proc.stdin.close()  # the child ends after the request it is on
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except asyncio.TimeoutError:
-                proc.kill()
-                await proc.wait()
-        if self._reader is not None:
-            await asyncio.gather(self._reader, return_exceptions=True)
 
 
 if __name__ == "__main__":

@@ -153,7 +153,7 @@ async def test_a_broken_inline_connection_hands_over_and_is_reopened(sqlite_back
         inline = store.stats["inline"]
         assert await store.append("s", [msg(1)], 1) == 2  # the writer process took it
         assert store.stats["inline"] == inline
-        assert store._inline_conn is not None  # reopened by the writer process
+        assert store._inline_conn is not None  # reopened after the writer's batch
         assert await store.append("s", [msg(2)], 2) == 3
         assert store.stats["inline"] == inline + 1
         assert [r.version for r in await store.read("s")] == [1, 2, 3]

@@ -48,12 +48,12 @@ async def test_a_killed_writer_is_replaced_and_the_append_retried(sqlite_backend
     store = await sqlite_backend.open()
     try:
         assert await store.append("s", [msg(0)], 0) == 1
-        first = store._writer._proc.pid
+        first = store._writer._child.proc.pid
         os.kill(first, signal.SIGKILL)
-        await store._writer._proc.wait()
+        await store._writer._child.proc.wait()
         # The append finds it dead (or sees it die): an outage, retried on a new process.
         assert await store.append("s", [msg(1)], 1) == 2
-        assert store._writer._proc.pid != first
+        assert store._writer._child.proc.pid != first
         assert await store.append("s", [msg(2)], 2) == 3
         assert await _texts(store, "s") == ["turn 0", "turn 1", "turn 2"]
         assert all(r.ok for r in await store.verify())
@@ -84,6 +84,21 @@ async def test_a_commit_whose_answer_was_lost_is_recognised_not_repeated(sqlite_
         await store.close()
 
 
+async def test_what_the_writer_prints_never_reaches_the_protocol(sqlite_backend, monkeypatch,
+                                                                capfd):
+    monkeypatch.setattr(WriterProcess, "child_module", "tests.store.noisy_sqlite_writer")
+    store = await sqlite_backend.open()
+    try:
+        v = 0
+        for i in range(3):
+            v = await store.append("s", [msg(i)], v)
+        assert v == 3 and store.stats["retries"] == 0
+        assert await _texts(store, "s") == ["turn 0", "turn 1", "turn 2"]
+    finally:
+        await store.close()
+    assert "not a frame" in capfd.readouterr().out  # it did print
+
+
 _WORKER = """
 import asyncio, sys
 from session_store import open_store
@@ -92,7 +107,7 @@ from session_store.events import ConversationMessage
 async def main():
     store = await open_store(sys.argv[1])
     await store.append("s", [ConversationMessage("user", "before")], 0)
-    print(store._writer._proc.pid, flush=True)
+    print(store._writer._child.proc.pid, flush=True)
     sys.stdin.readline()  # the test holds the write lock now
     print("appending", flush=True)
     await store.append("s", [ConversationMessage("user", "after its end")], 1)
@@ -140,6 +155,6 @@ async def test_the_writer_dies_with_the_process_that_owns_the_store(sqlite_backe
 async def test_closing_the_store_ends_its_writer(sqlite_backend):
     store = await sqlite_backend.open()
     await store.append("s", [msg(0)], 0)
-    pid = store._writer._proc.pid
+    pid = store._writer._child.proc.pid
     await store.close()
     assert not _alive(pid)
