@@ -73,11 +73,11 @@ class DueEffects:
         not, every fact is decided in order with the next commit: an append never skips a
         note ahead of it.)"""
         self._driver.note(item)
-        # Only where the tool call's own commits skip the thread hand-off (SQLite, inline
-        # commits on): through the writer (a thread until stop 14), a toolCall committed at
-        # once, amid the audio that came with it, waited longer for the GIL (3 ms median
-        # against 1 ms, traced) than it had waited behind the confirmation committed before.
-        self._ensure_notes_task(lazy=lazy and self._driver.store.commits_urgent_inline)
+        # Only where the store says it pays (SQLite): until stop 14 SQLite's writer was a
+        # thread, and a toolCall committed at once amid the audio that came with it waited
+        # longer for the GIL (3 ms median against 1 ms, traced) than behind the confirmation
+        # committed before it; in its writer process it waits for no GIL.
+        self._ensure_notes_task(lazy=lazy and self._driver.store.lazy_facts)
 
     def _ensure_notes_task(self, *, lazy: bool = False) -> None:
         if not lazy:

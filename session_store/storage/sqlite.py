@@ -144,6 +144,7 @@ class SqliteEventStore(SqlEventStore):
     dialect_name = "sqlite"
     default_writers = 1  # SQLite has one writer; more tasks would only queue on its lock
     poll_interval = 0.1  # other processes cannot notify us: poll
+    lazy_facts = True  # see SqlEventStore.lazy_facts
 
     def __init__(self, url: str, *, inline: str = "never", inline_budget: float = 0.002,
                  **kwargs):
