@@ -210,6 +210,12 @@ class CallDriver:
             return await self._commit([], then, timeout)
 
     @property
+    def stale(self) -> bool:
+        """A failed append left the state unsure: nothing is due until the next record,
+        observe or flush re-reads the log."""
+        return self._stale
+
+    @property
     def busy(self) -> bool:
         """A record, observation or flush holds the log (a new one would wait for it)."""
         return self._lock.locked()

@@ -22,7 +22,7 @@ from session_store import events as ev
 from session_store.decide import (OUTCOME_UNKNOWN, Reconnect, ResolveInDoubt, SendResult,
                                   StartCall, due, result_as_content, result_value,
                                   waits_for_silence)
-from session_store.errors import Fenced
+from session_store.errors import Fenced, StoreUnavailable
 
 from .driver import now_us
 
@@ -53,16 +53,25 @@ class DueEffects:
 
     # ------------------------------------------------------------------ observations
     async def _observe(self, obs) -> None:
+        # The observation and the calls it lets start: one commit, then they run. (No
+        # effects lock: the driver's lock makes the start decision and its record one
+        # step, so no other task can start the same call; and a note must not wait
+        # behind a seed or a send.) Noted first: if the log does not take it, it stays
+        # queued and the notes task logs it once the log is back (an observation passed to
+        # the append itself was lost with the exception: a prompt change made during an
+        # outage never reconnected, tests/faults/test_effect_retry.py).
+        self._driver.note(obs)
         try:
-            # The observation and the calls it lets start: one commit, then they run. (No
-            # effects lock: the driver's lock makes the start decision and its record one
-            # step, so no other task can start the same call; and a note must not wait
-            # behind a seed or a send.)
-            started = await self._driver.observe(obs, then=self._starts_now)
-            await self._run_started(started)
+            started = await self._driver.flush(then=self._starts_now)
         except Fenced:
             await self._on_fenced()
             return
+        except Exception as exc:  # noqa: BLE001 - kept in the notes: the task retries
+            logger.error(f"{self}: call {self.call_id}: the log did not take {obs!r}; it is "
+                         f"kept and retried: {type(exc).__name__}: {exc}")
+            self._ensure_notes_task()
+            return
+        await self._run_started(started)
         await self._perform_due()
 
     def _note(self, item, *, lazy: bool = False) -> None:
@@ -138,8 +147,10 @@ class DueEffects:
             # find it still running, start no flush of its own, and wait for the next
             # append (seen: a toolCall that arrived while the previous result was being
             # sent stayed unlogged, and unanswered, while the server waited for it).
-            while self._driver.has_notes:
-                while self._driver.has_notes:
+            # Also while the state is stale: an effect's own append failed (a start, a send
+            # intent), and nothing is due until the log is re-read (`_retry_effects`).
+            while self._driver.has_notes or self._driver.stale:
+                while self._driver.has_notes or self._driver.stale:
                     self._notes_due.clear()  # this flush takes whatever is noted now
                     try:
                         started = await self._driver.flush(then=self._starts_now)
@@ -162,7 +173,11 @@ class DueEffects:
                         continue
                     delay = NOTES_RETRY_FIRST_S
                     await self._run_started(started)
+                self._effects_failed = False
                 await self._perform_due()
+                if self._effects_failed:  # the log took the re-read, not the effect: wait
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, NOTES_RETRY_MAX_S)
         except Fenced:
             await self._on_fenced()
         except Exception as exc:  # noqa: BLE001 - a task: report, the next append retries
@@ -200,8 +215,21 @@ class DueEffects:
                 except Fenced:
                     await self._on_fenced()
                     return
+                except Exception as exc:  # noqa: BLE001 - the notes task retries
+                    self._retry_effects(exc)
+                    return
                 if not acted:
                     return
+
+    def _retry_effects(self, exc: Exception) -> None:
+        """An effect failed (its append: the database is down). The notes task re-reads the
+        log and performs what is due again, with backoff, until the log takes it: waiting
+        for the next thing the call observes could mean waiting for ever (a deferred call
+        whose start was refused, with the bot silent and the model waiting for its result)."""
+        logger.error(f"{self}: call {self.call_id}: could not perform what is due, retrying "
+                     f"once the log takes it: {type(exc).__name__}: {exc}")
+        self._effects_failed = True
+        self._ensure_notes_task()
 
     async def _perform(self, effects: list) -> bool:
         """Perform one round of effects; starts and sends go in one commit each."""
@@ -278,10 +306,44 @@ class DueEffects:
         self._schedule_reconnect("send_failed")
 
     async def _record_quietly(self, *events: ev.Event) -> None:
+        """Log facts nothing waits for (an anomaly): a log that refuses them keeps them in
+        the notes, retried by the notes task; never raised into the caller (an error path:
+        a handshake failure whose anomaly could not be logged used to end the connection
+        task, and the call had no session for good)."""
+        for event in events:
+            self._driver.note(event)
         try:
-            await self._driver.record(*events)
+            await self._driver.flush()
         except Fenced:
             await self._on_fenced()
+        except Exception as exc:  # noqa: BLE001 - kept in the notes: the task retries
+            logger.error(f"{self}: call {self.call_id}: the log did not take {events!r}; kept "
+                         f"and retried: {type(exc).__name__}: {exc}")
+            self._ensure_notes_task()
+
+    async def _record_when_logged(self, *events: ev.Event) -> bool:
+        """Log facts the next step must not go without (a session's end before the next
+        one starts, a session's start before its messages): while the log is down this
+        waits for it, retrying with the notes' backoff (a reconnect during an outage used to
+        fail at its first append and leave the call without a session). False: fenced, or
+        the call is ending (an outage is not waited out past the end of the call)."""
+        delay = NOTES_RETRY_FIRST_S
+        while True:
+            try:
+                await self._driver.record(*events)
+                return True
+            except Fenced:
+                await self._on_fenced()
+                return False
+            except StoreUnavailable as exc:
+                if self._call_ending:
+                    logger.error(f"{self}: call {self.call_id}: ending with {events!r} not "
+                                 f"logged: {exc}")
+                    return False
+                logger.error(f"{self}: call {self.call_id}: the log did not take {events!r}, "
+                             f"retrying in {delay:.2f}s: {exc}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, NOTES_RETRY_MAX_S)
 
     async def _on_fenced(self) -> None:
         """A newer worker owns this call: stop talking to Gemini, write nothing more."""

@@ -108,6 +108,8 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         self._notes_task: asyncio.Task | None = None
         self._notes_due = asyncio.Event()  # a note that must not wait is queued
         self._notes_waiting = False  # the notes task waits for an append to take lazy notes
+        self._effects_failed = False  # an effect's append failed: the notes task retries
+        self._call_ending = False  # stop() or cleanup() began: outages are not waited out
         self._driver.on_commit = self._after_commit
         self._watchdog_task: asyncio.Task | None = None
         # The output transport's own view: between its BotStarted and BotStoppedSpeakingFrame.
@@ -156,10 +158,12 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         self._watchdog_task = self.create_task(self._speech_watchdog(), "speech_watchdog")
 
     async def stop(self, frame: EndFrame):
+        self._call_ending = True
         await self._close_call("ended")
         await super().stop(frame)
 
     async def cleanup(self):
+        self._call_ending = True
         if self._watchdog_task:
             await self.cancel_task(self._watchdog_task)
             self._watchdog_task = None
@@ -247,14 +251,19 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         # and skipped instead of failing the loop (service/wire.py).
         guard_session(session, self._on_rejected_frame, self._max_frame_bytes)
         state = self._driver.state
-        await self._driver.record(ev.Connected(
-            state.generation + 1, self._connecting_handle,
-            hashlib.sha256(str(self._system_instruction_from_init or "").encode()).hexdigest()))
+        # Logged before the session's first message is read: a log that is down holds the
+        # session here until it is back (its messages wait on the socket).
+        if not await self._record_when_logged(ev.Connected(
+                state.generation + 1, self._connecting_handle,
+                hashlib.sha256(str(self._system_instruction_from_init or "").encode())
+                .hexdigest())):
+            return  # fenced: the session is being closed
         if self._transport_speaking:
             # A new session resets "speaking" in the projection, but the transport may still be
             # playing the old session's audio (a reconnect that could not wait for the turn
-            # to end): deferred calls keep waiting for the transport to stop.
-            await self._driver.observe(SpeechStarted(self._driver.state.generation, "transport"))
+            # to end): deferred calls keep waiting for the transport to stop. (Noted: decided
+            # before anything else is, by the next commit.)
+            self._note(SpeechStarted(self._driver.state.generation, "transport"))
         self._bot_is_responding = False
         await super()._handle_session_ready(session)
         await self._perform_due()
@@ -295,7 +304,8 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
                 # is still playing what the old session sent (a reconnect that could not wait
                 # for the turn, e.g. a goAway deadline): deferred calls keep waiting for it.
                 events.append(ev.BotStartedSpeaking(state.generation, "transport"))
-            await self._record_quietly(*events)
+            if not await self._record_when_logged(*events):
+                return  # fenced (the session is being closed) or the call is ending
         # A new session must carry the settings as they are now (upstream sends the old prompt).
         if self._settings.system_instruction is not None:
             self._system_instruction_from_init = self._settings.system_instruction
@@ -491,10 +501,10 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             if (self._driver.state.bot_speaking and not self._transport_speaking
                     and silent_for > self._speaking_timeout_s and not self._driver.has_notes):
                 try:
+                    # (A log that does not take it keeps it in the notes, which this waits for.)
                     await self._observe(SpeechStopped(self._driver.state.generation, "timeout"))
-                except Exception as exc:  # noqa: BLE001 - the log is down: try again later
-                    # (an exception here used to end the watchdog for the rest of the call)
-                    logger.error(f"{self}: could not log the end of speech: {exc}")
+                except Exception as exc:  # noqa: BLE001 - never end the watchdog for the call
+                    logger.exception(f"{self}: could not act on the end of speech: {exc}")
                     pause = 2.0
 
     # ------------------------------------------------------------------ settings

@@ -13,6 +13,7 @@ from session_store import open_store
 from session_store.migrate import upgrade
 
 from .pgcluster import find_pg_bin, start_private_cluster
+from .sqlitefaults import CannotFault, check_immutable_works
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +47,16 @@ async def pg_store_factory(private_pg):
     finally:
         for store in opened:
             await store.close()
+
+
+@pytest.fixture
+def unwritable_dir(tmp_path):
+    """A directory for a SQLite database that `sqlitefaults.Unwritable` can make unwritable
+    (skips where the filesystem does not enforce `chattr +i` on open files)."""
+    directory = tmp_path / "db"
+    directory.mkdir()
+    try:
+        check_immutable_works(directory)
+    except CannotFault as exc:
+        pytest.skip(str(exc))
+    return directory

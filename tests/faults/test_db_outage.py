@@ -36,7 +36,7 @@ from tests.service.helpers import (Ctl, Flavour, assert_answered_once, assert_ch
 from session_store.migrate import upgrade
 
 from .load import Load, check_log
-from .sqlitefaults import CannotFault, TinyDisk, Unwritable, check_immutable_works
+from .sqlitefaults import CannotFault, TinyDisk, Unwritable
 
 LONG = os.environ.get("LONG_FAULTS") == "1"
 long_only = pytest.mark.skipif(not LONG, reason="long fault run: set LONG_FAULTS=1")
@@ -154,17 +154,6 @@ def tiny_disk(tmp_path):
         yield disk
     finally:
         disk.__exit__()
-
-
-@pytest.fixture
-def unwritable_dir(tmp_path):
-    directory = tmp_path / "db"
-    directory.mkdir()
-    try:
-        check_immutable_works(directory)
-    except CannotFault as exc:
-        pytest.skip(str(exc))
-    return directory
 
 
 @contextlib.asynccontextmanager
