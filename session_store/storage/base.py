@@ -108,13 +108,18 @@ class SqlEventStore:
         self._changed = asyncio.Event()
         # Appends accepted and not yet returned (queued, committing, or about to go inline).
         self._inflight = 0
+        # Appends committing from their own coroutine (`_append_direct`), and when none is.
+        self._direct = 0
+        self._no_direct = asyncio.Event()
+        self._no_direct.set()
         # stream id -> (version, last hash, epoch) as this store last committed or read it
         # under the write lock. Never trusted alone: see `_plan_from_cache`.
         self._heads: dict[str, tuple[int, str, int]] = {}
-        # inline: commits on the caller's thread (SQLite); cached_plans: batches planned from
+        # inline: commits on the caller's thread (SQLite); direct: from the appending
+        # coroutine, through the writer (`_append_direct`); cached_plans: batches planned from
         # cached heads and written as planned; stale_heads: cached heads another writer moved.
-        self.stats = {"batches": 0, "events": 0, "retries": 0, "inline": 0, "cached_plans": 0,
-                      "stale_heads": 0}
+        self.stats = {"batches": 0, "events": 0, "retries": 0, "inline": 0, "direct": 0,
+                      "cached_plans": 0, "stale_heads": 0}
 
     # ------------------------------------------------------------------ lifecycle
     async def _start(self) -> None:
@@ -154,6 +159,8 @@ class SqlEventStore:
         # An append accepted just before may be yielding before it commits inline or queues
         # in front (see `append`): let it, so it is never behind the stop sentinels.
         await asyncio.sleep(0)
+        # A direct append hands a failed commit to the writer tasks: they must still run.
+        await self._no_direct.wait()
         for _ in self._writers:
             self._queue.put_nowait(None)
         if self._writers:
@@ -252,10 +259,49 @@ class SqlEventStore:
                         return outcome
                 front = True  # it came first: it still goes first
             request.future = loop.create_future()
+            if urgent and self._inflight == 1 and self._queue.empty() and not self._closed:
+                # Urgent and alone: commit it from here, through the same writer (process
+                # or connection), instead of waking a writer task that wakes us back. Each
+                # of those hops waits its turn behind whatever else the loop runs (in a live
+                # call, the audio frames of the turn) and they were most of a tool call's
+                # commit time (bench/turn_overhead.py). Appends that come meanwhile queue for
+                # the writer tasks, as before. Only urgent ones: appends issued together
+                # (not acted on at once) still wait one batch, which commits them together.
+                outcome = await self._append_direct(request)
+                if outcome is not None:
+                    self._signal_change()
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    return outcome
+                front = True
             self._queue.put_nowait(request, front=front)
             return await request.future
         finally:
             self._inflight -= 1
+
+    async def _append_direct(self, request: _AppendRequest) -> Any:
+        """Commit one request from the appending coroutine: one try, no outage retry (a
+        failure of any kind hands it to the writer tasks, which retry and report it, exactly
+        as if it had queued). Returns its outcome, or None when handed over."""
+        batch = [request]
+        self._direct += 1
+        self._no_direct.clear()
+        try:
+            plan = await self._run_batch(batch)
+        except Exception:  # noqa: BLE001 - the writer tasks retry it and report it
+            # (Its plan's hashes stay on the request: a commit whose answer was lost is
+            # recognised on the retry.)
+            self._forget_heads(batch)
+            return None
+        finally:
+            self._direct -= 1
+            if not self._direct:
+                self._no_direct.set()
+        self._remember_heads(batch, plan)
+        self.stats["batches"] += 1
+        self.stats["direct"] += 1
+        self.stats["events"] += len(request.rows)
+        return plan.outcomes[0]
 
     def _may_commit_inline(self, stream_id: str, urgent: bool) -> bool:
         """Is this append alone (nothing queued or committing) and may it go inline?"""

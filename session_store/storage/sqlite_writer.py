@@ -151,57 +151,89 @@ def main() -> None:
 
 
 # ---------------------------------------------------------------------- the parent's side
+class _Replies(asyncio.Protocol):
+    """The answers pipe: frames are cut and dispatched as they arrive, in the loop's own
+    callback. (A reader task in between cost each commit one more turn of the event loop,
+    behind whatever else it runs: in a live call, a turn's audio.)"""
+
+    def __init__(self, child: _Child):
+        self.child = child
+        self.buffer = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while len(self.buffer) >= _HEADER.size:
+            size = _HEADER.unpack_from(self.buffer)[0]
+            if len(self.buffer) < _HEADER.size + size:
+                return
+            body = bytes(self.buffer[_HEADER.size:_HEADER.size + size])
+            del self.buffer[:_HEADER.size + size]
+            try:
+                reply = pickle.loads(body)
+            except Exception as exc:  # noqa: BLE001 - a reply we cannot read: treat it as gone
+                error = _gone(f"sent a reply that cannot be read ({exc!r})")
+                error.__cause__ = exc
+                self.child.fail(error)
+                return
+            self.child.answer(*reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.child.lost(exc)
+
+
 class _Child:
     """One writer process and what is in flight with it: a new process gets a new one, so a
-    dead child's reader can only fail its own requests."""
+    dead child's answers can only settle (or fail) its own requests."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, replies: asyncio.StreamReader,
-                 transport: asyncio.BaseTransport):
-        self.proc, self.replies, self.transport = proc, replies, transport
+    def __init__(self, proc: asyncio.subprocess.Process):
+        self.proc = proc
+        self.transport: asyncio.BaseTransport | None = None
         self.pending: dict[int, asyncio.Future] = {}
         self.batches: dict[int, list[_AppendRequest] | None] = {}  # the requests of each
-        self.reader: asyncio.Task | None = None
+        self.failed = False  # its answers can no longer be read: no new request goes to it
+        self.done = asyncio.get_running_loop().create_future()  # its pending are all settled
 
     def alive(self) -> bool:
-        return (self.proc.returncode is None and self.reader is not None
-                and not self.reader.done())
+        return self.proc.returncode is None and not self.failed
 
-    async def read_replies(self) -> None:
-        error: BaseException | None = None
-        try:
-            while True:
-                size = _HEADER.unpack(await self.replies.readexactly(_HEADER.size))[0]
-                rid, status, result, final_hashes = pickle.loads(
-                    await self.replies.readexactly(size))
-                # The hashes as planned, on the requests themselves: they must be there even
-                # if the answer never comes (or its caller has gone).
-                for request, final_hash in zip(self.batches.get(rid) or (), final_hashes):
-                    request.final_hash = final_hash
-                if status == "planned":
-                    continue
-                self.batches.pop(rid, None)
-                reply = self.pending.pop(rid, None)
-                if reply is not None and not reply.done():
-                    reply.set_result((status, result))
-        except asyncio.CancelledError:
-            raise
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            error = _gone(f"exited (code {await self.proc.wait()})")
-            error.__cause__ = exc
-        except Exception as exc:  # noqa: BLE001 - a reply we cannot read: treat it as gone
-            error = _gone(f"sent a reply that cannot be read ({exc!r})")
-            error.__cause__ = exc
-            if self.proc.returncode is None:
-                self.proc.kill()
-        finally:
+    def answer(self, rid: int, status: str, result: Any, final_hashes: list) -> None:
+        # The hashes as planned, on the requests themselves: they must be there even if the
+        # answer never comes (or its caller has gone).
+        for request, final_hash in zip(self.batches.get(rid) or (), final_hashes):
+            request.final_hash = final_hash
+        if status == "planned":
+            return
+        self.batches.pop(rid, None)
+        reply = self.pending.pop(rid, None)
+        if reply is not None and not reply.done():
+            reply.set_result((status, result))
+
+    def fail(self, error: BaseException) -> None:
+        """Nothing more can be read from it: every request in flight fails as an outage."""
+        self.failed = True
+        if self.proc.returncode is None:
+            self.proc.kill()
+        if self.transport is not None:
             self.transport.close()
-            for reply in self.pending.values():
-                if not reply.done():
-                    if error is None:
-                        reply.cancel()
-                    else:
-                        reply.set_exception(error)
-            self.pending.clear()
+        self._settle(error)
+
+    def lost(self, exc: Exception | None) -> None:
+        """The answers pipe closed: the child exited (or was killed by `fail`)."""
+        self.failed = True
+        asyncio.ensure_future(self._after_exit(exc))
+
+    async def _after_exit(self, exc: Exception | None) -> None:
+        error = _gone(f"exited (code {await self.proc.wait()})")
+        error.__cause__ = exc
+        self._settle(error)
+
+    def _settle(self, error: BaseException) -> None:
+        for reply in self.pending.values():
+            if not reply.done():
+                reply.set_exception(error)
+        self.pending.clear()
+        if not self.done.done():
+            self.done.set_result(None)
 
     async def stop(self) -> None:
         if self.proc.returncode is None:
@@ -211,8 +243,8 @@ class _Child:
             except asyncio.TimeoutError:
                 self.proc.kill()
                 await self.proc.wait()
-        if self.reader is not None:
-            await asyncio.gather(self.reader, return_exceptions=True)
+        if self.transport is not None:
+            await self.done
 
 
 class WriterProcess:
@@ -272,17 +304,14 @@ class WriterProcess:
             raise _gone(f"cannot be started ({exc})") from exc
         finally:
             os.close(write_fd)
+        child = _Child(proc)
         try:
-            replies = asyncio.StreamReader(limit=2 ** 31)
-            transport, _ = await loop.connect_read_pipe(
-                lambda: asyncio.StreamReaderProtocol(replies), os.fdopen(read_fd, "rb", 0))
+            child.transport, _ = await loop.connect_read_pipe(
+                lambda: _Replies(child), os.fdopen(read_fd, "rb", 0))
         except BaseException:
             proc.kill()
             await proc.wait()
             raise
-        child = _Child(proc, replies, transport)
-        child.reader = asyncio.create_task(child.read_replies(),
-                                           name="session-store-sqlite-writer-replies")
         self._child = child
         return await self._send(child, "open", (self._path, self._statements))
 

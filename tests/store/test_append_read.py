@@ -331,3 +331,44 @@ async def test_two_writers_creating_the_same_streams_do_not_deadlock(migrated):
     finally:
         await s1.close()
         await s2.close()
+
+
+# --------------------------------------------------------------------------- direct commits
+
+async def test_an_urgent_append_to_an_idle_store_commits_from_its_caller(store):
+    """No writer task in between (`_append_direct`); what comes meanwhile still batches."""
+    before = dict(store.stats)
+    assert await store.append("u", [msg(0)], 0, urgent=True) == 1
+    assert store.stats["direct"] - before["direct"] == 1
+    # Ten at once: the first commits from its caller, the nine others queue meanwhile and
+    # share one commit of the writer tasks (PostgreSQL's two may split them).
+    results = await asyncio.gather(*(store.append(f"v{i}", [msg(i)], 0, urgent=True)
+                                     for i in range(10)))
+    assert results == [1] * 10
+    assert store.stats["direct"] - before["direct"] == 2
+    assert store.stats["batches"] - before["batches"] <= 4
+    # Not urgent: the writer tasks, as ever.
+    assert await store.append("u", [msg(1)], 1) == 2
+    assert store.stats["direct"] - before["direct"] == 2
+    assert [r.event.text for r in await store.read("u")] == ["turn 0", "turn 1"]
+    # Conflicts and fencing are the database's answers on this path too.
+    with pytest.raises(ConcurrencyConflict):
+        await store.append("u", [msg(2)], 1, urgent=True)
+    assert await store.append("u", [msg(2)], 2, epoch=3, urgent=True) == 3
+    with pytest.raises(Fenced):
+        await store.append("u", [msg(3)], 3, epoch=2, urgent=True)
+    assert all(r.ok for r in await store.verify())
+
+
+async def test_closing_waits_for_a_direct_append_under_way(migrated):
+    store = await migrated.open()
+    appending = asyncio.ensure_future(store.append("w", [msg(0)], 0, urgent=True))
+    await asyncio.sleep(0)  # it is committing from its caller
+    assert store._direct == 1
+    await store.close()
+    assert appending.result() == 1
+    reopened = await migrated.open()
+    try:
+        assert [r.version for r in await reopened.read("w")] == [1]
+    finally:
+        await reopened.close()

@@ -62,6 +62,40 @@ async def test_a_killed_writer_is_replaced_and_the_append_retried(sqlite_backend
     assert not _alive(first)
 
 
+async def test_an_urgent_append_whose_writer_dies_under_it_is_retried_by_the_writer_task(
+        sqlite_backend):
+    """An urgent append to an idle store commits from its caller (`_append_direct`), one try:
+    the writer dying under it (here while it waits for a lock another process holds) hands
+    the append to the writer task, which starts a new writer and commits it, once."""
+    path = sqlite_backend.url.split("///", 1)[1]
+    store = await sqlite_backend.open()
+    lock = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert await store.append("s", [msg(0)], 0, urgent=True) == 1
+        direct, batches = store.stats["direct"], store.stats["batches"]
+        lock.execute("BEGIN IMMEDIATE")  # the writer waits for it (busy_timeout: 5 s)
+        appending = asyncio.ensure_future(store.append("s", [msg(1)], 1, urgent=True))
+        await asyncio.sleep(0.3)
+        assert store._direct == 1 and not appending.done()
+        first = store._writer._child.proc.pid
+        os.kill(first, signal.SIGKILL)
+        await store._writer._child.proc.wait()
+        lock.execute("ROLLBACK")
+        assert await appending == 2
+        assert store.stats["direct"] == direct, "the failed direct try was counted"
+        assert store.stats["batches"] == batches + 1, "the writer task did not commit it"
+        assert store._writer._child.proc.pid != first
+        assert await store.append("s", [msg(2)], 2, urgent=True) == 3
+        assert store.stats["direct"] == direct + 1
+        assert await _texts(store, "s") == ["turn 0", "turn 1", "turn 2"]
+        assert all(r.ok for r in await store.verify())
+    finally:
+        if lock.in_transaction:
+            lock.execute("ROLLBACK")
+        lock.close()
+        await store.close()
+
+
 async def test_a_commit_whose_answer_was_lost_is_recognised_not_repeated(sqlite_backend,
                                                                          tmp_path, monkeypatch):
     """The child commits a batch it planned itself (a new stream: heads read under the lock)
