@@ -259,14 +259,18 @@ class SqlEventStore:
                         return outcome
                 front = True  # it came first: it still goes first
             request.future = loop.create_future()
-            if urgent and self._inflight == 1 and self._queue.empty() and not self._closed:
-                # Urgent and alone: commit it from here, through the same writer (process
-                # or connection), instead of waking a writer task that wakes us back. Each
-                # of those hops waits its turn behind whatever else the loop runs (in a live
+            if self._alone() and not urgent:
+                await asyncio.sleep(0)  # appends issued together still batch together
+                front = True  # it came first: it still goes first
+            if self._alone():
+                # Alone: commit it from here, through the same writer (process or
+                # connection), instead of waking a writer task that wakes us back. Each of
+                # those hops waits its turn behind whatever else the loop runs (in a live
                 # call, the audio frames of the turn) and they were most of a tool call's
                 # commit time (bench/turn_overhead.py). Appends that come meanwhile queue for
-                # the writer tasks, as before. Only urgent ones: appends issued together
-                # (not acted on at once) still wait one batch, which commits them together.
+                # the writer tasks, as before. One that is not urgent first gives the loop a
+                # turn (above): appends issued together then find each other and share one
+                # commit of the writer tasks.
                 outcome = await self._append_direct(request)
                 if outcome is not None:
                     self._signal_change()
@@ -278,6 +282,9 @@ class SqlEventStore:
             return await request.future
         finally:
             self._inflight -= 1
+
+    def _alone(self) -> bool:
+        return self._inflight == 1 and self._queue.empty() and not self._closed
 
     async def _append_direct(self, request: _AppendRequest) -> Any:
         """Commit one request from the appending coroutine: one try, no outage retry (a
