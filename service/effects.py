@@ -56,23 +56,30 @@ class DueEffects:
         # The observation and the calls it lets start: one commit, then they run. (No
         # effects lock: the driver's lock makes the start decision and its record one
         # step, so no other task can start the same call; and a note must not wait
-        # behind a seed or a send.) Noted first: if the log does not take it, it stays
-        # queued and the notes task logs it once the log is back (an observation passed to
-        # the append itself was lost with the exception: a prompt change made during an
-        # outage never reconnected, tests/faults/test_effect_retry.py).
-        self._driver.note(obs)
-        try:
-            started = await self._driver.flush(then=self._starts_now)
-        except Fenced:
-            await self._on_fenced()
-            return
-        except Exception as exc:  # noqa: BLE001 - kept in the notes: the task retries
-            logger.error(f"{self}: call {self.call_id}: the log did not take {obs!r}; it is "
-                         f"kept and retried: {type(exc).__name__}: {exc}")
-            self._ensure_notes_task()
+        # behind a seed or a send.)
+        started = await self._log_kept(obs, then=self._starts_now)
+        if started is None:
             return
         await self._run_started(started)
         await self._perform_due()
+
+    async def _log_kept(self, *items, then=None) -> list[ev.Event] | None:
+        """Log facts (observations, events) noted first: a log that refuses them keeps them
+        in the notes, and the notes task logs them once it is back; never raised (an
+        observation handed to the append itself was lost with its exception: a prompt
+        change made during an outage never reconnected, tests/faults/test_effect_retry.py).
+        Returns what `then` decided, or None if nothing was logged (kept, or fenced)."""
+        for item in items:
+            self._driver.note(item)
+        try:
+            return await self._driver.flush(then=then)
+        except Fenced:
+            await self._on_fenced()
+        except Exception as exc:  # noqa: BLE001 - kept in the notes: the task retries
+            logger.error(f"{self}: call {self.call_id}: the log did not take {items!r}; kept "
+                         f"and retried: {type(exc).__name__}: {exc}")
+            self._ensure_notes_task()
+        return None
 
     def _note(self, item, *, lazy: bool = False) -> None:
         """Log a fact in order without waiting for it; a task appends it (with the calls it
@@ -306,20 +313,10 @@ class DueEffects:
         self._schedule_reconnect("send_failed")
 
     async def _record_quietly(self, *events: ev.Event) -> None:
-        """Log facts nothing waits for (an anomaly): a log that refuses them keeps them in
-        the notes, retried by the notes task; never raised into the caller (an error path:
-        a handshake failure whose anomaly could not be logged used to end the connection
-        task, and the call had no session for good)."""
-        for event in events:
-            self._driver.note(event)
-        try:
-            await self._driver.flush()
-        except Fenced:
-            await self._on_fenced()
-        except Exception as exc:  # noqa: BLE001 - kept in the notes: the task retries
-            logger.error(f"{self}: call {self.call_id}: the log did not take {events!r}; kept "
-                         f"and retried: {type(exc).__name__}: {exc}")
-            self._ensure_notes_task()
+        """Log facts nothing waits for (an anomaly) without ever raising into the caller (an
+        error path: a handshake failure whose anomaly could not be logged used to end the
+        connection task, and the call had no session for good)."""
+        await self._log_kept(*events)
 
     async def _record_when_logged(self, *events: ev.Event) -> bool:
         """Log facts the next step must not go without (a session's end before the next

@@ -18,7 +18,6 @@ CI runs the short versions; `LONG_FAULTS=1` runs the long ones (several restarts
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import time
@@ -29,11 +28,9 @@ from pipecat.frames.frames import InputAudioRawFrame
 
 from service.local_live import (Audio, Call, Interrupted, Script, Sleep, ToolCall, TurnComplete,
                                 WaitSignal, WaitToolResponse)
-from session_store import open_store
 from tests.service.helpers import (Ctl, Flavour, assert_answered_once, assert_chain_ok,
                                    assert_log_settled, assert_ran_once, assert_server_clean,
-                                   run_call)
-from session_store.migrate import upgrade
+                                   run_call, migrated_sqlite)
 
 from .load import Load, check_log
 from .sqlitefaults import CannotFault, TinyDisk, Unwritable
@@ -156,19 +153,8 @@ def tiny_disk(tmp_path):
         disk.__exit__()
 
 
-@contextlib.asynccontextmanager
-async def sqlite_store(directory):
-    url = f"sqlite+aiosqlite:///{directory / 'log.db'}"
-    await upgrade(url)
-    store = await open_store(url)
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
 async def test_sqlite_disk_full_while_100_calls_append(tiny_disk):
-    async with sqlite_store(tiny_disk.path) as store:
+    async with migrated_sqlite(tiny_disk.path / "log.db") as store:
         figures = await _sqlite_faults(store, tiny_disk.path / "log.db", tiny_disk.full,
                                        [(3.0, 2.5)], tail=4.0)
     report("sqlite disk full", figures)
@@ -178,7 +164,7 @@ async def test_sqlite_disk_full_while_100_calls_append(tiny_disk):
 
 @long_only
 async def test_long_sqlite_disk_full(tiny_disk):
-    async with sqlite_store(tiny_disk.path) as store:
+    async with migrated_sqlite(tiny_disk.path / "log.db") as store:
         figures = await _sqlite_faults(store, tiny_disk.path / "log.db", tiny_disk.full,
                                        [(10.0, 2.0), (15.0, 8.0), (15.0, 35.0), (15.0, 1.0)],
                                        tail=15.0)
@@ -187,7 +173,7 @@ async def test_long_sqlite_disk_full(tiny_disk):
 
 async def test_sqlite_unwritable_while_100_calls_append(unwritable_dir):
     db = unwritable_dir / "log.db"
-    async with sqlite_store(unwritable_dir) as store:
+    async with migrated_sqlite(unwritable_dir / "log.db") as store:
         figures = await _sqlite_faults(store, db, lambda: Unwritable(db), [(3.0, 2.5)],
                                        tail=4.0)
     report("sqlite unwritable", figures)
@@ -197,7 +183,7 @@ async def test_sqlite_unwritable_while_100_calls_append(unwritable_dir):
 @long_only
 async def test_long_sqlite_unwritable(unwritable_dir):
     db = unwritable_dir / "log.db"
-    async with sqlite_store(unwritable_dir) as store:
+    async with migrated_sqlite(unwritable_dir / "log.db") as store:
         figures = await _sqlite_faults(store, db, lambda: Unwritable(db),
                                        [(10.0, 2.0), (15.0, 8.0), (15.0, 35.0), (15.0, 1.0)],
                                        tail=15.0)

@@ -26,12 +26,10 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 from service.local_live import (Audio, Call, Close, Script, Sleep, ToolCall, TurnComplete,
                                 WaitSignal, WaitToolResponse)
-from session_store import open_store
 from session_store.decide import SendResult
-from session_store.migrate import upgrade
 from tests.service.helpers import (Ctl, Flavour, assert_answered_once, assert_chain_ok,
                                    assert_log_settled, assert_ran_once, assert_server_clean,
-                                   run_call)
+                                   run_call, migrated_sqlite)
 
 from .sqlitefaults import Unwritable
 
@@ -44,13 +42,9 @@ APPEND_TIMEOUT_S = 0.5  # an append gives up well within that
 
 @pytest.fixture
 async def unwritable_store(unwritable_dir):
-    url = f"sqlite+aiosqlite:///{unwritable_dir / 'log.db'}"
-    await upgrade(url)
-    store = await open_store(url, append_timeout=APPEND_TIMEOUT_S)
-    try:
-        yield store, unwritable_dir / "log.db"
-    finally:
-        await store.close()
+    db = unwritable_dir / "log.db"
+    async with migrated_sqlite(db, append_timeout=APPEND_TIMEOUT_S) as store:
+        yield store, db
 
 
 @contextlib.contextmanager

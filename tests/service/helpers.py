@@ -12,6 +12,7 @@ its projection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 import uuid
@@ -33,11 +34,24 @@ from pipecat.services.llm_service import FunctionCallParams
 from service.gemini_live import DurableGeminiLiveLLMService
 from service.local_live import LocalLiveServer, Script, ToolResult
 from service.testing.pipeline import MODEL, PlaybackOutput, ToolLedger, tools_schema
-from session_store import Policy, RecordedEvent, SessionState, load_state
+from session_store import Policy, RecordedEvent, SessionState, load_state, open_store
+from session_store.migrate import upgrade
 from session_store.storage import SqlEventStore
 
 PROMPT = "Be brief."
 TOOLS = ("lookup_order", "get_weather")
+
+
+@contextlib.asynccontextmanager
+async def migrated_sqlite(path, **options):
+    """A store on a freshly migrated SQLite file at `path`, closed on the way out."""
+    url = f"sqlite+aiosqlite:///{path}"
+    await upgrade(url)
+    store = await open_store(url, **options)
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 # --------------------------------------------------------------------------- service flavours

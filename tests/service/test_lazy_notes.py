@@ -14,11 +14,10 @@ import pytest
 
 from service import effects
 from service.local_live import Audio, Call, Script, Sleep, ToolCall, TurnComplete, WaitToolResponse
-from session_store import Policy, open_store
-from session_store.migrate import upgrade
+from session_store import Policy
 
 from .helpers import (Ctl, Flavour, assert_answered_once, assert_chain_ok, assert_log_settled,
-                      assert_ran_once, assert_server_clean, run_call)
+                      assert_ran_once, assert_server_clean, run_call, migrated_sqlite)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -29,25 +28,15 @@ ORDER = "lookup_order"
 async def urgent(tmp_path):
     """Our service on a SQLite store that commits urgent appends inline (no budget guard:
     this machine's disk may be slow at any moment): where lazy notes apply."""
-    url = f"sqlite+aiosqlite:///{tmp_path / 'urgent.db'}"
-    await upgrade(url)
-    store = await open_store(url, inline="urgent", inline_budget=60.0)
-    try:
+    async with migrated_sqlite(tmp_path / "urgent.db", inline="urgent", inline_budget=60.0) as store:
         yield Flavour("sqlite", store)
-    finally:
-        await store.close()
 
 
 @pytest.fixture
 async def default_sqlite(tmp_path):
     """The default SQLite store (every commit in its writer process): lazy notes apply too."""
-    url = f"sqlite+aiosqlite:///{tmp_path / 'default.db'}"
-    await upgrade(url)
-    store = await open_store(url)
-    try:
+    async with migrated_sqlite(tmp_path / "default.db") as store:
         yield Flavour("sqlite", store)
-    finally:
-        await store.close()
 
 
 @pytest.fixture(params=["urgent", "default_sqlite"])
