@@ -117,11 +117,15 @@ class DueEffects:
         Through the notes task, a toolCall waited for the loop to get round to that task,
         behind the processing of the audio that came with it (0.5–1 ms per call:
         bench/turn_overhead.py). Only when nothing holds the log (else the note waits its
-        turn with the notes task, as any note), and bounded: a database that refuses appends
-        holds the receive loop, and the audio behind it, LOG_NOW_TIMEOUT_S more at most once
-        an attempt failed; then the notes task takes the note over and retries."""
+        turn with the notes task, as any note, and so does one while the log is in doubt),
+        and bounded: a database that refuses appends holds the receive loop, and the audio
+        behind it, LOG_NOW_TIMEOUT_S more at most once an attempt failed, one that does not
+        answer (a partitioned network) the store's `min_attempt_s`; then the notes task
+        takes the note over and retries."""
         self._driver.note(item)
-        if self._driver.busy:
+        if self._driver.busy or self._driver.stale:
+            # Stale: an append failed, and the state must be read again first: a read the
+            # database may not answer for a while (read_timeout). Not in the receive loop.
             self._ensure_notes_task()
             return
         try:

@@ -29,7 +29,9 @@ async def open_store(url: str, **options) -> SqlEventStore:
     Checks the schema is exactly the revision this code runs on (else SchemaMismatch saying
     what to run) and starts the group-commit writers. Options: `schema` (PostgreSQL search
     path), `writers`, `max_batch_events`, `append_timeout` (seconds an append may wait for an
-    unreachable database before StoreUnavailable).
+    unreachable database before StoreUnavailable); PostgreSQL also `attempt_timeout` (seconds
+    a connect or commit may go unanswered before it is abandoned and retried, default 5) and
+    `read_timeout` (the same for a read, default 30); SQLite `inline`, `inline_budget`.
     """
     from sqlalchemy.engine import make_url
 

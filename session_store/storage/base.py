@@ -43,6 +43,10 @@ _EVENT_COLUMNS = (events.c.stream_id, events.c.version, events.c.position, event
                   events.c.hash)
 
 
+class _NoAnswer(TimeoutError):
+    """An attempt abandoned because the database said nothing in time (an outage)."""
+
+
 def now_us() -> int:
     return time.time_ns() // 1000
 
@@ -96,11 +100,18 @@ class SqlEventStore:
     #: turn's p50); PostgreSQL: no gain measured (stop 13).
     lazy_facts = False
 
+    #: An attempt (connect and commit) is never cut sooner than this, however close the
+    #: deadline of an append in it: a healthy commit under load must not be mistaken for a
+    #: lost database (see `_attempt`).
+    min_attempt_s = 0.5
+
     def __init__(self, engine: AsyncEngine, *, max_batch_events: int = 2000,
-                 writers: int | None = None, append_timeout: float = 30.0):
+                 writers: int | None = None, append_timeout: float = 30.0,
+                 attempt_timeout: float | None = None):
         self._engine = engine
         self._max_batch_events = max_batch_events
         self._append_timeout = append_timeout
+        self._attempt_timeout = attempt_timeout
         self._queue = _RequestQueue()
         self._writer_count = writers or self.default_writers
         self._writers: list[asyncio.Task] = []
@@ -294,11 +305,13 @@ class SqlEventStore:
         self._direct += 1
         self._no_direct.clear()
         try:
-            plan = await self._run_batch(batch)
-        except Exception:  # noqa: BLE001 - the writer tasks retry it and report it
+            plan = await self._attempt(batch)
+        except Exception as exc:  # noqa: BLE001 - the writer tasks retry it and report it
             # (Its plan's hashes stay on the request: a commit whose answer was lost is
             # recognised on the retry.)
             self._forget_heads(batch)
+            if self._is_outage(exc) and request.deadline <= asyncio.get_running_loop().time():
+                return self._unavailable(exc)  # its time is up: another try cannot help it
             return None
         finally:
             self._direct -= 1
@@ -367,7 +380,7 @@ class SqlEventStore:
         delay = 0.02
         while batch:
             try:
-                plan = await self._run_batch(batch)
+                plan = await self._attempt(batch)
             except _RetryBatch:
                 self._forget_heads(batch)
                 self.stats["retries"] += 1
@@ -387,11 +400,7 @@ class SqlEventStore:
                 now = loop.time()
                 for request in [r for r in batch if r.deadline <= now]:
                     batch.remove(request)
-                    _settle(request, StoreUnavailable(
-                        f"the database did not accept the append within its deadline "
-                        f"({self._describe_outage(exc)}); it was not acknowledged (if the "
-                        "connection broke during the commit it may still have been written: "
-                        "read the stream again before the next append)"))
+                    _settle(request, self._unavailable(exc))
                 self._take_queued(batch)
                 if not batch:
                     return
@@ -406,6 +415,33 @@ class SqlEventStore:
             for request, outcome in zip(batch, plan.outcomes):
                 _settle(request, outcome)
             return
+
+    def _unavailable(self, exc: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"the database did not accept the append within its deadline "
+            f"({self._describe_outage(exc)}); it was not acknowledged (if the connection broke "
+            "during the commit it may still have been written: read the stream again before "
+            "the next append)")
+
+    async def _attempt(self, batch: list[_AppendRequest]) -> BatchPlan:
+        """One try at committing a batch, abandoned after `attempt_timeout` (if set) or at
+        its earliest deadline, whichever comes first, but never before `min_attempt_s`.
+
+        A database that crashes or restarts closes its sockets, and the attempt fails at
+        once; a host behind a dead network says nothing, and a statement would wait as
+        long as TCP lets it (minutes), holding every append of the batch past its deadline
+        (and a service's receive loop with them). An abandoned attempt fails as an outage:
+        the dialect drops the connection, the batch is retried under each append's own
+        deadline, and a commit whose answer was lost is recognised by its hashes."""
+        if self._attempt_timeout is None:
+            return await self._run_batch(batch)
+        remaining = min(r.deadline for r in batch) - asyncio.get_running_loop().time()
+        budget = min(self._attempt_timeout, max(remaining, self.min_attempt_s))
+        try:
+            async with asyncio.timeout(budget):
+                return await self._run_batch(batch)
+        except TimeoutError as exc:  # (or the driver's own, connecting: the same outage)
+            raise _NoAnswer(f"the database gave no answer within {budget:.2f}s") from exc
 
     async def _run_batch(self, batch: list[_AppendRequest]) -> BatchPlan:
         """Dialect: one transaction that plans (from the cache or the heads it reads under
@@ -425,7 +461,10 @@ class SqlEventStore:
 
     def _describe_outage(self, exc: BaseException) -> str:
         """What went wrong, for StoreUnavailable and the log (dialects add detail)."""
-        return f"{exc.__class__.__name__}: {(str(exc).splitlines() or [''])[0]}"
+        said = (str(exc).splitlines() or [''])[0]
+        if not said and isinstance(exc, TimeoutError):
+            said = "no answer in time"
+        return f"{exc.__class__.__name__}: {said}"
 
     # ------------------------------------------------------------------ head cache
     def _plan_from_cache(self, batch: list[_AppendRequest]) -> BatchPlan | None:

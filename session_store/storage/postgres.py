@@ -127,18 +127,27 @@ class PostgresEventStore(SqlEventStore):
     default_writers = 2
     poll_interval = 0.5  # NOTIFY wakes followers at once; polling only covers a lost notify
 
-    def __init__(self, url: str, *, schema: str | None = None, pool_size: int = 8, **kwargs):
+    def __init__(self, url: str, *, schema: str | None = None, pool_size: int = 8,
+                 attempt_timeout: float | None = 5.0, read_timeout: float | None = 30.0,
+                 **kwargs):
+        """`attempt_timeout`: seconds a connect or commit may go unanswered before it is
+        abandoned as an outage and retried (a host behind a dead network never answers:
+        TCP would let it wait for minutes); `read_timeout`: the same for a read, which then
+        raises StoreUnavailable."""
         server_settings = {"synchronous_commit": "on", "application_name": "session_store"}
         if schema:
             server_settings["search_path"] = check_schema_name(schema)
+        connect_timeout = attempt_timeout or 60.0  # (asyncpg's own default)
         engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size,
                                      pool_pre_ping=True,
-                                     connect_args={"server_settings": server_settings})
-        super().__init__(engine, **kwargs)
+                                     connect_args={"server_settings": server_settings,
+                                                   "timeout": connect_timeout,
+                                                   "command_timeout": read_timeout})
+        super().__init__(engine, attempt_timeout=attempt_timeout, **kwargs)
         u = make_url(url)
         self._connect_kwargs = dict(host=u.host, port=u.port, user=u.username,
                                     password=u.password, database=u.database,
-                                    server_settings=server_settings)
+                                    server_settings=server_settings, timeout=connect_timeout)
         # A writer frozen mid-batch (SIGSTOP, a paused VM) must not hold stream-head row
         # locks forever: the server ends its transaction, and waiting writers give up on a
         # lock after a bounded time instead of stalling their whole batch.

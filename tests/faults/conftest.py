@@ -9,9 +9,12 @@ import uuid
 
 import pytest
 
+from sqlalchemy.engine import make_url
+
 from session_store import open_store
 from session_store.migrate import upgrade
 
+from .netproxy import PartitionProxy
 from .pgcluster import find_pg_bin, start_private_cluster
 from .sqlitefaults import CannotFault, check_immutable_works
 
@@ -37,8 +40,12 @@ async def pg_store_factory(private_pg):
     await upgrade(private_pg.url, schema=schema)
     opened = []
 
-    async def factory(**options):
-        store = await open_store(private_pg.url, schema=schema, **options)
+    async def factory(*, via: PartitionProxy | None = None, **options):
+        """`via`: open it through this proxy (tests/faults/netproxy.py) to the cluster."""
+        url = private_pg.url
+        if via is not None:
+            url = make_url(url).set(port=via.port).render_as_string(hide_password=False)
+        store = await open_store(url, schema=schema, **options)
         opened.append(store)
         return store
 

@@ -33,6 +33,8 @@ from tests.service.helpers import (Ctl, Flavour, assert_answered_once, assert_ch
                                    run_call, migrated_sqlite)
 
 from .load import Load, check_log
+from .netproxy import PartitionProxy
+from .pgcluster import Outage
 from .sqlitefaults import CannotFault, TinyDisk, Unwritable
 
 LONG = os.environ.get("LONG_FAULTS") == "1"
@@ -196,7 +198,7 @@ ORDER, WEATHER = "lookup_order", "get_weather"
 MIC_FRAME = InputAudioRawFrame(audio=b"\0" * 640, sample_rate=16000, num_channels=1)  # 20 ms
 
 
-def _voice_script(variant: str) -> Script:
+def _voice_script(variant: str, *, ask_at_once: bool = False) -> Script:
     """Before the outage the bot says a little and asks for c0 (a slow tool, 2 s): the test
     takes the database down while c0 runs, so its result arrives during the outage. Then the
     bot speaks (paced like real speech, one 40 ms chunk every ~40 ms) and asks for c1 while
@@ -204,13 +206,16 @@ def _voice_script(variant: str) -> Script:
     the log cannot take it. `waits`: the user interrupts that turn, and the bot goes on
     with another one meanwhile. `fails`:
     nothing more happens until both are answered, so only the service itself can get them
-    going again."""
+    going again. `ask_at_once`: c1 is asked for the moment the database goes, while nothing
+    else holds the log, so the receive loop itself tries to log it (and the audio after it
+    waits for that try)."""
     # `waits`: the user barges in (serverContent.interrupted) and the bot answers.
     end = [Interrupted(), Sleep(0.5), Audio(chunks=50, pause_ms=40), TurnComplete()] \
         if variant == "waits" else [TurnComplete()]
     return Script([Audio(chunks=5), TurnComplete(), ToolCall(Call("c0", WEATHER, {"id": 0})),
                    WaitSignal("db_down", timeout=30),
-                   Audio(chunks=15, pause_ms=40), ToolCall(Call("c1", ORDER, {"id": 1})),
+                   *([] if ask_at_once else [Audio(chunks=15, pause_ms=40)]),
+                   ToolCall(Call("c1", ORDER, {"id": 1})),
                    Audio(chunks=15, pause_ms=40), *end,
                    WaitToolResponse(["c0", "c1"], timeout=60), Audio(chunks=5), TurnComplete()],
                   reply=())
@@ -235,10 +240,24 @@ def _max_gap(times: list[float], start: float, end: float) -> float:
     return max(b - a for a, b in zip(inside, inside[1:]))
 
 
+async def _partition(proxy: PartitionProxy, down_for: float, on_down) -> Outage:
+    """The network to the database goes silent for `down_for` seconds (nothing closes)."""
+    stop_at = time.monotonic()
+    proxy.partition()
+    on_down()
+    await asyncio.sleep(down_for)
+    proxy.heal()
+    return Outage("partition", stop_at, stop_at, time.monotonic(), time.monotonic())
+
+
 # `fails`: appends give up after 1 s, and the silence watchdog (1 s) tries to log the end of
 # speech while the database is still down. `waits` restarts with `fast`, `fails` crashes it.
+# `partition`: the server stays up and the network to it goes silent: every append and read
+# hangs until its attempt is cut (attempt_timeout, 1 s here), instead of failing at once.
 @pytest.mark.parametrize("variant, append_timeout, mode, down_for",
-                         [("waits", 30.0, "fast", 4.0), ("fails", 1.0, "immediate", 4.5)])
+                         [("waits", 30.0, "fast", 4.0), ("fails", 1.0, "immediate", 4.5),
+                          ("waits", 30.0, "partition", 4.0)],
+                         ids=["waits", "fails", "partition"])
 async def test_voice_path_flows_while_postgres_restarts(private_pg, pg_store_factory, variant,
                                                         append_timeout, mode, down_for):
     """A real pipeline (DurableGeminiLiveLLMService, google-genai, the local Gemini Live
@@ -249,7 +268,11 @@ async def test_voice_path_flows_while_postgres_restarts(private_pg, pg_store_fac
     and is answered once. With a short append deadline (`fails`) the appends fail with
     StoreUnavailable during the outage (the service logs that and keeps the facts queued)
     and still go through after recovery."""
-    store = await pg_store_factory(append_timeout=append_timeout)
+    proxy = await PartitionProxy("127.0.0.1", private_pg.port).start() \
+        if mode == "partition" else None
+    store = await pg_store_factory(append_timeout=append_timeout, via=proxy,
+                                   **({"attempt_timeout": 1.0, "read_timeout": 1.0}
+                                      if proxy else {}))
     errors: list[str] = []
     sink = logger.add(lambda m: errors.append(str(m)), level="ERROR")
     marks: dict[str, float] = {}
@@ -264,7 +287,8 @@ async def test_voice_path_flows_while_postgres_restarts(private_pg, pg_store_fac
             ctl.server.signal("db_down")
 
         try:
-            outage = await private_pg.restart(mode, down_for, on_down=on_down)
+            outage = (await _partition(proxy, down_for, on_down) if proxy else
+                      await private_pg.restart(mode, down_for, on_down=on_down))
             marks["up"] = time.time()
             marks["starting"] = marks["up"] - (outage.up_at - outage.start_at)
             await ctl.wait(lambda: len(ctl.results()) >= 2 and ctl.script_done(0)
@@ -274,7 +298,8 @@ async def test_voice_path_flows_while_postgres_restarts(private_pg, pg_store_fac
         await ctl.settle(0.5)
 
     try:
-        run = await run_call(Flavour("postgres", store), [_voice_script(variant)], drive,
+        run = await run_call(Flavour("postgres", store),
+                             [_voice_script(variant, ask_at_once=proxy is not None)], drive,
                              timeout=120, tool_delay={WEATHER: 2.0, ORDER: 0.05},
                              speaking_timeout_s=1.0 if variant == "fails" else 4.0)
     finally:
@@ -318,7 +343,7 @@ async def test_voice_path_flows_while_postgres_restarts(private_pg, pg_store_fac
     failures = [e for e in errors if "StoreUnavailable" in e or "within its deadline" in e]
     if variant == "fails":
         assert failures, "no append failed during the outage: the deadline was not short enough"
-    report(f"voice {variant}", {
+    report(f"voice {variant} {mode}", {
         "mode": mode, "down_s": round(up - down, 2), "bot_audio_frames_during": len(played),
         "max_bot_audio_gap_s": round(bot_gap, 3),
         "mic_frames_to_gemini_during": len(heard), "max_mic_gap_s": round(mic_gap, 3),
@@ -326,3 +351,5 @@ async def test_voice_path_flows_while_postgres_restarts(private_pg, pg_store_fac
         "c1_ran_after_up_s": round(ran["t"] - up, 2),
         "c1_answered_after_up_s": round(c1.at - up, 2),
         "append_failures_logged": len(failures), "store_retries": store.stats["retries"]})
+    if proxy is not None:
+        await proxy.close()
