@@ -20,13 +20,15 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from .errors import SessionStoreError
+from .errors import SessionStoreError, StoreUnavailable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Durable Gemini Live sessions: the call log and its tools.")
 console = Console()
 err_console = Console(stderr=True)
 DEFAULT_URL = "sqlite+aiosqlite:///sessions.db"
+# `tail` asks again after an outage: first after this long, doubling up to the max.
+TAIL_RETRY_FIRST_S, TAIL_RETRY_MAX_S = 0.5, 5.0
 
 DbOption = typer.Option(None, "--db", envvar="SESSION_STORE_URL",
                         help="Database URL (default sqlite+aiosqlite:///sessions.db).")
@@ -319,16 +321,40 @@ def tail(call: Optional[str] = typer.Argument(None), redact: bool = RedactOption
 
     redactor = _redactor(redact, redact_keys, redact_config)
 
+    def show(rec) -> None:
+        if as_json:
+            sys.stdout.write(json.dumps(export_line(rec, redactor), sort_keys=True,
+                                        ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+            return
+        rec = redactor.redact_record(rec)
+        console.print(f"{rec.recorded_at:%H:%M:%S.%f} {rec.stream_id}@{rec.version} "
+                      f"{rec.type} {rec.data_json}", markup=False, highlight=False)
+
     async def go(store):
-        async for rec in store.subscribe(0, stream_id=call):
-            if as_json:
-                sys.stdout.write(json.dumps(export_line(rec, redactor), sort_keys=True,
-                                            ensure_ascii=False) + "\n")
-                sys.stdout.flush()
-                continue
-            rec = redactor.redact_record(rec)
-            console.print(f"{rec.recorded_at:%H:%M:%S.%f} {rec.stream_id}@{rec.version} "
-                          f"{rec.type} {rec.data_json}", markup=False, highlight=False)
+        # A follow outlives database outages: it says so on stderr and goes on from the last
+        # event it showed once the database answers again (nothing skipped, nothing twice).
+        position, delay = 0, TAIL_RETRY_FIRST_S
+        while True:
+            try:
+                async for rec in store.subscribe(position, stream_id=call):
+                    position = rec.position
+                    show(rec)
+                return
+            except StoreUnavailable as exc:
+                err_console.print(f"warning: {exc}; following again when it answers",
+                                  markup=False, highlight=False)
+            while True:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, TAIL_RETRY_MAX_S)
+                try:
+                    await store.list_streams(limit=1)
+                except StoreUnavailable:
+                    continue
+                err_console.print("the database answers again: following", markup=False,
+                                  highlight=False)
+                delay = TAIL_RETRY_FIRST_S
+                break
 
     try:
         _with_store(db, schema, go)

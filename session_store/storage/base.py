@@ -43,6 +43,14 @@ _EVENT_COLUMNS = (events.c.stream_id, events.c.version, events.c.position, event
                   events.c.hash)
 
 
+class _InProcessOnly:
+    """Change notifications of a store without cross-process ones: in-process wake-ups
+    always work; commits of other processes are found by polling."""
+
+    async def listening(self) -> bool:
+        return True
+
+
 class _NoAnswer(TimeoutError):
     """An attempt abandoned because the database said nothing in time (an outage)."""
 
@@ -599,28 +607,34 @@ class SqlEventStore:
 
     @contextlib.asynccontextmanager
     async def _change_notifications(self):
-        """Yields nothing; dialects add cross-process notification (LISTEN) around a follow."""
-        yield
+        """Yields what tells a follower whether commits elsewhere wake it: a dialect with
+        cross-process notification (PostgreSQL's LISTEN) keeps it up there."""
+        yield _InProcessOnly()
 
     async def subscribe(self, from_position: int = 0, *, stream_id: str | None = None,
                         batch_size: int = 500) -> AsyncIterator[RecordedEvent]:
         """Follow the log: every event after `from_position`, then new ones as they commit.
 
         Woken at once by commits in this process (and on PostgreSQL by NOTIFY from other
-        processes); otherwise it polls every `poll_interval` seconds.
+        processes, listening again after the connection for it was lost); otherwise it
+        polls every `poll_interval` seconds (at least every second while it cannot listen).
+        A read the database does not answer raises StoreUnavailable: follow again from the
+        position of the last event you got.
         """
         position = from_position
-        async with self._change_notifications():
+        async with self._change_notifications() as notifications:
             while not self._closed:
                 changed = self._changed
+                live = await notifications.listening()
                 batch = await self.read_all(position, batch_size)
                 for ev in batch:
                     position = ev.position
                     if stream_id is None or ev.stream_id == stream_id:
                         yield ev
                 if len(batch) < batch_size:
+                    wait = self.poll_interval if live else min(self.poll_interval, 1.0)
                     with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(changed.wait(), self.poll_interval)
+                        await asyncio.wait_for(changed.wait(), wait)
 
     # ------------------------------------------------------------------ snapshots
     async def save_snapshot(self, snapshot: Snapshot) -> None:

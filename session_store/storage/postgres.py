@@ -20,6 +20,7 @@ write, COMMIT.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -276,14 +277,70 @@ class PostgresEventStore(SqlEventStore):
 
     @contextlib.asynccontextmanager
     async def _change_notifications(self):
-        conn = await asyncpg.connect(**self._connect_kwargs)
-
-        def on_notify(*_args) -> None:
-            self._signal_change()
-
-        await conn.add_listener(self._channel, on_notify)
+        listener = _Listener(self)
         try:
-            yield
+            yield listener
         finally:
+            await listener.close()
+
+
+class _Listener:
+    """LISTEN on the store's channel for one follower, kept up across outages.
+
+    The connection dies with the server (a restart, a failover) or the network; nothing
+    tells a follower waiting for a notification, which then only polls (a restart of a few
+    seconds between two polls left followers on `poll_interval` for good). Losing it wakes
+    the follower, and each `listening()` makes a new one if it is gone; a failure to
+    connect is not the follower's error (its reads say whether the database is there):
+    it polls, and tries again at its next wake-up."""
+
+    def __init__(self, store: PostgresEventStore):
+        self._store = store
+        self._conn: asyncpg.Connection | None = None
+        self._warned = False  # (once per outage)
+        self._missed = False  # a connection was lost: notifications may have been missed
+
+    async def listening(self) -> bool:
+        if self._conn is not None and not self._conn.is_closed():
+            return True
+        self._drop()
+        store = self._store
+        try:
+            conn = await asyncpg.connect(**store._connect_kwargs)
+            try:
+                await conn.add_listener(store._channel, self._on_notify)
+            except BaseException:
+                conn.terminate()
+                raise
+        except Exception as exc:  # noqa: BLE001 - the follower polls meanwhile
+            if not self._warned:
+                log.warning("cannot LISTEN for new events (%s): polling until it can",
+                            store._describe_outage(exc))
+            self._warned = self._missed = True
+            return False
+        conn.add_termination_listener(self._on_lost)
+        self._conn, self._warned = conn, False
+        if self._missed:
+            self._missed = False
+            store._signal_change()  # what committed meanwhile was not notified: read again
+        return True
+
+    def _on_notify(self, *_args) -> None:
+        self._store._signal_change()
+
+    def _on_lost(self, _conn) -> None:
+        self._missed = True
+        self._store._signal_change()  # wake the follower: it connects again
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.terminate()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
             with contextlib.suppress(Exception):
-                await conn.close()
+                await asyncio.wait_for(conn.close(), 2)
+            if not conn.is_closed():
+                conn.terminate()
