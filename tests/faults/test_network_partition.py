@@ -4,7 +4,9 @@ A crashed or restarting server closes its sockets (test_db_outage.py); a partiti
 is silent, and TCP would let a statement wait for minutes. The store must bound every
 attempt, fail each append at its own deadline, retry the others when the network comes
 back, and count a commit whose answer was lost exactly once. The proxy (netproxy.py) sits
-between the store and the shared PostgreSQL; each test has its own schema.
+between the store and the shared PostgreSQL; each test has its own schema. The last tests run
+a live call through a partition: what the receive loop logs (goAway, toolCallCancellation;
+the toolCall is in test_db_outage.py's voice test) must not hold the bot's audio for it.
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from session_store import StoreUnavailable, open_store
+from service.local_live import (Audio, Call, CancelToolCalls, GoAway, Script, ToolCall,
+                                TurnComplete, WaitSignal)
+from session_store import Policy, StoreUnavailable, open_store
 from session_store.events import BotStartedSpeaking
 from session_store.migrate import upgrade
+from tests.service.helpers import (Ctl, Flavour, assert_cancelled_after_start, assert_chain_ok,
+                                   assert_log_settled, assert_server_clean, handles_of,
+                                   run_call)
 
 from ..conftest import PG_DSN, PG_URL
 from .netproxy import PartitionProxy
+from .test_db_outage import _is_audio, _max_gap
 
 # An append or read that outlives this is hanging where it should have given up.
 HANG_S = 15.0
@@ -159,3 +167,94 @@ async def test_read_in_a_partition_raises_store_unavailable(behind_proxy):
     assert time.monotonic() - started < 4.0
     proxy.heal()
     assert [e.version for e in await asyncio.wait_for(store.read("call"), HANG_S)] == [1]
+
+
+# --------------------------------------------------------------------------- a live call
+
+ORDER = "lookup_order"
+PARTITION_S = 3.0
+
+
+async def _call_through_a_partition(open_, proxy, scripts, *, ready, **options) -> tuple:
+    """A real pipeline (the service, google-genai, the local server) whose log is behind the
+    proxy. Once `ready(ctl)` holds, the network goes silent for PARTITION_S and the server
+    hears `db_down` (the script sends what it must say during the partition). Returns the
+    run and (down, up) in wall-clock time."""
+    store = await open_(attempt_timeout=1.0, read_timeout=1.0)
+    marks: dict[str, float] = {}
+
+    def log_idle(ctl: Ctl) -> bool:  # (nothing is being logged: the next fact goes at once)
+        return not ctl.llm.driver.busy and not ctl.llm.driver.has_notes
+
+    async def drive(ctl: Ctl) -> None:
+        assert await ctl.wait(lambda: ready(ctl) and log_idle(ctl), timeout=10), \
+            "never got ready to partition"
+        proxy.partition()
+        marks["down"] = time.time()
+        ctl.server.signal("db_down")
+        await asyncio.sleep(PARTITION_S)
+        proxy.heal()
+        marks["up"] = time.time()
+        await ctl.wait(lambda: ctl.script_done(len(scripts) - 1) and not ctl.tap.speaking,
+                       timeout=20)
+        await ctl.settle(0.5)
+
+    run = await run_call(Flavour("postgres", store), scripts, drive, timeout=60, **options)
+    return run, marks["down"], marks["up"]
+
+
+def _bot_audio_gap(run, down: float, up: float) -> float:
+    """The longest silence at the output during the partition; Gemini speaks throughout it
+    (the scripts' 3.6 s of audio), so a silence is what the service held back."""
+    spoken = [m.at for m in run.connections[0].sent if _is_audio(m.message)]
+    assert min(spoken) < down + 0.3 and max(spoken) > up, "Gemini did not speak throughout"
+    return _max_gap(run.tap.audio_at, down, up)
+
+
+async def test_go_away_in_a_partition_holds_no_audio_and_reconnects_once_logged(behind_proxy):
+    """goAway arrives the moment the network goes, while nothing else holds the log: the
+    receive loop tries to log it, and the bot's audio after it waits for that try. Before
+    stop 16 the try hung for the whole partition (no audio played); now it is cut at 0.5 s
+    and the notes task logs it. The reconnect it asks for waits for the log (its
+    `connection.disconnected` first), then resumes from the newest handle before goAway's
+    deadline."""
+    open_, proxy, _schema = behind_proxy
+    scripts = [Script([Audio(chunks=3), TurnComplete(), WaitSignal("db_down", timeout=20),
+                       GoAway(time_left=7.0, close_code=1000), Audio(chunks=90, pause_ms=40),
+                       TurnComplete()], reply=()),
+               Script([Audio(chunks=2), TurnComplete()], reply=())]
+    run, down, up = await _call_through_a_partition(
+        open_, proxy, scripts, ready=lambda ctl: bool(ctl.tap.speech) and not ctl.tap.speaking,
+        policy=Policy(go_away_margin_s=1.0))
+
+    first = run.connections[0]
+    go_away_at = next(s.at for s in first.sent if "goAway" in s.message)
+    assert down <= go_away_at <= up
+    gap = _bot_audio_gap(run, down, up)
+    assert gap < 1.5, f"the bot's audio stopped for {gap:.2f}s after the goAway"
+    assert len(run.connections) == 2
+    assert first.closed_by == "client", f"closed by {first.closed_by} ({first.close_code})"
+    assert up <= run.connections[1].opened_at < go_away_at + 7.0
+    assert run.connections[1].resumption_handle == handles_of(run.server, 0)[-1]
+    assert_server_clean(run)
+    assert run.at("connection.go_away", generation=1) < run.at(
+        "connection.disconnected", reason="go_away") < run.at("connection.connected",
+                                                               generation=2)
+    assert_log_settled(run)
+    await assert_chain_ok(run)
+
+
+async def test_cancellation_in_a_partition_holds_no_audio_and_is_never_answered(behind_proxy):
+    """c1 runs (1 s); its cancellation arrives the moment the network goes, and c1's result
+    during the partition. Neither holds the bot's audio; after it, the log says cancelled,
+    and the result is never sent."""
+    open_, proxy, _schema = behind_proxy
+    scripts = [Script([Audio(chunks=3), TurnComplete(), ToolCall(Call("c1", ORDER, {"id": 1})),
+                       WaitSignal("db_down", timeout=20), CancelToolCalls("c1"),
+                       Audio(chunks=90, pause_ms=40), TurnComplete()], reply=())]
+    run, down, up = await _call_through_a_partition(
+        open_, proxy, scripts, ready=lambda ctl: bool(ctl.ledger.runs), tool_delay=1.0)
+
+    gap = _bot_audio_gap(run, down, up)
+    assert gap < 1.5, f"the bot's audio stopped for {gap:.2f}s after the cancellation"
+    await assert_cancelled_after_start(run, "c1")

@@ -298,6 +298,21 @@ def assert_ran_once(run: CallRun, call_id: str) -> dict[str, Any]:
     return runs[0]
 
 
+async def assert_cancelled_after_start(run: CallRun, call_id: str) -> None:
+    """A call cancelled once it had started: it ran once (pipecat cancels the task; what it
+    did is not undone), was never answered, and the log (durable runs) says so in order."""
+    assert_ran_once(run, call_id)
+    assert run.results(call_id) == [], "a cancelled call was answered"
+    assert_server_clean(run)
+    if run.flavour.durable:
+        assert run.at("tool.call_started", call_id=call_id) < run.at("tool.call_cancelled",
+                                                                     call_id=call_id)
+        assert not run.find("tool.result_sending", call_id=call_id)
+        assert run.state.calls[call_id].status == "cancelled"
+        assert_log_settled(run)
+        await assert_chain_ok(run)
+
+
 def assert_no_fallback_names(run: CallRun) -> None:
     bad = run.results_named("tool_call_result")
     assert not bad, f"results sent under pipecat's fallback name 'tool_call_result': {bad}"
