@@ -6,7 +6,7 @@ Pure core (events, projection, decide) plus storage; it never imports pipecat.
 import importlib
 
 from .decide import Policy, choose_resumption, decide, due, seed_history
-from .errors import (ConcurrencyConflict, CorruptEvent, EventDecodeError, Fenced,
+from .errors import (CannotOpen, ConcurrencyConflict, CorruptEvent, EventDecodeError, Fenced,
                      SchemaMismatch, SchemaVersionTooNew, SessionStoreError, StoreClosed,
                      StoreUnavailable, StreamDamaged, UnknownEventType)
 from .events import Event
@@ -35,5 +35,5 @@ __all__ = [
     "Policy", "decide", "due", "choose_resumption", "seed_history",
     "SessionStoreError", "ConcurrencyConflict", "Fenced", "EventDecodeError", "UnknownEventType",
     "SchemaVersionTooNew", "CorruptEvent", "SchemaMismatch", "StoreClosed", "StoreUnavailable",
-    "StreamDamaged",
+    "StreamDamaged", "CannotOpen",
 ]

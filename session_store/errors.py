@@ -74,6 +74,11 @@ class StreamDamaged(SessionStoreError, ValueError):
                          "run `session-store verify` on it")
 
 
+class CannotOpen(SessionStoreError):
+    """The URL leads to something that is not a usable database (no such database or role,
+    a refused login, a file that is not SQLite). Not an outage: waiting will not fix it."""
+
+
 class SchemaMismatch(SessionStoreError):
     """The database schema is missing, older or newer than this code's migrations."""
 

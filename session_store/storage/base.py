@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select, text, tuple_
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..errors import SchemaMismatch, StoreClosed, StoreUnavailable
+from ..errors import CannotOpen, SchemaMismatch, StoreClosed, StoreUnavailable
 from ..events import Event, canonical_json
 from ..records import RecordedEvent
 from ..schema import HEAD_REVISION, KNOWN_REVISIONS, events, snapshots, streams
@@ -155,6 +155,13 @@ class SqlEventStore:
             if "alembic_version" not in str(exc):
                 raise StoreUnavailable(f"cannot reach the database: {exc}") from exc
             rows = []
+        except DBAPIError as exc:
+            # Reached, and refused: no such database or role, a login refused, a file that
+            # is not SQLite. Not an outage: say what the database said, never the URL (it
+            # may hold a password).
+            said = (str(getattr(exc, "orig", None) or exc).splitlines() or [""])[0]
+            raise CannotOpen(f"the database refused to be used as a session store ({said}); "
+                             "check the URL (database, user, password, file)") from exc
         found = [r[0] for r in rows]
         if not found:  # no alembic_version table, or an empty one (downgraded to base)
             raise SchemaMismatch(

@@ -100,12 +100,12 @@ def plan_batch(batch: list[_AppendRequest],
     plan = BatchPlan(before=dict(heads))
     existed = plan.before
     touched: dict[str, int] = {}
+    committed = _committed_by_an_earlier_try(batch, heads)
     for r in batch:
         version, last_hash, epoch = heads.get(r.stream_id, (0, GENESIS_HASH, 0))
         n = len(r.rows)
-        if (r.final_hash is not None and version == r.expected_version + n
-                and last_hash == r.final_hash):
-            plan.outcomes.append(version)  # committed by an earlier try whose ack was lost
+        if id(r) in committed:
+            plan.outcomes.append(r.expected_version + n)
             continue
         if r.epoch is not None and r.epoch < epoch:
             plan.outcomes.append(Fenced(r.stream_id, r.epoch, epoch))
@@ -133,3 +133,41 @@ def plan_batch(batch: list[_AppendRequest],
         else:
             plan.updated.append((sid, version, h, epoch, at, *old))
     return plan
+
+
+def _committed_by_an_earlier_try(batch: list[_AppendRequest],
+                                 heads: dict[str, tuple[int, str, int]]) -> set[int]:
+    """The requests (by id) an earlier try of this batch committed, though its answer was
+    lost: retried, they must get their version back, not a conflict, and not be written again.
+
+    The head proves the last one of a stream: it holds that request's version and final
+    hash. It says nothing directly of a request chained before it in the same batch (two
+    appends to one stream, committed together): that one is proved by the hashes, since the
+    stored request's hashes chain onto what it was planned on; if they chain onto the earlier
+    request's final hash at its version, that is what is stored there.
+    """
+    committed: set[int] = set()
+    proved: dict[str, _AppendRequest] = {}  # per stream: the earliest request proved so far
+    for r in reversed(batch):
+        if r.final_hash is None:
+            continue
+        n = len(r.rows)
+        later = proved.get(r.stream_id)
+        if later is None:
+            version, last_hash, _epoch = heads.get(r.stream_id, (0, GENESIS_HASH, 0))
+            stored = version == r.expected_version + n and last_hash == r.final_hash
+        else:
+            stored = (later.expected_version == r.expected_version + n
+                      and _chain(later, r.final_hash) == later.final_hash)
+        if stored:
+            committed.add(id(r))
+            proved[r.stream_id] = r
+    return committed
+
+
+def _chain(r: _AppendRequest, prior_hash: str) -> str:
+    """The final hash of `r`'s events planned on `prior_hash` at its expected version."""
+    h = prior_hash
+    for i, (etype, schema_version, data_json) in enumerate(r.rows, start=r.expected_version + 1):
+        h = chain_hash(h, r.stream_id, i, etype, schema_version, r.recorded_at_us, data_json)
+    return h

@@ -117,6 +117,9 @@ ins AS (
 SELECT pg_notify($15, '') FROM head"""
 
 
+CLOSE_WAIT_S = 1.0
+
+
 def _columns(rows: list[tuple]) -> list[list]:
     return [list(col) for col in zip(*rows)]
 
@@ -212,8 +215,13 @@ class PostgresEventStore(SqlEventStore):
                 # connection is fine.
                 self._unplan(batch)
                 stale = True
-            async with conn.transaction():
-                plan = await self._plan_and_write(conn, batch)
+            # BEGIN and COMMIT of our own, no `conn.transaction()`: on any failure,
+            # `_writer_connection` drops the connection and the server rolls back. The
+            # context manager's ROLLBACK after a cut attempt waited for the server's answer
+            # to asyncpg's cancel request, for as long as a partition lasted.
+            await conn.execute("BEGIN")
+            plan = await self._plan_and_write(conn, batch)
+            await conn.execute("COMMIT")
             plan.stale = stale
             return plan
 
@@ -270,10 +278,8 @@ class PostgresEventStore(SqlEventStore):
         return events.c.tx_order < _as_bigint(func.pg_snapshot_xmin(func.pg_current_snapshot()))
 
     async def _close_dialect(self) -> None:
-        for conn in self._free:
-            with contextlib.suppress(Exception):
-                await conn.close()
-        self._free.clear()
+        free, self._free = self._free, []
+        await asyncio.gather(*(_close_quickly(conn) for conn in free))
 
     @contextlib.asynccontextmanager
     async def _change_notifications(self):
@@ -340,7 +346,13 @@ class _Listener:
     async def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.close(), 2)
-            if not conn.is_closed():
-                conn.terminate()
+            await _close_quickly(conn)
+
+
+async def _close_quickly(conn: asyncpg.Connection) -> None:
+    """Close politely if the server answers soon; a server behind a dead network never
+    does (asyncpg waits for its end of the socket): then just drop the connection."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(conn.close(), CLOSE_WAIT_S)
+    if not conn.is_closed():
+        conn.terminate()

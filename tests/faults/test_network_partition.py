@@ -123,6 +123,69 @@ async def test_commit_whose_answer_the_partition_ate_counts_once(behind_proxy):
     assert [r.ok for r in await store.verify("call")] == [True]
 
 
+async def test_two_appends_to_one_stream_whose_answer_was_lost_both_count_once(behind_proxy):
+    """Committed together in one batch (chained), their answer lost: the retry finds the
+    head at the second one's hash; the first is proved by the chain, not called a conflict."""
+    open_, proxy, schema = behind_proxy
+    store = await open_(attempt_timeout=1.0)
+    v = 0
+    for _ in range(3):
+        v = await store.append("call", [_event()], v)
+    proxy.partition(replies_only=True)
+    both = asyncio.gather(store.append("call", [_event(11)], 3, timeout=30),
+                          store.append("call", [_event(12)], 4, timeout=30))
+    deadline = time.monotonic() + 5
+    while await _rows(schema, "call") != [1, 2, 3, 4, 5]:
+        assert time.monotonic() < deadline, "the batch never reached the server"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.5)
+    proxy.heal()
+    assert await asyncio.wait_for(both, HANG_S) == [4, 5]
+    assert await _rows(schema, "call") == [1, 2, 3, 4, 5]
+
+
+async def test_attempt_cut_inside_a_transaction_is_bounded(behind_proxy):
+    """The transaction path (a head not cached: here another store wrote the stream) with
+    its row lock held elsewhere, so the statement is in flight when the network goes. The
+    cut attempt used to wait for its ROLLBACK's answer, i.e. for the partition's end."""
+    open_, proxy, schema = behind_proxy
+    other = await open_store(PG_URL, schema=schema)
+    try:
+        await other.append("call", [_event()], 0)
+    finally:
+        await other.close()
+    store = await open_(attempt_timeout=1.0)
+    await store.append("warm", [_event()], 0)  # (a writer connection is open)
+    locker = await asyncpg.connect(PG_DSN)
+    try:
+        async with locker.transaction():
+            await locker.execute(f"SELECT 1 FROM {schema}.session_streams "
+                                 "WHERE stream_id = 'call' FOR UPDATE")
+            started = time.monotonic()
+            append = asyncio.ensure_future(store.append("call", [_event()], 1, timeout=2.0))
+            await asyncio.sleep(0.3)  # its SELECT ... FOR UPDATE waits for our lock
+            proxy.partition()
+            done, _ = await asyncio.wait({append}, timeout=HANG_S)
+            took = time.monotonic() - started
+        assert done, "the append hung past its deadline, waiting for the network"
+        assert took < 4.0, took
+        with pytest.raises(StoreUnavailable):
+            append.result()
+    finally:
+        await locker.close()
+
+
+async def test_close_in_a_partition_does_not_hang(behind_proxy):
+    open_, proxy, _schema = behind_proxy
+    store = await open_(attempt_timeout=1.0, read_timeout=1.0)
+    await store.append("call", [_event()], 0)
+    await store.read("call")  # (a pooled connection for reads too)
+    proxy.partition()
+    started = time.monotonic()
+    await asyncio.wait_for(store.close(), HANG_S)  # (asyncpg waited for the server's goodbye)
+    assert time.monotonic() - started < 5.0
+
+
 @pytest.mark.parametrize("replies_only", [False, True], ids=["both-ways", "replies-lost"])
 async def test_sixteen_calls_wait_out_a_partition(behind_proxy, replies_only):
     """Batches of the writer tasks, in flight when the network goes: every append is

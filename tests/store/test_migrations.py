@@ -8,9 +8,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
+from sqlalchemy.engine import make_url
 
 from session_store import events as ev
-from session_store.errors import SchemaMismatch
+from session_store import open_store
+from session_store.errors import CannotOpen, SchemaMismatch, StoreUnavailable
 from session_store.migrate import alembic_config, downgrade, upgrade
 from session_store.schema import HEAD_REVISION, KNOWN_REVISIONS, metadata
 from session_store.storage import base as storage_base
@@ -115,3 +117,22 @@ async def test_database_older_than_the_code_is_refused(migrated, monkeypatch):
 async def test_store_opens_on_head(migrated):
     store = await migrated.open()
     await store.close()
+
+
+async def test_a_database_that_refuses_to_be_used_says_so_and_is_no_outage(backend, tmp_path):
+    """No such database (PostgreSQL), a file that is not SQLite: CannotOpen, naming what
+    the database said, not the driver's exception (the CLI printed a traceback) nor
+    StoreUnavailable (waiting would not fix it)."""
+    if backend.name == "postgres":
+        url = make_url(backend.url).set(database="no_such_database_here").render_as_string(
+            hide_password=False)
+        expected = 'database "no_such_database_here" does not exist'
+    else:
+        path = tmp_path / "notes.txt"
+        path.write_text("these are my notes, not a database\n" * 200)
+        url = f"sqlite+aiosqlite:///{path}"
+        expected = "file is not a database"
+    with pytest.raises(CannotOpen) as err:
+        await open_store(url, **backend.options)
+    assert expected in str(err.value) and "check the URL" in str(err.value)
+    assert not isinstance(err.value, StoreUnavailable)
