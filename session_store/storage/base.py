@@ -624,7 +624,8 @@ class SqlEventStore:
 
         Woken at once by commits in this process (and on PostgreSQL by NOTIFY from other
         processes, listening again after the connection for it was lost); otherwise it
-        polls every `poll_interval` seconds (at least every second while it cannot listen).
+        polls every `poll_interval` seconds (while it cannot listen: every second, plus
+        the time its attempt to listen again takes, at most the connect timeout).
         A read the database does not answer raises StoreUnavailable: follow again from the
         position of the last event you got.
         """

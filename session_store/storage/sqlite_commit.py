@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sqlite3
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -67,12 +69,46 @@ def configure(conn: sqlite3.Connection, busy_timeout_ms: int = BUSY_TIMEOUT_MS) 
     cur.close()
 
 
+class CommitConnection(sqlite3.Connection):
+    """A connection that knows which file it opened.
+
+    A database file removed (or replaced) while open goes on taking commits: SQLite writes
+    to the unlinked file and its WAL, which nobody will read again, and which vanish when
+    the process ends. Every commit would be acknowledged and lost. So each commit checks,
+    after it and before it is acknowledged, that the path still names the file it wrote
+    (`check_same_file`; one stat, ~2 us)."""
+
+    path: str
+    file_id: tuple[int, int]
+
+    def check_same_file(self) -> None:
+        try:
+            st = os.stat(self.path)
+            now = (st.st_dev, st.st_ino)
+        except OSError:
+            now = None
+        if now != self.file_id:
+            exc = sqlite3.OperationalError(
+                f"the database file {self.path} was {'removed' if now is None else 'replaced'} "
+                "while this store had it open: the commit went to the old file, which nobody "
+                "reads, and was not acknowledged")
+            # An outage for the store: retried until the append's deadline, on a new
+            # connection (to the new file, or none: it is never created again here).
+            exc.sqlite_errorcode, exc.sqlite_errorname = sqlite3.SQLITE_IOERR, "SQLITE_IOERR"
+            raise exc
+
+
 def connect(path: str, statements: Statements, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
-            checkpoints: bool = True) -> sqlite3.Connection:
+            checkpoints: bool = True) -> CommitConnection:
     """A connection that commits batches. isolation_level=None: we issue BEGIN IMMEDIATE
-    ourselves, so the write lock is held from the head check to the commit."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    ourselves, so the write lock is held from the head check to the commit. The file must
+    exist (`mode=rw`): a removed database is never silently created again, empty."""
+    conn = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=rw", uri=True,
+                           isolation_level=None, check_same_thread=False,
+                           factory=CommitConnection)
     try:
+        st = os.stat(path)
+        conn.path, conn.file_id = path, (st.st_dev, st.st_ino)
         if checkpoints:
             conn.execute("PRAGMA journal_mode=WAL")  # persistent in the file
         else:
@@ -111,6 +147,7 @@ def commit_batch(conn: sqlite3.Connection, st: Statements, batch: list[_AppendRe
     which must know the hashes of a commit whose reply it may never get)."""
     if cached is not None:
         if _commit_planned(conn, st, cached):
+            conn.check_same_file()
             return cached
         for r in batch:  # another store moved a head: nothing was written
             r.final_hash = None
@@ -122,6 +159,7 @@ def commit_batch(conn: sqlite3.Connection, st: Statements, batch: list[_AppendRe
         if not _write_plan(conn, st, plan):
             raise RuntimeError("a stream head row changed under SQLite's write lock")
         conn.execute("COMMIT")
+    conn.check_same_file()
     return plan
 
 
