@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -53,6 +54,10 @@ class _InProcessOnly:
 
 class _NoAnswer(TimeoutError):
     """An attempt abandoned because the database said nothing in time (an outage)."""
+
+
+def _by_acceptance(request: _AppendRequest) -> int:
+    return request.seq
 
 
 def now_us() -> int:
@@ -131,6 +136,7 @@ class SqlEventStore:
         self._direct = 0
         self._no_direct = asyncio.Event()
         self._no_direct.set()
+        self._seq = itertools.count()
         # stream id -> (version, last hash, epoch) as this store last committed or read it
         # under the write lock. Never trusted alone: see `_plan_from_cache`.
         self._heads: dict[str, tuple[int, str, int]] = {}
@@ -262,7 +268,8 @@ class SqlEventStore:
         request = _AppendRequest(
             stream_id, rows, expected_version, epoch,
             now_us() if recorded_at_us is None else recorded_at_us,
-            loop.time() + (self._append_timeout if timeout is None else timeout))
+            loop.time() + (self._append_timeout if timeout is None else timeout),
+            seq=next(self._seq))
         self._inflight += 1
         try:
             front = False
@@ -305,7 +312,16 @@ class SqlEventStore:
                     return outcome
                 front = True
             self._queue.put_nowait(request, front=front)
-            return await request.future
+            try:
+                return await request.future
+            except asyncio.CancelledError:
+                # The caller gave up: it will read the stream again and decide again, so
+                # this append must not land later (while the database is down it could
+                # wait for its whole deadline). Still queued: gone; in a batch being retried:
+                # dropped before the next try (`_drop_abandoned`); in a commit under way:
+                # in doubt, as when a connection breaks mid-commit.
+                self._queue.discard(request)
+                raise
         finally:
             self._inflight -= 1
 
@@ -358,8 +374,15 @@ class SqlEventStore:
             first = await self._queue.get()
             if first is None:
                 return
+            if self._direct:
+                # An append is committing from its own coroutine: if it fails, it is handed
+                # over to the front of the queue, and must commit before these, which came
+                # after it (taken now, one of them could beat it to the database).
+                await self._no_direct.wait()
             batch = [first]
             self._take_queued(batch)
+            if not batch:
+                continue
             try:
                 await self._commit_with_retry(batch)
             except Exception as exc:  # noqa: BLE001 - every caller must hear about it
@@ -370,15 +393,27 @@ class SqlEventStore:
             self._signal_change()
 
     def _take_queued(self, batch: list[_AppendRequest]) -> None:
-        """Move queued appends into `batch`, up to max_batch_events (a close stays queued)."""
+        """Move queued appends into `batch`, up to max_batch_events (a close stays queued),
+        in the order they were accepted, without those whose caller gave up."""
         size = sum(len(r.rows) for r in batch)
         while size < self._max_batch_events and not self._queue.empty():
             nxt = self._queue.get_nowait()
             if nxt is None:  # closing: finish this batch, then stop
                 self._queue.put_nowait(None, front=True)
-                return
+                break
             batch.append(nxt)
             size += len(nxt.rows)
+        self._drop_abandoned(batch)
+        # (One handed back by a failed direct commit, or taken into a retry, may have come
+        # before requests already in the batch: the first of two competing appends wins,
+        # and an append chained onto another commits after it.)
+        batch.sort(key=_by_acceptance)
+
+    def _drop_abandoned(self, batch: list[_AppendRequest]) -> None:
+        abandoned = [r for r in batch if r.abandoned]
+        if abandoned:
+            batch[:] = [r for r in batch if not r.abandoned]
+            self._forget_heads(abandoned)  # (an earlier try of theirs may have committed)
 
     async def _commit_with_retry(self, batch: list[_AppendRequest]) -> None:
         """Commit a batch and settle each request's future; on an outage, retry with backoff.
@@ -394,6 +429,9 @@ class SqlEventStore:
         loop = asyncio.get_running_loop()
         delay = 0.02
         while batch:
+            self._drop_abandoned(batch)
+            if not batch:
+                return
             try:
                 plan = await self._attempt(batch)
             except _RetryBatch:

@@ -22,6 +22,12 @@ class _AppendRequest:
     deadline: float
     future: asyncio.Future | None = None  # only for a request that waits for a writer
     final_hash: str | None = None  # set when first computed: recognises a commit whose ack was lost
+    seq: int = 0  # order of acceptance: a batch commits its requests in this order
+
+    @property
+    def abandoned(self) -> bool:
+        """Its caller gave up waiting (cancelled): it must not be committed any more."""
+        return self.future is not None and self.future.cancelled()
 
 
 @dataclass
@@ -72,6 +78,10 @@ class _RequestQueue:
 
     def get_nowait(self):
         return self._items.popleft()
+
+    def discard(self, item) -> None:
+        with contextlib.suppress(ValueError):
+            self._items.remove(item)
 
     async def get(self):
         while not self._items:

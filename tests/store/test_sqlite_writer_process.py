@@ -96,6 +96,70 @@ async def test_an_urgent_append_whose_writer_dies_under_it_is_retried_by_the_wri
         await store.close()
 
 
+@pytest.mark.parametrize("b_expected", [1, 2], ids=["competing", "chained"])
+async def test_appends_issued_after_a_failed_direct_commit_go_after_it(sqlite_backend,
+                                                                        b_expected):
+    """A commits from its caller (the store was idle); B, to the same stream, comes while
+    A waits for a lock and queues; the writer dies under A, which is handed back to the
+    queue. A was issued first: it commits first. Before stop 16 the writer task, already
+    holding B, took A in behind it: competing, B won and A got a conflict; chained (B
+    expects A's version), B got one."""
+    path = sqlite_backend.url.split("///", 1)[1]
+    store = await sqlite_backend.open()
+    lock = sqlite3.connect(path, isolation_level=None)
+    try:
+        await store.append("s", [msg(0)], 0)
+        lock.execute("BEGIN IMMEDIATE")
+        a = asyncio.ensure_future(store.append("s", [msg(1)], 1))
+        await asyncio.sleep(0.1)
+        assert store._direct == 1
+        b = asyncio.ensure_future(store.append("s", [msg(2)], b_expected))
+        await asyncio.sleep(0.2)
+        os.kill(store._writer._child.proc.pid, signal.SIGKILL)  # neither committed (the lock)
+        lock.execute("ROLLBACK")
+        outcomes = await asyncio.gather(a, b, return_exceptions=True)
+        assert outcomes[0] == 2, outcomes
+        if b_expected == 1:
+            assert isinstance(outcomes[1], ConcurrencyConflict), outcomes
+            assert await _texts(store, "s") == ["turn 0", "turn 1"]
+        else:
+            assert outcomes[1] == 3, outcomes
+            assert await _texts(store, "s") == ["turn 0", "turn 1", "turn 2"]
+    finally:
+        if lock.in_transaction:
+            lock.execute("ROLLBACK")
+        lock.close()
+        await store.close()
+
+
+async def test_an_append_whose_caller_gave_up_is_never_committed_later(sqlite_backend):
+    """Its caller cancels it (a timeout of its own) while it waits in the queue behind a
+    commit that waits for a lock; the caller reads the stream, sees nothing, and may decide
+    again. Before stop 16 the append stayed queued and committed once the lock was free:
+    written after its caller had been told nothing."""
+    path = sqlite_backend.url.split("///", 1)[1]
+    store = await sqlite_backend.open()
+    lock = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        await store.append("a", [msg(0)], 0)
+        await store.append("b", [msg(0)], 0)
+        lock.execute("BEGIN IMMEDIATE")
+        slow = asyncio.ensure_future(store.append("a", [msg(1)], 1))  # direct, on the lock
+        await asyncio.sleep(0.05)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(store.append("b", [msg(1)], 1), 0.3)
+        assert await store.stream_version("b") == 1
+        lock.execute("COMMIT")
+        assert await slow == 2
+        assert await store.append("a", [msg(2)], 2) == 3  # (the writer has moved on)
+        assert await store.stream_version("b") == 1, "the abandoned append was committed"
+    finally:
+        if lock.in_transaction:
+            lock.execute("ROLLBACK")
+        lock.close()
+        await store.close()
+
+
 async def test_a_commit_whose_answer_was_lost_is_recognised_not_repeated(sqlite_backend,
                                                                          tmp_path, monkeypatch):
     """The child commits a batch it planned itself (a new stream: heads read under the lock)
