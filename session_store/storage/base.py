@@ -341,7 +341,7 @@ class SqlEventStore:
             # (Its plan's hashes stay on the request: a commit whose answer was lost is
             # recognised on the retry.)
             self._forget_heads(batch)
-            if self._is_outage(exc) and request.deadline <= asyncio.get_running_loop().time():
+            if self._lost(exc) and request.deadline <= asyncio.get_running_loop().time():
                 return self._unavailable(exc)  # its time is up: another try cannot help it
             return None
         finally:
@@ -448,7 +448,7 @@ class SqlEventStore:
                     for request in list(batch):
                         await self._commit_with_retry([request])
                     return
-                if not self._is_outage(exc):
+                if not self._lost(exc):
                     raise
                 now = loop.time()
                 for request in [r for r in batch if r.deadline <= now]:
@@ -477,24 +477,34 @@ class SqlEventStore:
             "the next append)")
 
     async def _attempt(self, batch: list[_AppendRequest]) -> BatchPlan:
-        """One try at committing a batch, abandoned after `attempt_timeout` (if set) or at
-        its earliest deadline, whichever comes first, but never before `min_attempt_s`.
+        """One try at committing a batch, abandoned at its earliest deadline or after
+        `attempt_timeout` (if set), whichever comes first, but never before `min_attempt_s`.
 
         A database that crashes or restarts closes its sockets, and the attempt fails at
         once; a host behind a dead network says nothing, and a statement would wait as
-        long as TCP lets it (minutes), holding every append of the batch past its deadline
-        (and a service's receive loop with them). An abandoned attempt fails as an outage:
-        the dialect drops the connection, the batch is retried under each append's own
-        deadline, and a commit whose answer was lost is recognised by its hashes."""
-        if self._attempt_timeout is None:
-            return await self._run_batch(batch)
+        long as TCP lets it (minutes); a SQLite writer on a disk that stopped answering (or
+        a stopped process) never answers. Either held every append of the batch past its
+        deadline (and a service's receive loop with them). An abandoned attempt fails as an
+        outage: the dialect makes sure it cannot commit later (`_attempt_abandoned`), the
+        batch is retried under each append's own deadline, and a commit whose answer was
+        lost is recognised by its hashes."""
         remaining = min(r.deadline for r in batch) - asyncio.get_running_loop().time()
-        budget = min(self._attempt_timeout, max(remaining, self.min_attempt_s))
+        budget = max(remaining, self.min_attempt_s)
+        if self._attempt_timeout is not None:
+            budget = min(budget, self._attempt_timeout)
         try:
             async with asyncio.timeout(budget):
                 return await self._run_batch(batch)
         except TimeoutError as exc:  # (or the driver's own, connecting: the same outage)
+            self._attempt_abandoned()
             raise _NoAnswer(f"the database gave no answer within {budget:.2f}s") from exc
+
+    def _attempt_abandoned(self) -> None:
+        """Dialect: an attempt was cut (`_attempt`); make sure it cannot commit later."""
+
+    def _lost(self, exc: BaseException) -> bool:
+        """An outage (retry until the deadlines), as opposed to a bug (raise)."""
+        return isinstance(exc, _NoAnswer) or self._is_outage(exc)
 
     async def _run_batch(self, batch: list[_AppendRequest]) -> BatchPlan:
         """Dialect: one transaction that plans (from the cache or the heads it reads under

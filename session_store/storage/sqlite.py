@@ -218,6 +218,9 @@ class SqliteEventStore(SqlEventStore):
                         log.warning("cannot reopen the inline SQLite connection",
                                     exc_info=True)
 
+    def _attempt_abandoned(self) -> None:
+        self._writer.abandon()
+
     async def _checkpoint(self) -> None:
         try:
             await self._writer.checkpoint()

@@ -208,6 +208,16 @@ class _Child:
         if reply is not None and not reply.done():
             reply.set_result((status, result))
 
+    def abandon(self) -> None:
+        """Its answer is no longer awaited (an attempt was cut: a disk that stopped answering,
+        a stopped process): kill it, so it cannot commit later. What it sent before dying is
+        still read until its pipe closes: a batch it planned has its hashes on the requests
+        before the next child is started (`_spawn` waits for that), so a retry recognises a
+        commit that did happen."""
+        self.failed = True  # no new request goes to it
+        if self.proc.returncode is None:
+            self.proc.kill()
+
     def fail(self, error: BaseException) -> None:
         """Nothing more can be read from it: every request in flight fails as an outage."""
         self.failed = True
@@ -269,9 +279,16 @@ class WriterProcess:
             raise _error_from(result)
 
     async def commit(self, batch: list[_AppendRequest], cached: BatchPlan | None) -> BatchPlan:
-        """Commit a batch there (`commit_batch`); sets each request's `final_hash`."""
-        plan = await self._call("commit", (_request_rows(batch), cached), batch)
+        """Commit a batch there (`commit_batch`); sets each request's `final_hash`. The rows
+        are taken once a live child is there: after an abandoned one, only then are the
+        hashes it planned known (see `_Child.abandon`)."""
+        plan = await self._call("commit", lambda: (_request_rows(batch), cached), batch)
         return cached if plan is None else plan
+
+    def abandon(self) -> None:
+        """The request in flight is no longer awaited: the child must not commit it later."""
+        if self._child is not None:
+            self._child.abandon()
 
     async def checkpoint(self) -> None:
         await self._call("checkpoint", None)
@@ -340,7 +357,8 @@ class WriterProcess:
                 # to open comes back as this request's own error, the child opens again).
                 opened = await self._spawn()
                 opened.add_done_callback(lambda f: f.cancelled() or f.exception())
-            reply = await self._send(self._child, op, args, batch)
+            reply = await self._send(self._child, op, args() if callable(args) else args,
+                                     batch)
         status, result = await reply
         if status != "ok":
             raise _error_from(result)

@@ -5,6 +5,7 @@ on with a new one, and the child never outlives the store's process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from session_store.errors import ConcurrencyConflict
+from session_store.errors import ConcurrencyConflict, StoreUnavailable
 from session_store.storage.sqlite_writer import WriterProcess
 
 from .helpers import msg
@@ -157,6 +158,39 @@ async def test_an_append_whose_caller_gave_up_is_never_committed_later(sqlite_ba
         if lock.in_transaction:
             lock.execute("ROLLBACK")
         lock.close()
+        await store.close()
+
+
+@pytest.mark.parametrize("urgent", [True, False], ids=["direct", "writer-task"])
+async def test_a_writer_that_stops_answering_fails_appends_at_their_deadline(sqlite_backend,
+                                                                             urgent):
+    """The child stops (SIGSTOP: as a disk that stopped answering holds it in an fsync).
+    Before stop 16 an append with a 1 s deadline waited for ever. Now the attempt is cut at
+    the deadline, the child killed (it must not commit later), the append fails with
+    StoreUnavailable, and the next one goes to a new child."""
+    store = await sqlite_backend.open()
+    try:
+        v = await store.append("s", [msg(0)], 0)
+        if not urgent:  # (two at once: they queue for the writer task)
+            v = (await asyncio.gather(store.append("s", [msg(1)], 1),
+                                      store.append("t", [msg(1)], 0)))[0]
+        stopped = store._writer._child.proc
+        os.kill(stopped.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        appends = [store.append("s", [msg(9)], v, timeout=1.0)]
+        if not urgent:
+            appends.append(store.append("t", [msg(9)], 1, timeout=1.0))
+        outcomes = await asyncio.wait_for(asyncio.gather(*appends, return_exceptions=True), 10)
+        assert all(isinstance(o, StoreUnavailable) for o in outcomes), outcomes
+        assert time.monotonic() - started < 3.0
+        await asyncio.wait_for(stopped.wait(), 5)  # killed (SIGKILL ends a stopped process)
+        assert await store.append("s", [msg(2)], v) == v + 1
+        assert store._writer._child.proc.pid != stopped.pid
+        assert await store.stream_version("s") == v + 1  # nothing written twice, nothing late
+        assert all(r.ok for r in await store.verify())
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(store._writer._child.proc.pid, signal.SIGCONT)
         await store.close()
 
 
