@@ -316,9 +316,11 @@ class WriterProcess:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-P", "-m", self.child_module, str(os.getpid()), str(write_fd),
                 env=env, stdin=asyncio.subprocess.PIPE, pass_fds=(write_fd,))
-        except OSError as exc:  # out of processes, memory or file descriptors: an outage
-            os.close(read_fd)
-            raise _gone(f"cannot be started ({exc})") from exc
+        except BaseException as exc:
+            os.close(read_fd)  # (also when a cut attempt cancels the start)
+            if isinstance(exc, OSError):  # out of processes, memory or descriptors: an outage
+                raise _gone(f"cannot be started ({exc})") from exc
+            raise
         finally:
             os.close(write_fd)
         child = _Child(proc)
