@@ -73,7 +73,10 @@ async def test_acknowledged_appends_survive_sigkill(migrated, tmp_path, streams)
     try:
         first = await asyncio.wait_for(child.stdout.readline(), 30)
         assert first == b"ready\n", first + await child.stderr.read()
-        while sum(acked.values()) < 120:
+        # Every stream has some acknowledged appends: a stream whose first append was still
+        # under way (waiting for its connection on a loaded machine) while the others made
+        # 120 failed the check below that each stream is in the log (seen once in CI).
+        while sum(acked.values()) < 120 or min(acked.get(s, 0) for s in streams) < 3:
             line = await asyncio.wait_for(child.stdout.readline(), 30)
             assert line, (await child.stderr.read()).decode()
             inline = _ack(line, acked)
