@@ -13,6 +13,9 @@ Printed per service:
   toolResponse leaves, the request with its start, then the result with the send intent);
 - audio: a model audio chunk sent by the server → its TTSAudioRawFrame leaving the service
   (p50/p99/max ms), ours minus stock (what the log adds on the audio path).
+- floor: the raw driver's two commits per turn on the same database, after the same idle
+  spells as a turn's (bench/commit_floor.py), measured between the calls; what ours adds
+  beyond it is the cost of our code rather than of the disk's syncs.
 
 SQLite runs twice: `sqlite` is the default store (inline="never"), every commit in its
 writer process (until stop 14 a thread, whose commits waited for the GIL of the busy loop);
@@ -36,7 +39,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -68,6 +70,7 @@ PG_URL = os.environ.get("SESSION_STORE_BENCH_PG",
                         "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 PG_DSN = PG_URL.replace("postgresql+asyncpg", "postgresql")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from commit_floor import floor_for, pct  # noqa: E402
 from turn_scripts import TOOL, audio_chunks, deferral_script, overhead_script  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent / "turn_scripts.py"
@@ -89,12 +92,6 @@ class AudioTap(FrameProcessor):
         elif isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.UPSTREAM:
             self.stops.append(time.time())
         await self.push_frame(frame, direction)
-
-
-def pct(values: list[float], q: int) -> float:
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 class ServerProcess:
@@ -247,12 +244,19 @@ async def main(turns: int, rounds: int, deferral_turns: int, only: list[str] | N
     turn_ms: dict[str, list[float]] = {k: [] for k in services}
     audio_ms: dict[str, list[float]] = {k: [] for k in services}
     deferral: dict[str, list[dict]] = {n: [] for n in backends}
+    # The raw driver's two commits per turn, spaced as a turn's are (bench/commit_floor.py):
+    # the least a write-ahead tool call can add on this disk, measured between the calls.
+    floors = {"postgres" if n == "postgres" else "sqlite" for n in backends}
+    floor_ms: dict[str, list[float]] = {n: [] for n in floors}
     per_round = max(1, turns // rounds)
     with tempfile.TemporaryDirectory() as tmp:
         # Warm-up (imports, TLS, first pipeline): not measured.
         await run_call("stock", "overhead_script", 2)
         stores = {name: await open_backend(name, tmp) for name in backends}
+        raw = {name: floor_for(name, tmp) for name in floors}
         try:
+            for floor in raw.values():
+                await floor.open()
             # Rounds interleave the services, so machine noise (other processes, GC) lands
             # on all of them alike instead of on whichever ran during a hiccup.
             for _ in range(rounds):
@@ -265,11 +269,15 @@ async def main(turns: int, rounds: int, deferral_turns: int, only: list[str] | N
                                              store, Policy(defer="none"))
                     turn_ms[key] += turn_latencies(res)
                     audio_ms[key] += audio_latencies(res)
+                for name, floor in raw.items():
+                    floor_ms[name] += await floor.turns(per_round)
             for name in backends:
                 deferral[name].append(await run_call(
                     "ours", "deferral_script", deferral_turns, stores[name][0],
                     Policy()))
         finally:
+            for floor in raw.values():
+                await floor.close()
             for store, schema in stores.values():
                 await store.close()
                 if schema:
@@ -292,6 +300,16 @@ async def main(turns: int, rounds: int, deferral_turns: int, only: list[str] | N
         print(row)
     print("(ms; turn = server sends toolCall -> server receives toolResponse; audio = server "
           "sends a chunk -> the service pushes its frame; + = ours minus stock)")
+
+    print("\nFloor: the raw driver's two commits per turn, after the same idle spells "
+          "(bench/commit_floor.py), and what ours adds beyond them")
+    for key in services[1:]:
+        floor = floor_ms["postgres" if key.endswith("postgres") else "sqlite"]
+        t = turn_ms[key]
+        added = [pct(t, q) - pct(base_t, q) for q in (50, 90, 99)]
+        print(f"{key:<20}floor p50 {pct(floor, 50):5.2f} p90 {pct(floor, 90):5.2f} "
+              f"p99 {pct(floor, 99):5.2f}   added beyond it: "
+              + " / ".join(f"{a - pct(floor, q):+.2f}" for a, q in zip(added, (50, 90, 99))))
 
     print(f"\nDeferral wait (default Policy, calls arriving mid-speech, {deferral_turns} calls)")
     for name in backends:

@@ -15,7 +15,9 @@ from typing import Any
 from google.genai.types import Content, FunctionResponse, Part
 from loguru import logger
 from pipecat.adapters.llm.services.gemini_adapter import GeminiLLMAdapter
-from pipecat.frames.frames import FunctionCallFromLLM, FunctionCallResultFrame
+from pipecat.frames.frames import (FunctionCallCancelFrame, FunctionCallFromLLM,
+                                   FunctionCallResultFrame)
+from pipecat.processors.frame_processor import FrameDirection
 from websockets.exceptions import ConnectionClosed
 
 from session_store import events as ev
@@ -46,6 +48,10 @@ LOG_NOW_TIMEOUT_S = 0.2
 # toolCall came, and that toolCall waited for it). Decisions never lag: every commit stages
 # the notes before anything it decides.
 LAZY_NOTE_WAIT_S = 0.05
+# The answer for a call pipecat stopped before it returned (its timeout, or the app).
+STOPPED_ERROR = ("stopped before it returned a result (it ran past its timeout, or the "
+                 "application cancelled it); it may or may not have taken effect. Check "
+                 "before retrying.")
 
 
 class DueEffects:
@@ -208,13 +214,32 @@ class DueEffects:
                 for e in due(state, self._driver.policy, now_us()) if isinstance(e, SendResult)]
 
     async def _run_started(self, events: list[ev.Event]) -> None:
-        """Run the calls whose start was just committed (write-ahead: never before)."""
+        """Run the calls whose start was just committed (write-ahead: never before), unless
+        Gemini cancelled them meanwhile: a toolCallCancellation read while the start was
+        being committed could only be noted (the log was busy with that very commit), and
+        is logged after it. The start in the log is then an intent never carried out."""
         calls = [self._driver.state.calls[e.call_id] for e in events
                  if isinstance(e, ev.ToolCallStarted)]
         for call in calls:
+            if self._cancelled_for(call.call_id):
+                continue
             await self.run_function_calls([FunctionCallFromLLM(
                 function_name=call.name, tool_call_id=call.call_id, arguments=call.args,
                 context=self._context)])
+            if self._cancelled_for(call.call_id):  # came while pipecat set the task up
+                await self._cancel_function_calls_by_tool_call_id(call.call_id)
+
+    def _cancelled_for(self, call_id: str) -> bool:
+        """Did Gemini cancel this call on the wire, or an id that re-asked for it?"""
+        calls = self._driver.state.calls
+        seen = set()
+        while call_id and call_id not in seen:
+            if call_id in self._cancelled_on_wire:
+                return True
+            seen.add(call_id)
+            call = calls.get(call_id)
+            call_id = call.superseded_by if call is not None else None
+        return False
 
     async def _perform_due(self, only=None) -> None:
         """Do what the log says is due now (or the part `only` selects), until nothing is."""
@@ -272,6 +297,13 @@ class DueEffects:
         """Send results whose intent was just committed; confirm those that went out."""
         sent = []
         for intent in sending:
+            if intent.generation != self._driver.state.generation or self._session is None:
+                # The session it was meant for is gone (a reconnect got in between): never
+                # send on another one (a toolResponse for an id it did not issue silences the
+                # model). Left unconfirmed, it is resent by the delivery rules, like a send
+                # that failed. (pipecat sets `_session` only after the new session's
+                # Connected is logged, so a live session always has the current generation.)
+                continue
             call = self._driver.state.calls[intent.call_id]
             if await self._send_result(call, intent.via):
                 sent.append(ev.ToolResultSent(call.call_id, intent.generation, intent.via))
@@ -386,6 +418,49 @@ class DueEffects:
                                          if isinstance(e, ev.ToolResultSending)])
         except Fenced:
             await self._on_fenced()
+            return
+        await self._perform_due()
+
+    async def push_frame(self, frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
+        # (pipecat broadcasts a cancelled call both ways: the downstream copy is the one.)
+        if direction == FrameDirection.DOWNSTREAM and isinstance(frame, FunctionCallCancelFrame):
+            await self._handle_function_call_cancelled(frame)
+        await super().push_frame(frame, direction)
+
+    async def _handle_interruptions(self, _) -> None:
+        # pipecat cancels every running call of a tool registered with
+        # cancel_on_interruption (the default) on any interruption, local or Gemini's, and
+        # answers none of them: Gemini, which still holds the id unless it cancels it
+        # itself, waits for ever. Gemini decides: its toolCallCancellation stops a logged
+        # call (see the receive loop); otherwise the call finishes and is answered.
+        return None
+
+    async def _handle_function_call_cancelled(self, frame: FunctionCallCancelFrame) -> None:
+        """pipecat stopped a running call without a result (its timeout, or the app's
+        cancel_function_calls): the model still waits for an answer, so the log records an
+        explicit failure, delivered like any result — unless the call was cancelled (by
+        Gemini: nothing is owed) or has its outcome already. Decided at commit time, after
+        whatever was noted before (a cancellation noted while the log was busy)."""
+        call_id = frame.tool_call_id
+        call = self._driver.state.calls.get(call_id)
+        if call is None or call.status != "started" or self._cancelled_for(call_id):
+            return  # (Gemini's own cancellation, stopped from the receive loop: nothing owed)
+
+        def failure(state) -> list[ev.Event]:
+            call = state.calls.get(call_id)
+            if call is None or call.status != "started" or self._cancelled_for(call_id):
+                return []
+            return [ev.ToolCallFailed(call_id, STOPPED_ERROR, outcome_unknown=True)]
+
+        try:
+            await self._driver.record(then=failure)
+        except Fenced:
+            await self._on_fenced()
+            return
+        except Exception as exc:  # noqa: BLE001 - the log is down: decided again when it is back
+            logger.error(f"{self}: call {self.call_id}: could not log that {call_id} was "
+                         f"stopped: {type(exc).__name__}: {exc}")
+            self._note(failure)
             return
         await self._perform_due()
 

@@ -16,6 +16,8 @@ tests/service/test_pipecat_contract.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import enum
 import hashlib
 import math
 import re
@@ -23,6 +25,7 @@ import time
 import uuid
 from typing import Any, Literal
 
+import pydantic
 from loguru import logger
 from pipecat.frames.frames import (BotStartedSpeakingFrame, BotStoppedSpeakingFrame, EndFrame,
                                    InterruptionFrame)
@@ -34,7 +37,7 @@ from session_store import events as ev
 from session_store.decide import (RESYNC_KINDS, CancellationArrived, FunctionCall, GoAway,
                                   InterruptionObserved, ResolveInDoubt, ServerMessageRejected,
                                   SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,
-                                  waits_for_silence)
+                                  cancelled_with, waits_for_silence)
 from session_store.errors import Fenced
 from session_store.storage import SqlEventStore
 
@@ -119,6 +122,9 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         self._model_turns = 0
         self._turns_played = 0
         self._transcript: dict[str, list[str]] = {"user": [], "assistant": []}
+        # Ids Gemini cancelled, as they come off the wire: a start committed meanwhile (the
+        # cancellation waiting behind it to be logged) must not run (`_run_started`).
+        self._cancelled_on_wire: set[str] = set()
 
     # ------------------------------------------------------------------ public helpers
     @property
@@ -374,15 +380,17 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             self.create_task(self._due_after(max(time_left - margin, 0.0)), "go_away_deadline")
         if message.tool_call_cancellation is not None:
             ids = tuple(message.tool_call_cancellation.ids or ())
-            before = {i: self._driver.state.calls[i].status for i in ids
-                      if i in self._driver.state.calls}
+            self._cancelled_on_wire.update(i for i in ids if isinstance(i, str))
+            # What runs for them: each call, or the original a re-issued id waits for.
+            running = [c.call_id for c in cancelled_with(self._driver.state, ids)
+                       if c.status == "started"]
             # Logged here, bounded while the database is down (`_log_now`); if it is only
             # noted, it is still logged before anything else is decided, so no cancelled call
-            # starts. Stopping a running one is this process's own business: done at once.
+            # starts (and a start being committed meanwhile does not run: `_run_started`).
+            # Stopping a running one is this process's own business: done at once.
             await self._log_now(CancellationArrived(ids, gen))
-            for call_id, status in before.items():
-                if status == "started":  # already running: stop it if pipecat can
-                    await self._cancel_function_calls_by_tool_call_id(call_id)
+            for call_id in running:  # already running: stop it if pipecat can
+                await self._cancel_function_calls_by_tool_call_id(call_id)
         sc = message.server_content
         if sc is None:
             return
@@ -524,18 +532,26 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
 
     # ------------------------------------------------------------------ decide and act
 def _plain(value: Any) -> Any:
-    """A setting as plain JSON. Mappings and lists stay structured, so that redact_settings
-    can still mask a secret nested in them by its key (str() of a dict would hide the key
-    from it and log the secret)."""
+    """A setting as plain JSON. Mappings, lists and models stay structured, so that
+    redact_settings can still mask a secret nested in them by its key: str() of a dict, or
+    of a pydantic model such as google-genai's HttpOptions, hides the key from it and logs
+    the secret (seen: an api key header). An object of any other kind is logged by its type
+    only, as its text may hold anything."""
     if value is None or isinstance(value, (str, int, bool)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if type(value).__name__ == "NotGiven":
         return None
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, set, frozenset)):
         return [_plain(v) for v in value]
-    return str(value)
+    if isinstance(value, pydantic.BaseModel):
+        return _plain(value.model_dump(mode="json", exclude_none=True))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
+    return f"<{type(value).__name__}>"
 

@@ -78,6 +78,8 @@ class SessionSeeding:
         if seeded:
             await self._driver.record(*(ev.ToolResultSending(c.call_id, generation, "seed")
                                         for c in seeded))
+            if generation != self._driver.state.generation or self._session is None:
+                return  # its session went meanwhile: never seed another (`_deliver`)
         try:
             await self._session.send_client_content(turns=contents, turn_complete=trigger)
             if self._is_gemini_3 and trigger:

@@ -47,7 +47,8 @@ class UserError(Exception):
 
 
 def _fail(message: str, code: int = 2):
-    err_console.print(f"error: {message}", markup=False, highlight=False)
+    # soft_wrap: one line however long (a script greps it; rich would wrap at 80 columns)
+    err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -288,11 +289,8 @@ def replay(call: str,
         head = await _require_call(store, call)
         return run_replay(await store.read(call, to_version=head), policy, call_id=call)
 
-    report = _with_store(db, schema, go)
-    redactor = Redactor()
-    for d in report.divergences:  # logged/decided events may carry arguments and results
-        d.logged = [_redact_item(redactor, x) for x in d.logged]
-        d.decided = [_redact_item(redactor, x) for x in d.decided]
+    # Divergences carry tool arguments and results: secrets are masked, as everywhere.
+    report = _with_store(db, schema, go).redacted(Redactor())
     if as_json:
         _print_json(report.to_json())
     else:
@@ -301,12 +299,6 @@ def replay(call: str,
         raise typer.Exit(2)
     if report.divergences:
         raise typer.Exit(1)
-
-
-def _redact_item(redactor, item: dict) -> dict:
-    if "type" in item and isinstance(item.get("data"), dict):
-        return {**item, "data": redactor.redact_data(item["type"], item["data"])[0]}
-    return redactor.redact_data("effect", item)[0]
 
 
 @app.command()
@@ -379,6 +371,9 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind;
     except ValueError as exc:
         _fail(str(exc))
     redactor = _redactor(redact, redact_keys, redact_config)
+    # The app opens the store in its lifespan, where a failure is uvicorn's traceback: a
+    # store that cannot be opened (bad URL, no schema, down) is told here, in one line.
+    _with_store(db, schema, lambda store: asyncio.sleep(0))
     import uvicorn
 
     web = create_app(db or DEFAULT_URL, schema=schema, token=token, redaction=redactor.config)

@@ -301,6 +301,7 @@ def bounded(detail: Any, depth: int = 0) -> Any:
 
 def _decide_cancellation(state: SessionState, obs: CancellationArrived) -> list[ev.Event]:
     out: list[ev.Event] = []
+    cancelled: set[str] = set()
     for call_id in obs.call_ids:
         call = state.calls.get(call_id)
         if call_id in state.archived:
@@ -308,9 +309,32 @@ def _decide_cancellation(state: SessionState, obs: CancellationArrived) -> list[
         if call is None:
             out.append(ev.AnomalyRecorded("cancellation_for_unknown_call",
                                           {"call_id": _clean(str(call_id))}, obs.generation))
-        elif call.status != "cancelled" and not (call.has_outcome and state.in_model(call)):
+        elif (call.status != "cancelled" and call_id not in cancelled
+              and not (call.has_outcome and state.in_model(call))):
             out.append(ev.ToolCallCancelled(call_id, "server"))
+            cancelled.add(call_id)
+            # A re-issued id stands for its original (the model lost the first id): the
+            # request is cancelled, so the original must not start (or go on) for it.
+            for original in cancelled_with(state, (call_id,))[1:]:
+                if (original.status != "cancelled" and not original.has_outcome
+                        and original.call_id not in cancelled):
+                    out.append(ev.ToolCallCancelled(original.call_id, "reissue_cancelled"))
+                    cancelled.add(original.call_id)
     return out
+
+
+def cancelled_with(state: SessionState, call_ids) -> list[CallState]:
+    """The calls a cancellation of these ids reaches: each known call, then the originals
+    it re-asks for (`reissue_of`, transitively), in that order, each once."""
+    found: list[CallState] = []
+    seen: set[str] = set()
+    for call_id in call_ids:
+        call = state.calls.get(call_id) if isinstance(call_id, str) else None
+        while call is not None and call.call_id not in seen:
+            seen.add(call.call_id)
+            found.append(call)
+            call = state.calls.get(call.reissue_of) if call.reissue_of else None
+    return found
 
 
 def _jsonable(value: Any) -> Any:

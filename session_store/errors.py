@@ -79,6 +79,18 @@ class CannotOpen(SessionStoreError):
     a refused login, a file that is not SQLite). Not an outage: waiting will not fix it."""
 
 
+def driver_said(exc: BaseException) -> str:
+    """The first line of what the database driver said (SQLAlchemy wraps it in `orig`)."""
+    return (str(getattr(exc, "orig", None) or exc).splitlines() or [""])[0]
+
+
+def refused(exc: BaseException) -> CannotOpen:
+    """CannotOpen for a database that was reached and refused: says what the database said,
+    never the URL (it may hold a password)."""
+    return CannotOpen(f"the database refused to be used as a session store ({driver_said(exc)}); "
+                      "check the URL (database, user, password, file)")
+
+
 class SchemaMismatch(SessionStoreError):
     """The database schema is missing, older or newer than this code's migrations."""
 

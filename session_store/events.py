@@ -304,7 +304,7 @@ class ToolCallFailed(Event):
 @event_type("tool.call_cancelled")
 class ToolCallCancelled(Event):
     call_id: str
-    reason: str  # server | interruption
+    reason: str  # server | reissue_cancelled (the id that re-asked for it was cancelled)
 
 
 @event_type("tool.result_sending")

@@ -25,7 +25,7 @@ from . import events as ev
 from .errors import CorruptEvent, EventDecodeError, StreamDamaged
 from .records import RecordedEvent
 
-PROJECTION_VERSION = 4
+PROJECTION_VERSION = 5
 HANDLE_TTL_US = 2 * 3600 * 1_000_000  # Gemini keeps a resumption handle ~2 h
 # A call answered as content this recently may have crossed a re-ask on the wire
 # (decide.Policy.crossing_window_s): compaction keeps such calls whatever the window.
@@ -116,6 +116,10 @@ class SessionState:
     newest_handle: str | None = None
     reconnect_pending: str | None = None
     reconnect_keys: list[str] = field(default_factory=list)
+    # A reconnect asked for while no session was up (between a Disconnected and the next
+    # Connected): the session that comes up may not carry what it asked for (a prompt
+    # changed during the handshake), so it stays pending past that Connected.
+    reconnect_requested_offline: bool = False
     go_away_deadline_us: int | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     calls: dict[str, CallState] = field(default_factory=dict)
@@ -216,12 +220,15 @@ class SessionState:
     def find_equivalent(self, name: str, args: dict[str, Any],
                         crossing_window_us: int = 0) -> CallState | None:
         """An earlier call with the same name and arguments that Gemini is re-asking for:
-        its answer is not in the current model state — or it reached this session only as
-        content within `crossing_window_us` of now, so the new request may have crossed it
-        on the wire (the model asked before it read the answer). None otherwise."""
+        the current session never issued it (it resumed from a state before it, or started
+        fresh), and its answer is not in the current model state — or it reached this
+        session only as content within `crossing_window_us` of now, so the new request may
+        have crossed it on the wire (the model asked before it read the answer). None
+        otherwise: an equal call in the session that issued the first is a request of its
+        own (two parallel lookups, the user asking twice), and both ids await an answer."""
         for c in self.calls.values():
             if (c.name == name and c.args == args and c.status != "cancelled"
-                    and not c.superseded_by
+                    and not c.superseded_by and not self.session_knows_call(c)
                     and (not self.in_model(c) or self._crossed(c, crossing_window_us))):
                 return c
         return None
@@ -297,7 +304,11 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             if s.generation:
                 s.reconnects += 1
             s.generation, s.connected = e.generation, True
-            s.reconnect_pending, s.reconnect_keys, s.go_away_deadline_us = None, [], None
+            if s.reconnect_requested_offline and s.reconnect_pending == "settings":
+                s.reconnect_requested_offline = False  # asked during the handshake: still due
+            else:
+                s.reconnect_pending, s.reconnect_keys = None, []
+            s.go_away_deadline_us = None
             s.bot_speaking = False
         case ev.Disconnected():
             if e.generation == s.generation:
@@ -311,6 +322,7 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             s.reconnect_pending = s.reconnect_pending or "go_away"
         case ev.ReconnectRequested():
             s.reconnect_pending = e.reason
+            s.reconnect_requested_offline = bool(s.generation) and not s.connected
             s.reconnect_keys = sorted(set(s.reconnect_keys) | set(e.keys))
         case ev.BotStartedSpeaking():
             s.bot_speaking = True
@@ -341,6 +353,12 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             if call.status != "cancelled":
                 call.status, call.result, call.reused_from = "completed", e.result, e.reused_from
             call.finished_at_us = rec.recorded_at_us
+            original = s.calls.get(e.reused_from) if e.reused_from else None
+            if original is not None and not original.superseded_by:
+                # Answered from the original's recorded result: the model knows that answer
+                # by this id now, as after a re-issue (sending it under the original's id
+                # too would put one run's result into the session twice).
+                call.reissue_of, original.superseded_by = original.call_id, call.call_id
             _inherit_outcome(s, call)
         case ev.ToolCallFailed():
             call = s.calls[e.call_id]

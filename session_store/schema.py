@@ -9,8 +9,12 @@ checks its expected version with one indexed row instead of scanning events.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqlalchemy import (BigInteger, Column, Index, Integer, MetaData, String, Table, Text,
                         UniqueConstraint)
+
+from .errors import SchemaMismatch
 
 metadata = MetaData()
 
@@ -56,3 +60,15 @@ snapshots = Table(
 # tests/store/test_migrations.py checks this list against migrations/versions.
 KNOWN_REVISIONS: tuple[str, ...] = ("0001_initial",)
 HEAD_REVISION = KNOWN_REVISIONS[-1]
+
+
+def check_known_revisions(found: Iterable[str]) -> None:
+    """SchemaMismatch if the database is at a revision this code does not know: it was
+    migrated by newer code, which this code must not downgrade or run on. (The wording of
+    the store's own check, storage/base.py `_check_schema`.)"""
+    found = list(found)
+    if any(r not in KNOWN_REVISIONS for r in found):
+        raise SchemaMismatch(
+            f"the database schema is at revision {found or 'none'}, which this code does not know "
+            f"(it runs on {HEAD_REVISION}); it was migrated by newer code: upgrade this code, "
+            "do not downgrade the database under a newer deployment")

@@ -27,11 +27,7 @@ EXPORT_SCHEMA = 1
 
 
 def export_line(rec: RecordedEvent, redactor: Redactor) -> dict[str, Any]:
-    try:
-        data, masked = redactor.redact_data(rec.type, rec.data)
-    except Exception:  # noqa: BLE001 - an unreadable payload is exported scrubbed, flagged
-        data = {"_unreadable": redactor.scrub_text(rec.data_json)}
-        masked = ["data"]
+    data, masked = redactor.redact_stored(rec)  # an unreadable payload: scrubbed, flagged
     return {"export_schema": EXPORT_SCHEMA, "stream_id": rec.stream_id, "version": rec.version,
             "position": rec.position, "type": rec.type, "schema_version": rec.schema_version,
             "recorded_at": iso(rec.recorded_at_us), "recorded_at_us": rec.recorded_at_us,

@@ -10,7 +10,10 @@ Two levels:
 * **Full** (`--redact`, `?redact=1`, or a config that turns it on): additionally the
   configured fields — tool arguments and results by key name (or all of them), transcript
   text (conversation.message), settings values — and resumption handles (replaced by a short
-  fingerprint, so the timeline still shows which handle a session resumed from).
+  fingerprint, so the timeline still shows which handle a session resumed from). It fails
+  closed: a preview of arguments kept as JSON text, a row that cannot be read, a type or
+  schema version this code does not know, and a field it does not know are masked whole,
+  since nothing says which of their parts are transcripts or personal data.
 
 A masked value becomes the string "[REDACTED]"; containers keep their shape (a dict stays a
 dict, with its leaves masked), so a redacted event still decodes and folds.
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..events import canonical_json
+from ..events import canonical_json, catalogue
 from ..records import RecordedEvent
 
 MASK = "[REDACTED]"
@@ -60,12 +63,25 @@ DEFAULT_REDACT_KEYS: tuple[str, ...] = (
     "card_number", "card", "cvv", "iban", "account_number", "ssn", "date_of_birth", "dob",
     "pin", "otp")
 
+#: Where `decide` keeps tool arguments it could not store as they came (too large, not valid
+#: JSON): the start of their JSON text, whose keys the key walk cannot see.
+ARGS_PREVIEW_KEYS: tuple[str, ...] = ("_preview", "_invalid")
+
 ENV_CONFIG = "SESSION_STORE_REDACT_CONFIG"
 ENV_KEYS = "SESSION_STORE_REDACT_KEYS"
 
 
 def _norm(key: str) -> str:
     return re.sub(r"[\s_\-.]", "", key.lower())
+
+
+def _fields_understood(event_type: str, schema_version: int | None) -> frozenset[str] | None:
+    """The payload fields this code knows for the type at that schema version (None: the
+    current one); None if it does not know the type or the version is newer than its own."""
+    cls = catalogue().get(event_type)
+    if cls is None or (schema_version is not None and schema_version > cls.SCHEMA):
+        return None
+    return frozenset(cls._FIELDS)
 
 
 @dataclass(frozen=True)
@@ -213,64 +229,134 @@ class Redactor:
         return f"handle:{hashlib.sha256(handle.encode()).hexdigest()[:12]}"
 
     # ------------------------------------------------------------------ events
-    def redact_data(self, event_type: str, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-        """(redacted copy of an event's data, JSON paths masked)."""
+    def redact_data(self, event_type: str, data: dict[str, Any], *,
+                    schema_version: int | None = None) -> tuple[dict[str, Any], list[str]]:
+        """(redacted copy of an event's data, JSON paths masked). `schema_version`: the
+        stored one (None: this code's own, as for an event it built)."""
         masked: list[str] = []
-        cfg = self.config
         out = dict(data)
-        if cfg.enabled:
-            out = self._full(event_type, out, masked)
+        if self.config.enabled:
+            out = self._full(event_type, schema_version, out, masked)
         out = self._walk(out, "data", masked)
         return out, sorted(set(masked))
 
-    def _full(self, event_type: str, d: dict[str, Any], masked: list[str]) -> dict[str, Any]:
+    def redact_stored(self, rec: RecordedEvent) -> tuple[dict[str, Any], list[str]]:
+        """A stored row's payload redacted by its type and schema version, and the paths
+        masked. A payload that cannot be read as an event's data (torn write, bad disk, not
+        an object) is shown scrubbed of credentials, and masked whole under full redaction:
+        which of its parts are transcripts cannot be told."""
+        try:
+            data = rec.data
+            if not isinstance(data, dict):  # valid JSON, but no event payload is a list
+                raise TypeError("not an object")
+            return self.redact_data(rec.type, data, schema_version=rec.schema_version)
+        except Exception:  # noqa: BLE001 - corrupt payloads are shown scrubbed, never raw
+            text = MASK if self.config.enabled else self.scrub_text(rec.data_json)
+            return {"_unreadable": text}, ["data"]
+
+    def _full(self, event_type: str, schema_version: int | None, d: dict[str, Any],
+              masked: list[str]) -> dict[str, Any]:
+        fields = _fields_understood(event_type, schema_version)
+        if fields is None:
+            # Written by newer code (or not an event): which of its fields hold transcripts
+            # or arguments is unknown here, so every value goes; names and shape stay.
+            return self._mask(d, "data", masked)
+        for key in sorted(d.keys() - fields):  # a field newer code added at this version
+            d[key] = self._mask(d[key], f"data.{key}", masked)
         cfg = self.config
         if event_type in ("session.opened", "settings.changed"):
             key = "settings" if event_type == "session.opened" else "values"
             if cfg.settings_values and isinstance(d.get(key), dict):
                 d[key] = {k: self._mask(v, f"data.{key}.{k}", masked) for k, v in d[key].items()}
-        elif event_type == "tool.call_requested":
-            d["args"] = self._walk(d.get("args"), "data.args", masked,
-                                   all_leaves=cfg.tool_args == "all")
-        elif event_type == "tool.call_completed":
-            d["result"] = self._walk(d.get("result"), "data.result", masked,
+        elif event_type == "tool.call_requested" and "args" in d:
+            d["args"] = self._args(d["args"], "data.args", masked)
+        elif event_type == "tool.call_completed" and "result" in d:
+            d["result"] = self._walk(d["result"], "data.result", masked,
                                      all_leaves=cfg.tool_results == "all")
-        elif event_type == "tool.call_failed" and cfg.tool_results == "all":
-            d["error"] = self._mask(d.get("error"), "data.error", masked)
-        elif event_type == "conversation.message" and cfg.transcripts:
-            d["text"] = self._mask(d.get("text"), "data.text", masked)
+        elif event_type == "tool.call_failed" and cfg.tool_results == "all" and "error" in d:
+            d["error"] = self._mask(d["error"], "data.error", masked)
+        elif event_type == "conversation.message" and cfg.transcripts and "text" in d:
+            d["text"] = self._mask(d["text"], "data.text", masked)
         elif event_type == "anomaly.recorded" and isinstance(d.get("detail"), dict):
-            detail = dict(d["detail"])
-            if "args" in detail:
-                detail["args"] = self._walk(detail["args"], "data.detail.args", masked,
-                                            all_leaves=cfg.tool_args == "all")
-            # The start of a frame the service could not take in, or of a value it could not
-            # store (and the SDK's error, which quotes the frame): raw server text that may
-            # carry transcripts or arguments. Kind, sizes and field names stay visible.
-            for key in ("frame", "preview", "error"):
-                if isinstance(detail.get(key), str) and (cfg.transcripts
-                                                         or cfg.tool_args == "all"):
-                    detail[key] = self._mask(detail[key], f"data.detail.{key}", masked)
-            d["detail"] = detail
+            d["detail"] = self._anomaly_detail(d["detail"], "data.detail", masked)
         if event_type in ("connection.connected", "connection.handle_issued"):
             if d.get("handle") is not None and cfg.handles:
                 d["handle"] = self.fingerprint(d["handle"])
                 masked.append("data.handle")
         return d
 
+    def _args(self, args: Any, path: str, masked: list[str]) -> Any:
+        """Tool arguments under full redaction: by configured key (or every leaf). A preview
+        `decide` wrote in their place (an anomaly's `args`, `args._preview`/`_invalid`) is
+        JSON text cut short, whose keys cannot be matched: masked whole."""
+        if isinstance(args, str):
+            return self._mask(args, path, masked)
+        if isinstance(args, dict):
+            args = {k: self._mask(v, f"{path}.{k}", masked)
+                    if k in ARGS_PREVIEW_KEYS and isinstance(v, str) else v
+                    for k, v in args.items()}
+        return self._walk(args, path, masked, all_leaves=self.config.tool_args == "all")
+
+    def _anomaly_detail(self, detail: dict[str, Any], path: str,
+                        masked: list[str]) -> dict[str, Any]:
+        cfg = self.config
+        detail = dict(detail)
+        if "args" in detail:
+            detail["args"] = self._args(detail["args"], f"{path}.args", masked)
+        # The start of a frame the service could not take in, or of a value it could not
+        # store (and the SDK's error, which quotes the frame): raw server text that may
+        # carry transcripts or arguments. Kind, sizes and field names stay visible.
+        for key in ("frame", "preview", "error"):
+            if isinstance(detail.get(key), str) and (cfg.transcripts or cfg.tool_args == "all"):
+                detail[key] = self._mask(detail[key], f"{path}.{key}", masked)
+        handle = detail.get("handle")
+        if cfg.handles and isinstance(handle, str) and handle:
+            # A refused resumption (handshake_failed): fingerprinted as connection events
+            # are, also where the error text quotes it.
+            fp = self.fingerprint(handle)
+            detail = {k: v.replace(handle, fp) if isinstance(v, str) else v
+                      for k, v in detail.items()}
+            masked.append(f"{path}.handle")
+        return detail
+
+    def redact_observation(self, obs: dict[str, Any]) -> dict[str, Any]:
+        """A replayed observation (`observation_json`): it carries what the events decided
+        on it carry (tool arguments, a rejected message's detail, settings values), so it
+        is redacted as they are."""
+        masked: list[str] = []
+        # JSON types only (deep copy): dataclasses.asdict leaves the calls in a tuple.
+        o = json.loads(json.dumps(obs, default=str))
+        if self.config.enabled:
+            self._full_observation(o, masked)
+        return self._walk(o, "observation", masked)
+
+    def _full_observation(self, o: dict[str, Any], masked: list[str]) -> None:
+        kind = o.get("observation")
+        if kind == "ToolCallsArrived":
+            for i, call in enumerate(o.get("calls") or []):
+                if isinstance(call, dict) and "args" in call:
+                    call["args"] = self._args(call["args"], f"observation.calls[{i}].args",
+                                              masked)
+        elif kind == "ServerMessageRejected" and isinstance(o.get("detail"), dict):
+            o["detail"] = self._anomaly_detail(o["detail"], "observation.detail", masked)
+        elif kind == "SettingsUpdate" and self.config.settings_values and "values" in o:
+            o["values"] = self._mask(o["values"], "observation.values", masked)
+
+    def redact_replay_item(self, item: dict[str, Any]) -> dict[str, Any]:
+        """A logged or decided item of a replay divergence: an event ({"type", "data"}), an
+        effect ({"effect", …}) or a resumption choice ({"resume_from": handle})."""
+        if isinstance(item.get("type"), str) and isinstance(item.get("data"), dict):
+            return {**item, "data": self.redact_data(item["type"], item["data"])[0]}
+        if "resume_from" in item:
+            item = {**item, "resume_from": self.fingerprint(item["resume_from"])}
+        return self._walk(item, "item", [])
+
     def redact_record(self, rec: RecordedEvent) -> RecordedEvent:
         """The same record with redacted data (its hash still the stored one)."""
-        try:
-            data = rec.data
-            if not isinstance(data, dict):  # valid JSON, but no event payload is a list
-                raise TypeError("not an object")
-        except Exception:  # noqa: BLE001 - corrupt payloads are shown scrubbed, never raw
-            return dataclasses.replace(rec, data_json=canonical_json(
-                {"_unreadable": self.scrub_text(rec.data_json)}))
-        new, masked = self.redact_data(rec.type, data)
+        data, masked = self.redact_stored(rec)
         if not masked:
             return rec
-        return dataclasses.replace(rec, data_json=canonical_json(new))
+        return dataclasses.replace(rec, data_json=canonical_json(data))
 
     def redact_records(self, recs: Iterable[RecordedEvent]) -> list[RecordedEvent]:
         return [self.redact_record(r) for r in recs]
@@ -289,8 +375,7 @@ class Redactor:
                 if not isinstance(c, dict):
                     continue
                 if "args" in c:
-                    c["args"] = self._walk(c["args"], "args", masked,
-                                           all_leaves=cfg.tool_args == "all")
+                    c["args"] = self._args(c["args"], "args", masked)
                 if "result" in c:
                     c["result"] = self._walk(c["result"], "result", masked,
                                              all_leaves=cfg.tool_results == "all")

@@ -40,6 +40,7 @@ from ..errors import EventDecodeError
 from ..events import canonical_json
 from ..projection import SessionState, fold_into
 from ..records import RecordedEvent
+from .redaction import Redactor
 
 TOOL_CALL_ANOMALIES = ("tool_call_without_name", "tool_call_without_id", "duplicate_tool_call_id")
 #: Anomalies that qualify a call requested in the same group (decide refused to run it).
@@ -62,6 +63,24 @@ class Divergence:
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def redacted(self, redactor: Redactor) -> "Divergence":
+        """A copy fit to show: the observation and the events redacted as the log's events
+        are (they carry the same arguments and results), the message scrubbed, and a
+        handle it quotes fingerprinted as the events' handles are."""
+        items = self.logged + self.decided
+        handles = {h for x in items
+                   for h in (x.get("resume_from"), x.get("data", {}).get("handle"))
+                   if isinstance(h, str) and h}
+        message = redactor.scrub_text(self.message)
+        for h in handles:
+            message = message.replace(repr(h), repr(redactor.fingerprint(h)))
+        return dataclasses.replace(
+            self, message=message,
+            observation=(redactor.redact_observation(self.observation)
+                         if self.observation is not None else None),
+            logged=[redactor.redact_replay_item(x) for x in self.logged],
+            decided=[redactor.redact_replay_item(x) for x in self.decided])
+
 
 @dataclass
 class ReplayReport:
@@ -75,6 +94,12 @@ class ReplayReport:
     @property
     def ok(self) -> bool:
         return not self.divergences and self.error is None
+
+    def redacted(self, redactor: Redactor) -> "ReplayReport":
+        """A copy fit to show (see Divergence.redacted); the error may quote a stored value."""
+        return dataclasses.replace(
+            self, divergences=[d.redacted(redactor) for d in self.divergences],
+            error=redactor.scrub_text(self.error) if self.error is not None else None)
 
     def to_json(self) -> dict[str, Any]:
         return {"call": self.call_id, "ok": self.ok, "events": self.events,
@@ -179,6 +204,9 @@ class _Replayer:
                     x = recs[j].event
                     if isinstance(x, ev.ToolCallCancelled) and x.reason == "server":
                         ids_.append(x.call_id)
+                    elif (isinstance(x, ev.ToolCallCancelled)
+                          and x.reason == "reissue_cancelled"):
+                        pass  # decided with the cancellation of the id that re-asked for it
                     elif (isinstance(x, ev.AnomalyRecorded)
                           and x.kind == "cancellation_for_unknown_call"):
                         ids_.append((x.detail or {}).get("call_id"))

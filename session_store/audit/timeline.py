@@ -417,6 +417,10 @@ class _Builder:
             case "tool.call_completed":
                 c.outcome, c.result, c.reused_from = "completed", d.get("result"), d.get("reused_from")
                 c.finished_version, c.finished_at_us = v, t
+                orig = (self.tl.tool_calls.get(c.reused_from) if isinstance(c.reused_from, str)
+                        else None)
+                if orig is not None and not orig.superseded_by:  # as the projection links them
+                    c.reissue_of, orig.superseded_by = c.reused_from, cid
                 if c.reused_from:
                     return (f"{cid}: answered from the recorded result of {c.reused_from} "
                             f"(not run again): {short(c.result, 80)}")

@@ -23,6 +23,26 @@ def __getattr__(name: str):
     return value
 
 
+#: How to write a URL for each driver the store runs on (said when a URL is refused).
+URL_HINT = "use sqlite+aiosqlite:///path.db or postgresql+asyncpg://user@host/db"
+
+
+def check_url(url: str) -> str:
+    """The driver named by a database URL, or ValueError if it cannot be parsed (a path
+    without its scheme, a port that is not a number) or names a driver the store does not
+    run on. The message never quotes the URL: it may hold a password."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        driver = make_url(url).drivername
+    except (ArgumentError, ValueError):
+        raise ValueError(f"the database URL cannot be parsed: {URL_HINT}") from None
+    if driver not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
+        raise ValueError(f"unsupported database URL driver {driver!r}: {URL_HINT}")
+    return driver
+
+
 async def open_store(url: str, **options) -> SqlEventStore:
     """Open the log at `url` (sqlite+aiosqlite:///file.db or postgresql+asyncpg://…).
 
@@ -33,18 +53,12 @@ async def open_store(url: str, **options) -> SqlEventStore:
     a connect or commit may go unanswered before it is abandoned and retried, default 5) and
     `read_timeout` (the same for a read, default 30); SQLite `inline`, `inline_budget`.
     """
-    from sqlalchemy.engine import make_url
-
-    driver = make_url(url).drivername
-    if driver == "sqlite+aiosqlite":
+    if check_url(url) == "sqlite+aiosqlite":
         from .sqlite import SqliteEventStore
         store: SqlEventStore = SqliteEventStore(url, **options)
-    elif driver == "postgresql+asyncpg":
+    else:
         from .postgres import PostgresEventStore
         store = PostgresEventStore(url, **options)
-    else:
-        raise ValueError(f"unsupported database URL driver {driver!r}: use sqlite+aiosqlite:///"
-                         "path.db or postgresql+asyncpg://user@host/db")
     try:
         await store._start()
     except BaseException:
@@ -54,4 +68,4 @@ async def open_store(url: str, **options) -> SqlEventStore:
     return store
 
 
-__all__ = ["open_store", "SqlEventStore", "Snapshot", "StreamHead", "StreamReport"]
+__all__ = ["check_url", "open_store", "SqlEventStore", "Snapshot", "StreamHead", "StreamReport"]

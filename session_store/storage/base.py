@@ -30,10 +30,10 @@ from sqlalchemy import func, select, text, tuple_
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..errors import CannotOpen, SchemaMismatch, StoreClosed, StoreUnavailable
+from ..errors import SchemaMismatch, StoreClosed, StoreUnavailable, refused
 from ..events import Event, canonical_json
 from ..records import RecordedEvent
-from ..schema import HEAD_REVISION, KNOWN_REVISIONS, events, snapshots, streams
+from ..schema import HEAD_REVISION, check_known_revisions, events, snapshots, streams
 from .batch import BatchPlan, _AppendRequest, _RequestQueue, _RetryBatch, plan_batch
 from .verify import StreamReport, verify_stream
 
@@ -163,11 +163,8 @@ class SqlEventStore:
             rows = []
         except DBAPIError as exc:
             # Reached, and refused: no such database or role, a login refused, a file that
-            # is not SQLite. Not an outage: say what the database said, never the URL (it
-            # may hold a password).
-            said = (str(getattr(exc, "orig", None) or exc).splitlines() or [""])[0]
-            raise CannotOpen(f"the database refused to be used as a session store ({said}); "
-                             "check the URL (database, user, password, file)") from exc
+            # is not SQLite. Not an outage.
+            raise refused(exc) from exc
         found = [r[0] for r in rows]
         if not found:  # no alembic_version table, or an empty one (downgraded to base)
             raise SchemaMismatch(
@@ -175,14 +172,10 @@ class SqlEventStore:
                 "(alembic upgrade head) first")
         if found == [HEAD_REVISION]:
             return
-        if len(found) == 1 and found[0] in KNOWN_REVISIONS:
-            raise SchemaMismatch(
-                f"the database schema is at revision {found[0]}, older than this code's "
-                f"{HEAD_REVISION}; run `session-store migrate --db URL` (alembic upgrade head)")
+        check_known_revisions(found)
         raise SchemaMismatch(
-            f"the database schema is at revision {found or 'none'}, which this code does not know "
-            f"(it runs on {HEAD_REVISION}); it was migrated by newer code: upgrade this code, "
-            "do not downgrade the database under a newer deployment")
+            f"the database schema is at revision {found[0]}, older than this code's "
+            f"{HEAD_REVISION}; run `session-store migrate --db URL` (alembic upgrade head)")
 
     async def close(self) -> None:
         if self._closed:

@@ -285,12 +285,9 @@ class Viewer:
         policy = parse_policy(qp.get("defer", "all"), qp.get("idempotent", ""),
                               qp.get("reuse", "all"))
         recs = await self.store.read(call_id, to_version=head)
-        report = (await asyncio.to_thread(replay, recs, policy, call_id=call_id)).to_json()
-        redactor = self.redactors[False]
-        for d in report["divergences"]:
-            d["logged"] = [redactor.redact_data(x.get("type", "effect"), x)[0] for x in d["logged"]]
-            d["decided"] = [redactor.redact_data("effect", x)[0] for x in d["decided"]]
-        return JSONResponse(report, headers=SECURITY_HEADERS)
+        report = await asyncio.to_thread(replay, recs, policy, call_id=call_id)
+        return JSONResponse(report.redacted(self.redactor(request)).to_json(),
+                            headers=SECURITY_HEADERS)
 
     async def export(self, request: Request) -> Response:
         call_id = request.path_params["call_id"]

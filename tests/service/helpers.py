@@ -75,10 +75,15 @@ class Flavour:
             settings=GeminiLiveLLMService.Settings(model=MODEL,
                                                    system_instruction=system_instruction),
             tools=tools_schema(list(tools)), http_options=server.http_options())
+        # Arguments of pipecat's own service go to both; the rest are ours.
+        common.update({k: extra.pop(k) for k in PARENT_ARGUMENTS if k in extra})
         if not self.durable:
             return GeminiLiveLLMService(**common)
         return DurableGeminiLiveLLMService(**common, store=self.store, call_id=call_id,
                                            policy=policy, **extra)
+
+
+PARENT_ARGUMENTS = ("function_call_timeout_secs",)
 
 
 # --------------------------------------------------------------------------- observation

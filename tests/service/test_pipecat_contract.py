@@ -52,6 +52,7 @@ METHODS = {
         _G, "(self, frame: pipecat.frames.frames.Frame, "
             "direction: pipecat.processors.frame_processor.FrameDirection)", True),
     "_handle_connection_error": (_G, "(self, error: Exception) -> bool", True),
+    "_handle_interruptions": (_LLM, "(self, _: 'InterruptionFrame')", True),
     # called
     "_disconnect": (_G, "(self)", True),
     "_cancel_function_calls_by_tool_call_id": (_LLM, "(self, tool_call_id: 'str')", True),
@@ -96,6 +97,12 @@ WIRING = [
     ("_connect", "_system_instruction_from_init"),  # the new prompt travels through it
     ("_connect", "_connection_task_handler"),
     ("setup", "_connect"),
+    # A call pipecat stops without a result (its timeout) reaches our push_frame as a
+    # FunctionCallCancelFrame; interruptions cancel calls only through _handle_interruptions.
+    ("_timeout_function_call", "_cancel_function_call_tasks"),
+    ("_cancel_function_call_tasks", "_broadcast_function_call_cancelled"),
+    ("_broadcast_function_call_cancelled", "FunctionCallCancelFrame"),
+    ("_cancel_function_call", "_cancel_function_call_tasks"),
 ]
 
 

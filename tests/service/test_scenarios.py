@@ -9,8 +9,10 @@ is a strict xfail naming the upstream bug.
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from pipecat.frames.frames import LLMUpdateSettingsFrame
+from pipecat.frames.frames import InterruptionFrame, LLMUpdateSettingsFrame
 from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 from service.local_live import (Audio, Call, CancelToolCalls, Close, GoAway, Interrupted, Script,
@@ -364,6 +366,62 @@ async def test_cancellation_after_the_call_started_is_not_answered(flavour):
     run = await run_call(flavour, scripts, drive, tool_delay=0.8)
 
     await assert_cancelled_after_start(run, "c1")
+
+
+@pytest.mark.stock_bug("a local interruption (the user's barge-in) cancels the running tool "
+                       "and nothing answers Gemini, which never cancelled the call")
+async def test_a_local_barge_in_does_not_leave_a_running_call_unanswered(flavour):
+    """The bot is silent; Gemini asks for c1, which runs for 1.5 s. The user barges in: the
+    pipeline's InterruptionFrame reaches the service. pipecat cancels every running call
+    of a tool registered with cancel_on_interruption (the default) and answers none. Gemini
+    decides what its interruption cancels (toolCallCancellation, tested above): here it
+    cancelled nothing, so the call finishes and is answered, once."""
+    scripts = [Script([Audio(chunks=3), TurnComplete(), ToolCall(Call("c1", ORDER, {"id": 1})),
+                       WaitToolResponse("c1", timeout=6, required=False), Audio(chunks=2),
+                       TurnComplete()], reply=())]
+
+    async def drive(ctl: Ctl):
+        assert await ctl.wait(lambda: ctl.ledger.runs, timeout=8), "c1 never started"
+        await ctl.settle(0.2)
+        await ctl.llm.queue_frame(InterruptionFrame())  # the user barges in
+        await ctl.wait(lambda: ctl.results("c1") or ctl.script_done(0), timeout=9)
+        await ctl.settle(0.5)
+
+    run = await run_call(flavour, scripts, drive, tool_delay=1.5)
+
+    assert_ran_once(run, "c1")
+    result = assert_answered_once(run, "c1", ORDER, via="tool_response", connection=0)
+    assert "error" not in json.dumps(result.response), result.response
+    assert_server_clean(run)
+    if flavour.durable:
+        assert run.state.calls["c1"].status == "completed"
+        assert_log_settled(run)
+
+
+async def test_a_tool_past_its_timeout_is_answered_with_an_explicit_failure(flavour):
+    """pipecat stops a call that runs past `function_call_timeout_secs` and pushes no
+    result; the model still waits for one. Stock answers it from its context re-scan as
+    "CANCELLED" (though the tool may have taken effect); ours, whose results leave only by
+    the log, recorded nothing and the model waited for ever. Now the log records an
+    explicit failure (outcome unknown: the tool was stopped half-way), delivered once."""
+    scripts = [Script([ToolCall(Call("c1", ORDER, {"id": 1})),
+                       WaitToolResponse("c1", timeout=6, required=False), Audio(chunks=2),
+                       TurnComplete()], reply=())]
+
+    async def drive(ctl: Ctl):
+        await ctl.wait(lambda: ctl.results("c1") or ctl.script_done(0), timeout=9)
+        await ctl.settle(0.5)
+
+    run = await run_call(flavour, scripts, drive, tool_delay=3.0, function_call_timeout_secs=0.4)
+
+    assert_ran_once(run, "c1")
+    result = assert_answered_once(run, "c1", ORDER, via="tool_response", connection=0)
+    assert_server_clean(run)
+    if flavour.durable:
+        assert "outcome_unknown" in json.dumps(result.response), result.response
+        call = run.state.calls["c1"]
+        assert (call.status, call.outcome_unknown) == ("failed", True), run.timeline()
+        assert_log_settled(run)
 
 
 # --------------------------------------------------------------------------- speech

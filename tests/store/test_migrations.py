@@ -11,6 +11,7 @@ from sqlalchemy import inspect
 from sqlalchemy.engine import make_url
 
 from session_store import events as ev
+from session_store import schema as schema_module
 from session_store import open_store
 from session_store.errors import CannotOpen, SchemaMismatch, StoreUnavailable
 from session_store.migrate import alembic_config, downgrade, upgrade
@@ -105,7 +106,8 @@ async def test_database_migrated_by_newer_code_is_refused(migrated):
 
 async def test_database_older_than_the_code_is_refused(migrated, monkeypatch):
     """Simulate the next release (one more revision) running on today's schema."""
-    monkeypatch.setattr(storage_base, "KNOWN_REVISIONS", KNOWN_REVISIONS + ("0002_next",))
+    monkeypatch.setattr(schema_module, "KNOWN_REVISIONS", KNOWN_REVISIONS + ("0002_next",))
+    monkeypatch.setattr(schema_module, "HEAD_REVISION", "0002_next")
     monkeypatch.setattr(storage_base, "HEAD_REVISION", "0002_next")
     with pytest.raises(SchemaMismatch) as err:
         await migrated.open()

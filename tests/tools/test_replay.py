@@ -251,3 +251,28 @@ def test_seeded_results_are_checked_against_what_seeding_means():
                     (410, ev.ToolResultSending("c1", 2, "seed"))]
     [d] = run(early).divergences
     assert d.version == 6 and "it has no outcome yet" in d.message
+
+
+def test_a_cancelled_reissue_with_its_deferred_original_replays():
+    """Gemini re-asks (c2) for a deferred call its resumed state lost (c1), then cancels c2:
+    the original is cancelled with it, in the same decision (`reissue_cancelled`)."""
+    timed = OPEN + [
+        (50, ev.HandleIssued(1, "h0")),
+        (60, ev.BotStartedSpeaking(1)),
+        (100, ev.ToolCallRequested("c1", "book", {"room": 1}, 1)),
+        (100, ev.ToolCallDeferred("c1")),
+        (150, ev.GoAwayReceived(1, 0.0)),  # the deadline cuts the turn
+        (200, ev.Disconnected(1, "go_away")),
+        (200, ev.BotStartedSpeaking(1, "transport")),
+        (210, ev.Connected(2, "h0")),
+        (300, ev.ToolCallRequested("c2", "book", {"room": 1}, 2)),
+        (300, ev.ToolCallReissued("c2", "c1")),
+        (400, ev.ToolCallCancelled("c2", "server")),
+        (400, ev.ToolCallCancelled("c1", "reissue_cancelled")),
+    ]
+    report = run(timed)
+    assert report.ok, report.to_json()
+    # The same log without the original's cancellation is what the code before decided.
+    [d] = run(timed[:-1]).divergences
+    assert d.decided[-1] == {"type": "tool.call_cancelled",
+                             "data": {"call_id": "c1", "reason": "reissue_cancelled"}}
