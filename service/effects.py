@@ -226,8 +226,14 @@ class DueEffects:
             await self.run_function_calls([FunctionCallFromLLM(
                 function_name=call.name, tool_call_id=call.call_id, arguments=call.args,
                 context=self._context)])
-            if self._cancelled_for(call.call_id):  # came while pipecat set the task up
-                await self._cancel_function_calls_by_tool_call_id(call.call_id)
+
+    async def _run_function_call(self, runner_item):
+        # Where pipecat really runs a tool: a call queued behind another (run_in_parallel=
+        # False) has no task for a cancellation to stop until its turn comes.
+        if self._cancelled_for(runner_item.tool_call_id):
+            logger.info(f"{self}: {runner_item.tool_call_id} not run: Gemini cancelled it")
+            return
+        await super()._run_function_call(runner_item)
 
     def _cancelled_for(self, call_id: str) -> bool:
         """Did Gemini cancel this call on the wire, or an id that re-asked for it?"""
@@ -411,6 +417,12 @@ class DueEffects:
                             ev.ToolCallCompleted(call.call_id, value), then=self._sends_now)
                     except Fenced:
                         raise
+                    except asyncio.CancelledError as exc:
+                        # This runs in the call's own task, which the app may cancel
+                        # (cancel_function_calls) while the result commits: the tool ran,
+                        # and its result must not go down with the task.
+                        self._keep_result(call.call_id, value, exc)
+                        raise
                     except Exception as exc:  # noqa: BLE001 - the log is down: keep the result
                         self._keep_result(call.call_id, value, exc)
                         return
@@ -443,8 +455,11 @@ class DueEffects:
         whatever was noted before (a cancellation noted while the log was busy)."""
         call_id = frame.tool_call_id
         call = self._driver.state.calls.get(call_id)
-        if call is None or call.status != "started" or self._cancelled_for(call_id):
-            return  # (Gemini's own cancellation, stopped from the receive loop: nothing owed)
+        if self._cancelled_for(call_id) or not (self._driver.stale or (
+                call is not None and call.status == "started")):
+            # Gemini's own cancellation (nothing owed), or a call that is not running. (A
+            # stale state may show what an interrupted commit staged: decide on the log.)
+            return
 
         def failure(state) -> list[ev.Event]:
             call = state.calls.get(call_id)
@@ -464,15 +479,15 @@ class DueEffects:
             return
         await self._perform_due()
 
-    def _keep_result(self, call_id: str, value: Any, exc: Exception) -> None:
-        """The log did not take a tool's result (StoreUnavailable: the database is down).
-        The tool ran and the model waits for its answer, so the result must not go down with
-        the exception (seen: it did, and the model waited for ever). It is noted instead:
-        the notes task logs it once the log is back, unless the failed append committed
-        after all, and what is due then sends it; never before it is logged."""
-        logger.error(f"{self}: call {self.call_id}: the log did not take the result of "
-                     f"{call_id}; it is kept and logged when the log is back: "
-                     f"{type(exc).__name__}: {exc}")
+    def _keep_result(self, call_id: str, value: Any, exc: BaseException) -> None:
+        """The log did not take a tool's result (StoreUnavailable: the database is down; or
+        the call's task was cancelled mid-commit). The tool ran and the model waits for its
+        answer, so the result must not go down with the exception (seen: it did, and the
+        model waited for ever). It is noted instead: the notes task logs it, unless the
+        failed append committed after all, and what is due then sends it; never before it
+        is logged."""
+        logger.error(f"{self}: call {self.call_id}: the result of {call_id} was not logged "
+                     f"({type(exc).__name__}: {exc}); it is kept and logged by the notes task")
 
         def completion(state) -> list[ev.Event]:
             call = state.calls.get(call_id)

@@ -51,7 +51,7 @@ class SessionSeeding:
             # pipecat asks again (first context after session ready): one seed per session,
             # or every result in it would reach the model twice.
             return
-        self._seeded_generation = state.generation
+        generation = self._seeded_generation = state.generation
         current = state.generations.get(state.generation)
         if current is not None and current.handle is not None:
             # A resumed session already holds its history: seeding it again would put every
@@ -74,12 +74,12 @@ class SessionSeeding:
                     for role, text in turns]
         if not self._is_gemini_3 and contents[-1].role != "user":
             contents.append(Content(role="user", parts=[Part(text=" ")]))
-        generation = state.generation
         if seeded:
             await self._driver.record(*(ev.ToolResultSending(c.call_id, generation, "seed")
                                         for c in seeded))
-            if generation != self._driver.state.generation or self._session is None:
-                return  # its session went meanwhile: never seed another (`_deliver`)
+        if generation != self._driver.state.generation or self._session is None:
+            return  # its session went meanwhile: never seed another (`_deliver`); the next
+            # session seeds itself, and the intents above stay unconfirmed (resent then)
         try:
             await self._session.send_client_content(turns=contents, turn_complete=trigger)
             if self._is_gemini_3 and trigger:

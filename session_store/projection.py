@@ -322,7 +322,7 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             s.reconnect_pending = s.reconnect_pending or "go_away"
         case ev.ReconnectRequested():
             s.reconnect_pending = e.reason
-            s.reconnect_requested_offline = bool(s.generation) and not s.connected
+            s.reconnect_requested_offline = s.opened and not s.connected
             s.reconnect_keys = sorted(set(s.reconnect_keys) | set(e.keys))
         case ev.BotStartedSpeaking():
             s.bot_speaking = True

@@ -53,6 +53,7 @@ METHODS = {
             "direction: pipecat.processors.frame_processor.FrameDirection)", True),
     "_handle_connection_error": (_G, "(self, error: Exception) -> bool", True),
     "_handle_interruptions": (_LLM, "(self, _: 'InterruptionFrame')", True),
+    "_run_function_call": (_LLM, "(self, runner_item: 'FunctionCallRunnerItem')", True),
     # called
     "_disconnect": (_G, "(self)", True),
     "_cancel_function_calls_by_tool_call_id": (_LLM, "(self, tool_call_id: 'str')", True),
@@ -103,6 +104,9 @@ WIRING = [
     ("_cancel_function_call_tasks", "_broadcast_function_call_cancelled"),
     ("_broadcast_function_call_cancelled", "FunctionCallCancelFrame"),
     ("_cancel_function_call", "_cancel_function_call_tasks"),
+    # Every tool runs through _run_function_call, queued (sequential) or not.
+    ("_run_parallel_function_calls", "_run_function_call"),
+    ("_sequential_runner_handler", "_run_function_call"),
 ]
 
 

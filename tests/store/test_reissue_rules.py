@@ -11,8 +11,8 @@ import hashlib
 
 from session_store import events as ev
 from session_store.decide import (CancellationArrived, FunctionCall, Policy, Reconnect,
-                                  SendResult, SpeechStopped, StartCall, ToolCallsArrived,
-                                  cancelled_with, decide, due)
+                                  SendResult, SettingsUpdate, SpeechStopped, StartCall,
+                                  ToolCallsArrived, cancelled_with, decide, due)
 
 from .helpers import Log, opened
 
@@ -137,7 +137,6 @@ def test_a_prompt_change_logged_during_a_reconnect_handshake_is_not_dropped():
 
 
 def decide_settings(prompt: str):
-    from session_store.decide import SettingsUpdate
     return SettingsUpdate(("system_instruction",), {"system_instruction": prompt},
                           needs_reconnect=True)
 
@@ -190,3 +189,28 @@ def test_a_cancelled_reissue_cancels_its_running_original_too():
     s = log.state()
     assert sends(due(s, ALL, log.now_us)) == []
     assert s.unanswered() == []
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_prompt_change_during_the_first_handshake_stays_pending():
+    """setup() opens the first session at once (pipecat's setup -> _connect builds its
+    config, with the prompt, before the handshake). The app's first frames (a prompt change)
+    are processed while that handshake runs: the change is logged between session.opened
+    and the first connection.connected, whose sha256 is the OLD prompt. The reconnect stays
+    pending past it, as after any handshake."""
+    old, new = "Be brief.", "Speak French."
+    log = Log()
+    log.add(ev.SessionOpened("m", ["lookup"], "w1", 1, {"system_instruction": old}))
+    log.add(*decide(log.state(), SettingsUpdate(("system_instruction",),
+                                                {"system_instruction": new},
+                                                needs_reconnect=True), ALL))
+    assert log.state().reconnect_pending == "settings"
+    log.add(ev.Connected(1, system_instruction_sha256=sha(old)))
+    s = log.state()
+    assert s.settings["system_instruction"] == new
+    assert Reconnect("settings") in due(s, ALL, log.now_us), (
+        "generation 1 runs the old prompt (its Connected says so) and nothing will ever "
+        f"reconnect to apply the new one: reconnect_pending={s.reconnect_pending!r}")
