@@ -22,7 +22,7 @@ postgres:
 	@for i in $$(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && exit 0; sleep 1; done; echo "PostgreSQL did not start" >&2; exit 1
 
 test: $(STAMP) postgres
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 bench: $(STAMP) postgres
 	$(BIN)/python bench/append.py
