@@ -263,6 +263,11 @@ class CallDriver:
             raise Fenced(self.call_id, self.epoch, self.state.epoch)
         if self._stale:
             await self._reload()
+            if self.epoch and self.state.epoch > self.epoch:
+                # The log now belongs to a newer worker (it took over while this one could
+                # not reach the database): nothing of ours may be appended or acted on.
+                self.fenced = True
+                raise Fenced(self.call_id, self.epoch, self.state.epoch)
         before, at = self.state.version, now_us()
         batch: list[ev.Event] = []
         taken: list[Observation | ev.Event] = []
@@ -351,8 +356,10 @@ class CallDriver:
     def due(self) -> list[Effect]:
         # Nothing is due from a state that may hold events a failed append did not store:
         # the next record/observe re-reads the log first.
-        return [] if self.fenced or self._stale else due(self.state, self.policy, now_us())
+        if self.fenced or self._stale or self.state.epoch > self.epoch:
+            return []  # (a newer worker's state, read by ensure_history: not ours to act on)
+        return due(self.state, self.policy, now_us())
 
     def resumption_handle(self, exclude: set[str] = frozenset()) -> str | None:
-        handle = choose_resumption(self.state, self.policy, now_us())
-        return None if handle in exclude else handle
+        """The newest handle the log allows, other than `exclude` (refused by the server)."""
+        return choose_resumption(self.state, self.policy, now_us(), exclude)

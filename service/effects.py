@@ -387,7 +387,8 @@ class DueEffects:
     async def _on_fenced(self) -> None:
         """A newer worker owns this call: stop talking to Gemini, write nothing more."""
         logger.error(f"{self}: call {self.call_id} was taken over by another worker; stopping")
-        if self._session is not None and not self._disconnecting:
+        if (self._session is not None or self._connection_task is not None) \
+                and not self._disconnecting:
             self.create_task(self._disconnect(), "fenced_disconnect")
 
     # ------------------------------------------------------------------ results

@@ -213,10 +213,14 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
 
     # ------------------------------------------------------------------ connection
     async def _connect(self, session_resumption_handle: str | None = None):
-        if self._session:
+        if self._session or self._driver.fenced:
             return
-        # pipecat's setup() connects with no handle: use the one the log chose.
+        # pipecat's setup() connects with no handle: use the one the log chose (setup and
+        # _replace_session set it, None for a fresh session: upstream also stores every
+        # handle a session issues there, which the log may have ruled out).
         handle = session_resumption_handle or self._session_resumption_handle
+        if handle in self._bad_handles:
+            handle = self._driver.resumption_handle(exclude=self._bad_handles)
         self._connecting_handle = handle
         self._session_resumption_handle = handle  # None means a fresh session, seeded below
         await super()._connect(session_resumption_handle=handle)
@@ -263,7 +267,10 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
                 state.generation + 1, self._connecting_handle,
                 hashlib.sha256(str(self._system_instruction_from_init or "").encode())
                 .hexdigest())):
-            return  # fenced: the session is being closed
+            # Fenced (or the call is ending): pipecat has not made it `_session` yet, so
+            # nothing else would close it, and its receive loop would feed this pipeline.
+            await session.close()
+            return
         if self._transport_speaking:
             # A new session resets "speaking" in the projection, but the transport may still be
             # playing the old session's audio (a reconnect that could not wait for the turn
@@ -320,6 +327,7 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         if self._driver.fenced or state.closed:
             return
         handle = self._driver.resumption_handle(exclude=self._bad_handles)
+        self._session_resumption_handle = handle  # the log's choice, a fresh session included
         await self._connect(session_resumption_handle=handle)
 
     def _schedule_reconnect(self, reason: str) -> None:

@@ -423,17 +423,19 @@ def waits_for_silence(state: SessionState) -> bool:
     return state.reconnect_pending is not None or bool(_waiting_calls(state))
 
 
-def choose_resumption(state: SessionState, policy: Policy, now_us: int) -> str | None:
+def choose_resumption(state: SessionState, policy: Policy, now_us: int,
+                      exclude=frozenset()) -> str | None:
     """The handle a new session should resume from, or None for a fresh, seeded session.
 
     The newest persisted handle younger than its TTL whose state cannot hold any send whose
     success is unconfirmed (issued before it in its lineage, or in another lineage): that state
-    provably lacks those results, so sending them again is exactly once.
+    provably lacks those results, so sending them again is exactly once. Handles in
+    `exclude` (the server refused them) are passed over for an older one.
     """
     unconfirmed = [s for _c, s in state.unconfirmed_sends()]
     best = None
     for h in state.handles.values():
-        if now_us - h.issued_at_us > policy.handle_ttl_us:
+        if now_us - h.issued_at_us > policy.handle_ttl_us or h.handle in exclude:
             continue
         if any(state.handle_may_hold(h, s) for s in unconfirmed):
             continue

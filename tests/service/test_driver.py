@@ -14,7 +14,9 @@ import pytest
 from service.driver import CallDriver
 from session_store import Policy, load_state
 from session_store import events as ev
-from session_store.decide import FunctionCall, SpeechStarted, StartCall, ToolCallsArrived, due
+from session_store.decide import (FunctionCall, Reconnect, SpeechStarted, StartCall,
+                                  ToolCallsArrived, due)
+from session_store.errors import Fenced, StoreUnavailable
 from session_store.projection import to_snapshot
 
 
@@ -202,3 +204,45 @@ async def test_snapshots_are_compacted_and_a_takeover_loads_from_them(store):
     await same_as_log(third)
     await second.ensure_history()  # fenced or not, it can always read the history
     assert second.state.history_complete and second.state.messages == 12
+
+
+async def test_a_stale_worker_that_rereads_a_newer_epoch_is_fenced(store):
+    """A worker whose append failed (the database partitioned away from it) is stale: its
+    next commit re-reads the log first. If a newer worker took the call over meanwhile, that
+    re-read loads the newer worker's state; with nothing of its own to append, the stale
+    worker was never fenced and `due()` handed it the newer worker's effects (a Reconnect
+    resuming the very handle the newer worker resumes)."""
+    old = CallDriver(store, "zombie", Policy(), worker_id="old")
+    await old.attach(model="m", tools=["t"], settings={})
+    await old.record(ev.Connected(1, None, "x"), ev.HandleIssued(1, "h1", None))
+
+    real_append = store.append
+
+    async def partitioned(*args, **kwargs):
+        raise StoreUnavailable("the database did not answer (partition)")
+
+    store.append = partitioned
+    try:
+        with pytest.raises(StoreUnavailable):
+            await old.record(ev.ConversationMessage("user", "said during the partition", 1))
+    finally:
+        store.append = real_append
+    assert old.stale
+
+    # The supervisor gave the old worker up; a new one takes the call over.
+    new = CallDriver(store, "zombie", Policy(), worker_id="new")
+    await new.attach(model="m", tools=["t"], settings={})
+    assert new.due() == [Reconnect("takeover")]
+    assert new.resumption_handle() == "h1"
+
+    # The partition heals; the old worker's notes task flushes (nothing noted): it re-reads
+    # the log, which now belongs to epoch 2.
+    try:
+        await old.flush()
+    except Fenced:
+        pass
+    effects = old.due()
+    assert old.fenced and effects == [], (
+        f"the old worker (epoch {old.epoch}) re-read the log of epoch {old.state.epoch} and "
+        f"was not fenced: it is handed {effects} (resuming {old.resumption_handle()!r}, the "
+        "handle the new worker resumes)")

@@ -164,6 +164,15 @@ def test_resume_from_the_newest_live_handle():
     assert choose_resumption(s, short, s.handles["h1"].issued_at_us + 1) == "h2"
 
 
+def test_a_handle_the_server_refused_is_passed_over_for_an_older_one():
+    log = base()
+    handle(log, "h1")
+    handle(log, "h2")
+    s = log.state()
+    assert choose_resumption(s, ALL, log.now_us, exclude={"h2"}) == "h1"
+    assert choose_resumption(s, ALL, log.now_us, exclude={"h1", "h2"}) is None
+
+
 def test_unconfirmed_send_limits_the_handle_to_one_issued_before_it():
     log = base()
     handle(log, "h1")

@@ -1,0 +1,171 @@
+"""Takeover against a server that refuses, and a takeover raced by another (real service,
+real pipeline, real google-genai client, local server).
+
+1. A new worker whose chosen resumption handle the server refuses (expired, invalidated:
+   refused every time) falls back to an older handle or a fresh, seeded session, and delivers
+   the result the dead worker left undelivered. (It asked for the refused handle again until
+   pipecat gave the service up: `_connect(None)` fell back to the handle it had stored.)
+2. A worker fenced at its first `connection.connected` closes that Gemini session (pipecat
+   had not made it `_session` yet, so nothing closed it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from pipecat.frames.frames import EndFrame, LLMRunFrame
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.runner import PipelineRunner
+from pipecat.pipeline.task import PipelineParams, PipelineTask
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
+
+from service.driver import now_us
+from service.gemini_live import DurableGeminiLiveLLMService
+from service.local_live import LocalLiveServer, Script
+from service.testing.pipeline import MODEL, PlaybackOutput, tools_schema
+from session_store import events as ev
+from session_store import load_state
+from tests.service.helpers import PROMPT, TOOLS, Tap, TimedLedger, make_tool
+
+REFUSED = "handle-from-the-dead-worker"
+
+
+@pytest.mark.timeout(60)
+async def test_takeover_whose_handle_is_refused_falls_back_to_a_fresh_session(store):
+    call_id = "review-refused-handle"
+    # The dead worker's log: session 1 up, a handle issued, then a call whose tool ran and
+    # whose result was never sent (the worker died right after logging it).
+    await store.append(call_id, [
+        ev.SessionOpened(MODEL, list(TOOLS), "dead-worker", 1,
+                         {"model": MODEL, "system_instruction": PROMPT}),
+        ev.Connected(1, None, "x"),
+        ev.ConversationMessage("user", "Hello", 1),
+        ev.HandleIssued(1, REFUSED, None),
+        ev.ToolCallRequested("c1", "lookup_order", {"id": 1}, 1),
+        ev.ToolCallStarted("c1", 1, f"{call_id}:c1", 1),
+        ev.ToolCallCompleted("c1", {"ok": True, "order": 1}),
+    ], 0, epoch=1, recorded_at_us=now_us())
+
+    def script_for(record):
+        # A server that no longer knows the handle refuses it, every time it is asked for.
+        if record.resumption_handle == REFUSED:
+            return Script(refuse_setup=1011)
+        return Script()
+
+    ledger, tap = TimedLedger(), Tap()
+    async with LocalLiveServer(script_for) as server:
+        llm = DurableGeminiLiveLLMService(
+            api_key="local-test-key",
+            settings=GeminiLiveLLMService.Settings(model=MODEL, system_instruction=PROMPT),
+            tools=tools_schema(list(TOOLS)), http_options=server.http_options(),
+            store=store, call_id=call_id, worker_id="new-worker")
+        for name in TOOLS:
+            llm.register_function(name, make_tool(name, ledger, 0.01))
+        context = LLMContext(messages=[{"role": "user", "content": "Hello"}])
+        aggregators = LLMContextAggregatorPair(context)
+        task = PipelineTask(Pipeline([aggregators.user(), llm, PlaybackOutput(), tap,
+                                      aggregators.assistant()]),
+                            params=PipelineParams(), cancel_on_idle_timeout=False)
+        run = asyncio.create_task(PipelineRunner(handle_sigint=False).run(task))
+        try:
+            await task.queue_frames([LLMRunFrame()])
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                if any(r.id == "c1" for r in server.tool_responses()):
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+        finally:
+            await task.queue_frame(EndFrame())
+            done, _ = await asyncio.wait({run}, timeout=3)
+            if not done:
+                await task.cancel()
+                await asyncio.gather(run, return_exceptions=True)
+        asked = [c.resumption_handle for c in server.connections]
+        delivered = [r for r in server.tool_responses() if r.id == "c1"]
+
+    state = await load_state(store, call_id, use_snapshot=False)
+    given_up = [r for r in await store.read(call_id)
+                if r.type == "anomaly.recorded" and r.data["kind"] == "connection_given_up"]
+    assert asked[:2] == [REFUSED, None], (
+        f"after the server refused {REFUSED!r}, the next handshake must be fresh (the log "
+        f"chooses no handle once the newest is bad); handles asked for: {asked}")
+    assert not given_up, f"the service was given up: {given_up[0].data}"
+    assert len(delivered) == 1 and not state.undelivered(), (
+        f"c1's result never reached the model: {delivered}")
+
+
+async def _run_service(store, server, call_id, *, seconds, before_setup=None):
+    """Run the durable service on `call_id` against `server` for `seconds` (no app frames)."""
+    ledger, tap = TimedLedger(), Tap()
+    llm = DurableGeminiLiveLLMService(
+        api_key="local-test-key",
+        settings=GeminiLiveLLMService.Settings(model=MODEL, system_instruction=PROMPT),
+        tools=tools_schema(list(TOOLS)), http_options=server.http_options(),
+        store=store, call_id=call_id, worker_id="late-worker")
+    for name in TOOLS:
+        llm.register_function(name, make_tool(name, ledger, 0.01))
+    if before_setup is not None:
+        before_setup(llm)
+    context = LLMContext(messages=[{"role": "user", "content": "Hello"}])
+    aggregators = LLMContextAggregatorPair(context)
+    task = PipelineTask(Pipeline([aggregators.user(), llm, PlaybackOutput(), tap,
+                                  aggregators.assistant()]),
+                        params=PipelineParams(), cancel_on_idle_timeout=False)
+    run = asyncio.create_task(PipelineRunner(handle_sigint=False).run(task))
+    states = []
+    try:
+        await task.queue_frames([LLMRunFrame()])
+        await asyncio.sleep(seconds)
+        states = [(c.index, c.resumption_handle, c.is_open) for c in server.connections]
+    finally:
+        await task.queue_frame(EndFrame())
+        done, _ = await asyncio.wait({run}, timeout=3)
+        if not done:
+            await task.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+    return llm, states
+
+
+@pytest.mark.timeout(60)
+async def test_a_worker_fenced_at_its_first_connected_closes_that_session(store):
+    """Two workers take one call over at once (two supervisors, a slow one): B attaches with
+    epoch 2, C with epoch 3 right after. B learns it is fenced only when it logs its
+    session's `connection.connected`; `_handle_session_ready` then returns before upstream
+    sets `self._session`, so `_on_fenced` (which closes `self._session` only) closes nothing:
+    the fenced worker keeps a Gemini session (resumed from the call's handle) open, and its
+    receive loop keeps pushing what the server sends into its pipeline."""
+    call_id = "review-double-takeover"
+    now = now_us()
+    await store.append(call_id, [
+        ev.SessionOpened(MODEL, list(TOOLS), "dead-worker", 1,
+                         {"model": MODEL, "system_instruction": PROMPT}),
+        ev.Connected(1, None, "x"),
+        ev.ConversationMessage("user", "Hello", 1),
+    ], 0, epoch=1, recorded_at_us=now)
+
+    def newer_worker_attaches_right_after(llm):
+        real_attach = llm._driver.attach
+
+        async def attach(**kwargs):
+            state = await real_attach(**kwargs)
+            from service.driver import CallDriver
+            other = CallDriver(store, call_id, worker_id="newest-worker")
+            await other.attach(**kwargs)  # epoch 3: B is fenced from here on
+            return state
+
+        llm._driver.attach = attach
+
+    async with LocalLiveServer(Script()) as server:
+        llm, connections = await _run_service(store, server, call_id, seconds=2.0,
+                                              before_setup=newer_worker_attaches_right_after)
+    assert llm.driver.fenced, "B should have found out it is fenced (its Connected append)"
+    assert connections, "B never connected"
+    still_open = [c for c in connections if c[2]]
+    assert not still_open, (
+        f"the fenced worker left its Gemini session(s) open: {still_open} "
+        "(index, handle, open)")
