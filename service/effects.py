@@ -455,18 +455,18 @@ class DueEffects:
         Gemini: nothing is owed) or has its outcome already. Decided at commit time, after
         whatever was noted before (a cancellation noted while the log was busy)."""
         call_id = frame.tool_call_id
-        call = self._driver.state.calls.get(call_id)
-        if self._cancelled_for(call_id) or not (self._driver.stale or (
-                call is not None and call.status == "started")):
-            # Gemini's own cancellation (nothing owed), or a call that is not running. (A
-            # stale state may show what an interrupted commit staged: decide on the log.)
-            return
 
         def failure(state) -> list[ev.Event]:
             call = state.calls.get(call_id)
             if call is None or call.status != "started" or self._cancelled_for(call_id):
                 return []
             return [ev.ToolCallFailed(call_id, STOPPED_ERROR, outcome_unknown=True)]
+
+        if self._cancelled_for(call_id) or not (self._driver.stale
+                                                or failure(self._driver.state)):
+            # Gemini's own cancellation (nothing owed), or a call that is not running. (A
+            # stale state may show what an interrupted commit staged: decide on the log.)
+            return
 
         try:
             await self._driver.record(then=failure)

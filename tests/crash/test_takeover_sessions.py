@@ -56,35 +56,9 @@ async def test_takeover_whose_handle_is_refused_falls_back_to_a_fresh_session(st
             return Script(refuse_setup=1011)
         return Script()
 
-    ledger, tap = TimedLedger(), Tap()
     async with LocalLiveServer(script_for) as server:
-        llm = DurableGeminiLiveLLMService(
-            api_key="local-test-key",
-            settings=GeminiLiveLLMService.Settings(model=MODEL, system_instruction=PROMPT),
-            tools=tools_schema(list(TOOLS)), http_options=server.http_options(),
-            store=store, call_id=call_id, worker_id="new-worker")
-        for name in TOOLS:
-            llm.register_function(name, make_tool(name, ledger, 0.01))
-        context = LLMContext(messages=[{"role": "user", "content": "Hello"}])
-        aggregators = LLMContextAggregatorPair(context)
-        task = PipelineTask(Pipeline([aggregators.user(), llm, PlaybackOutput(), tap,
-                                      aggregators.assistant()]),
-                            params=PipelineParams(), cancel_on_idle_timeout=False)
-        run = asyncio.create_task(PipelineRunner(handle_sigint=False).run(task))
-        try:
-            await task.queue_frames([LLMRunFrame()])
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline:
-                if any(r.id == "c1" for r in server.tool_responses()):
-                    break
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.3)
-        finally:
-            await task.queue_frame(EndFrame())
-            done, _ = await asyncio.wait({run}, timeout=3)
-            if not done:
-                await task.cancel()
-                await asyncio.gather(run, return_exceptions=True)
+        await _run_service(store, server, call_id, seconds=15,
+                           until=lambda: any(r.id == "c1" for r in server.tool_responses()))
         asked = [c.resumption_handle for c in server.connections]
         delivered = [r for r in server.tool_responses() if r.id == "c1"]
 
@@ -99,14 +73,16 @@ async def test_takeover_whose_handle_is_refused_falls_back_to_a_fresh_session(st
         f"c1's result never reached the model: {delivered}")
 
 
-async def _run_service(store, server, call_id, *, seconds, before_setup=None):
-    """Run the durable service on `call_id` against `server` for `seconds` (no app frames)."""
+async def _run_service(store, server, call_id, *, seconds, until=None, before_setup=None):
+    """Run the durable service on `call_id` against `server` for `seconds`, or until `until()`
+    holds (then 0.3 s more), with no app frames. Returns the service and, per connection,
+    (index, resumption handle, still open) as they were at the end."""
     ledger, tap = TimedLedger(), Tap()
     llm = DurableGeminiLiveLLMService(
         api_key="local-test-key",
         settings=GeminiLiveLLMService.Settings(model=MODEL, system_instruction=PROMPT),
         tools=tools_schema(list(TOOLS)), http_options=server.http_options(),
-        store=store, call_id=call_id, worker_id="late-worker")
+        store=store, call_id=call_id, worker_id="new-worker")
     for name in TOOLS:
         llm.register_function(name, make_tool(name, ledger, 0.01))
     if before_setup is not None:
@@ -120,7 +96,11 @@ async def _run_service(store, server, call_id, *, seconds, before_setup=None):
     states = []
     try:
         await task.queue_frames([LLMRunFrame()])
-        await asyncio.sleep(seconds)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not (until is not None and until()):
+            await asyncio.sleep(0.05)
+        if until is not None:
+            await asyncio.sleep(0.3)
         states = [(c.index, c.resumption_handle, c.is_open) for c in server.connections]
     finally:
         await task.queue_frame(EndFrame())
@@ -135,10 +115,8 @@ async def _run_service(store, server, call_id, *, seconds, before_setup=None):
 async def test_a_worker_fenced_at_its_first_connected_closes_that_session(store):
     """Two workers take one call over at once (two supervisors, a slow one): B attaches with
     epoch 2, C with epoch 3 right after. B learns it is fenced only when it logs its
-    session's `connection.connected`; `_handle_session_ready` then returns before upstream
-    sets `self._session`, so `_on_fenced` (which closes `self._session` only) closes nothing:
-    the fenced worker keeps a Gemini session (resumed from the call's handle) open, and its
-    receive loop keeps pushing what the server sends into its pipeline."""
+    session's `connection.connected`, before upstream makes that session `self._session`:
+    B must close it itself (it left it open, its receive loop feeding B's pipeline)."""
     call_id = "review-double-takeover"
     now = now_us()
     await store.append(call_id, [
