@@ -60,6 +60,23 @@ def _by_acceptance(request: _AppendRequest) -> int:
     return request.seq
 
 
+_MAX_STREAM_ID = streams.c.stream_id.type.length
+
+
+def _check_storable(stream_id: str, rows: list[tuple[str, int, str]]) -> None:
+    """ValueError for an append no database of ours can store: the same rule on both (SQLite
+    took a stream id PostgreSQL refuses), and said before it shares a commit with others."""
+    if not isinstance(stream_id, str) or len(stream_id) > _MAX_STREAM_ID or "\x00" in stream_id:
+        raise ValueError(f"a stream id must be text of at most {_MAX_STREAM_ID} characters "
+                         f"without NUL, not {stream_id!r:.80}")
+    try:
+        stream_id.encode()
+        for _type, _schema, data_json in rows:
+            data_json.encode()  # (canonical JSON escapes NUL; a lone surrogate stays)
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"the append cannot be stored: it is not valid UTF-8 ({exc})") from None
+
+
 def now_us() -> int:
     return time.time_ns() // 1000
 
@@ -257,6 +274,9 @@ class SqlEventStore:
         if not new_events:
             raise ValueError("append needs at least one event")
         rows = [(e.TYPE, e.SCHEMA, canonical_json(e.to_data())) for e in new_events]
+        # Refused here, alone: queued, an append the database cannot store failed the whole
+        # group commit it landed in (every other caller's append with it).
+        _check_storable(stream_id, rows)
         loop = asyncio.get_running_loop()
         request = _AppendRequest(
             stream_id, rows, expected_version, epoch,
@@ -434,12 +454,17 @@ class SqlEventStore:
             except Exception as exc:  # noqa: BLE001 - sorted out below
                 # Whatever happened, the database says next time what the heads are.
                 self._forget_heads(batch)
-                if self._is_integrity_error(exc) and len(batch) > 1:
-                    # A row raced us past the head check: commit each request on its own so
-                    # one caller's problem does not fail the others.
+                if not self._lost(exc) and len(batch) > 1:
+                    # A row raced us past the head check, or one request holds what the
+                    # database refuses: commit each request on its own, so one caller's
+                    # problem does not fail the others (each gets its own outcome; a request
+                    # that fails alone fails with its own error, and the rest still commit).
                     self.stats["retries"] += 1
                     for request in list(batch):
-                        await self._commit_with_retry([request])
+                        try:
+                            await self._commit_with_retry([request])
+                        except Exception as alone:  # noqa: BLE001 - its own outcome
+                            _settle(request, alone)
                     return
                 if not self._lost(exc):
                     raise

@@ -226,6 +226,32 @@ async def test_conflict_inside_one_batch_fails_only_that_request(store):
     assert all(rep.ok for rep in await store.verify())
 
 
+@pytest.mark.parametrize("bad_stream, bad_text", [
+    ("x" * 256, "fine"),               # longer than the stream_id column (PostgreSQL refuses)
+    ("nul\x00in the id", "fine"),      # PostgreSQL text cannot hold NUL
+    ("s", "a lone \ud800 surrogate"),  # not UTF-8: neither driver can send it
+], ids=["long-id", "nul-id", "surrogate"])
+async def test_an_unstorable_append_fails_alone_not_the_batch_it_shares(store, bad_stream,
+                                                                       bad_text):
+    """Group commit: each caller gets its own outcome. An append the database cannot store
+    failed every other append of its batch (other calls' events, on either database) with
+    its own error; it must fail alone, clearly, and write nothing."""
+    await store.append("good", [msg(0)], 0)
+    batches_before = store.stats["batches"]
+    results = await asyncio.gather(
+        store.append("good", [msg(1)], 1),
+        store.append(bad_stream, [ev.ConversationMessage("user", bad_text)], 0),
+        store.append("other", [msg(2), msg(3)], 0),
+        return_exceptions=True)
+    assert results[0] == 2 and results[2] == 2, results
+    assert isinstance(results[1], ValueError), results[1]
+    assert store.stats["batches"] - batches_before <= 1
+    assert [r.event.text for r in await store.read("good")] == ["turn 0", "turn 1"]
+    assert [r.event.text for r in await store.read("other")] == ["turn 2", "turn 3"]
+    assert {h.stream_id for h in await store.list_streams()} == {"good", "other"}
+    assert all(rep.ok for rep in await store.verify())
+
+
 # --------------------------------------------------------------------------- fencing (I6)
 
 async def test_fenced_old_epoch_cannot_append_even_at_right_version(store):
