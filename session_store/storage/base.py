@@ -630,7 +630,8 @@ class SqlEventStore:
     async def stream_head(self, stream_id: str) -> tuple[int, str, int] | None:
         """The stream's head row: (version, last_hash, epoch), or None if there is none."""
         self._check_open()
-        async with self._engine.connect() as conn:
+        # (`_connect`, as every read: an outage is StoreUnavailable, not the driver's error.)
+        async with self._connect() as conn:
             row = (await conn.execute(select(streams.c.version, streams.c.last_hash,
                                              streams.c.epoch)
                                       .where(streams.c.stream_id == stream_id))).first()

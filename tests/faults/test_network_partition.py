@@ -232,6 +232,20 @@ async def test_read_in_a_partition_raises_store_unavailable(behind_proxy):
     assert [e.version for e in await asyncio.wait_for(store.read("call"), HANG_S)] == [1]
 
 
+async def test_a_head_read_in_a_partition_raises_store_unavailable(behind_proxy):
+    """`stream_head` (a takeover's check of the tail) is a read like the others: a database
+    that does not answer is StoreUnavailable, not the driver's own exception (it skipped
+    the store's outage handling and raised a bare TimeoutError: not an outage to callers)."""
+    open_, proxy, _schema = behind_proxy
+    store = await open_(read_timeout=1.0, attempt_timeout=1.0)
+    await store.append("call", [_event()], 0)
+    proxy.partition()
+    with pytest.raises(StoreUnavailable):
+        await asyncio.wait_for(store.stream_head("call"), HANG_S)
+    proxy.heal()
+    assert (await asyncio.wait_for(store.stream_head("call"), HANG_S))[0] == 1
+
+
 # --------------------------------------------------------------------------- a live call
 
 ORDER = "lookup_order"
