@@ -98,19 +98,28 @@ class _RequestQueue:
         return self._items.popleft()
 
 
+def stored_hashes_wanted(batch: list[_AppendRequest]) -> list[tuple[str, int]]:
+    """(stream, version) of the last event each retried request would have written: the
+    writer reads their stored hashes for `plan_batch` (see `_committed_by_an_earlier_try`)."""
+    return sorted({(r.stream_id, r.expected_version + len(r.rows))
+                   for r in batch if r.final_hash is not None})
+
+
 def plan_batch(batch: list[_AppendRequest],
-               heads: dict[str, tuple[int, str, int]]) -> BatchPlan:
+               heads: dict[str, tuple[int, str, int]],
+               stored: dict[tuple[str, int], str] | None = None) -> BatchPlan:
     """Check each request against the stream heads and build the rows to write (pure).
 
     `heads` maps stream id to (version, last_hash, epoch) as read inside the batch's
     transaction (under SQLite's write lock / PostgreSQL row locks), or as cached (then
     the writer checks them when it writes, see `_plan_from_cache`). Requests of one
-    stream in one batch chain onto each other. `heads` is updated in place.
+    stream in one batch chain onto each other. `heads` is updated in place. `stored`: the
+    hashes stored at `stored_hashes_wanted(batch)`, as read in the same transaction.
     """
     plan = BatchPlan(before=dict(heads))
     existed = plan.before
     touched: dict[str, int] = {}
-    committed = _committed_by_an_earlier_try(batch, heads)
+    committed = _committed_by_an_earlier_try(batch, heads, stored or {})
     for r in batch:
         version, last_hash, epoch = heads.get(r.stream_id, (0, GENESIS_HASH, 0))
         n = len(r.rows)
@@ -146,7 +155,8 @@ def plan_batch(batch: list[_AppendRequest],
 
 
 def _committed_by_an_earlier_try(batch: list[_AppendRequest],
-                                 heads: dict[str, tuple[int, str, int]]) -> set[int]:
+                                 heads: dict[str, tuple[int, str, int]],
+                                 hashes: dict[tuple[str, int], str]) -> set[int]:
     """The requests (by id) an earlier try of this batch committed, though its answer was
     lost: retried, they must get their version back, not a conflict, and not be written again.
 
@@ -154,7 +164,12 @@ def _committed_by_an_earlier_try(batch: list[_AppendRequest],
     hash. It says nothing directly of a request chained before it in the same batch (two
     appends to one stream, committed together): that one is proved by the hashes, since the
     stored request's hashes chain onto what it was planned on; if they chain onto the earlier
-    request's final hash at its version, that is what is stored there.
+    request's final hash at its version, that is what is stored there. Neither holds once
+    another writer appended behind the commit (it read the stream and saw it) before the
+    retry: then the event stored at the request's last version proves it, by its hash (the
+    chain: that hash covers the request's events and everything before them). Without
+    that, the request's own commit was called a conflict, and its caller would decide
+    again and log its facts twice.
     """
     committed: set[int] = set()
     proved: dict[str, _AppendRequest] = {}  # per stream: the earliest request proved so far
@@ -169,6 +184,8 @@ def _committed_by_an_earlier_try(batch: list[_AppendRequest],
         else:
             stored = (later.expected_version == r.expected_version + n
                       and _chain(later, r.final_hash) == later.final_hash)
+        if not stored:
+            stored = hashes.get((r.stream_id, r.expected_version + n)) == r.final_hash
         if stored:
             committed.add(id(r))
             proved[r.stream_id] = r

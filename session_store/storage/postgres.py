@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from ..schema import events, streams
 from .base import SqlEventStore
-from .batch import _RetryBatch, plan_batch
+from .batch import _RetryBatch, plan_batch, stored_hashes_wanted
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,10 @@ def _as_bigint(expr):
 _S, _E = streams.name, events.name
 _SELECT_HEADS = (f"SELECT stream_id, version, last_hash, epoch FROM {_S} "
                  "WHERE stream_id = ANY($1::text[]) ORDER BY stream_id FOR UPDATE")
+# The stored hashes at (stream, version) pairs: what a retried request committed, if it did.
+_SELECT_HASHES = (f"SELECT e.stream_id, e.version, e.hash FROM {_E} AS e JOIN "
+                  "unnest($1::text[], $2::bigint[]) AS u(s, v) "
+                  "ON e.stream_id = u.s AND e.version = u.v")
 _INSERT_STREAMS = (
     f"INSERT INTO {_S} (stream_id, version, last_hash, epoch, created_at_us, updated_at_us) "
     "SELECT s, v, h, e, t, t FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], "
@@ -245,7 +249,11 @@ class PostgresEventStore(SqlEventStore):
         ids = sorted({r.stream_id for r in batch})
         heads = {row[0]: (row[1], row[2], row[3])
                  for row in await conn.fetch(_SELECT_HEADS, ids)}
-        plan = plan_batch(batch, heads)
+        wanted = stored_hashes_wanted(batch)  # (only a retry wants any)
+        stored = ({(row[0], row[1]): row[2]
+                   for row in await conn.fetch(_SELECT_HASHES, *_columns(wanted))}
+                  if wanted else None)
+        plan = plan_batch(batch, heads, stored)
         if not plan.events:
             return plan
         if plan.created:

@@ -40,7 +40,7 @@ import logging
 import sqlite3
 import time
 
-from sqlalchemy import bindparam, event, literal_column, update
+from sqlalchemy import bindparam, event, literal_column, select, update
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -117,6 +117,8 @@ def _statements() -> Statements:
     """The commit's SQL, compiled from the Core tables."""
     return Statements(
         select_heads=_SELECT_HEADS,
+        select_hash=_sql(select(events.c.hash).where(events.c.stream_id == bindparam("s"),
+                                                     events.c.version == bindparam("v"))),
         append_view=(_CREATE_APPEND_VIEW, _CREATE_APPEND_TRIGGER),
         insert_stream=_sql(streams.insert().values(
             stream_id=bindparam("s"), version=bindparam("v"), last_hash=bindparam("h"),

@@ -21,7 +21,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .batch import BatchPlan, _AppendRequest, plan_batch
+from .batch import BatchPlan, _AppendRequest, plan_batch, stored_hashes_wanted
 
 BUSY_TIMEOUT_MS = 5000
 
@@ -39,6 +39,7 @@ HEAD_MOVED = "session_store: stream head moved"
 class Statements:
     """The SQL of a commit, compiled by the store from its Core tables (qmark style)."""
     select_heads: str  # "... WHERE stream_id IN ({marks})"
+    select_hash: str  # the hash of one event: (stream_id, version)
     insert_stream: str  # (s, v, h, e, t, t2)
     update_stream: str  # conditional on the old head: (v, h, e, t, s, ov, oh, oe)
     insert_event: str  # (s, v, ty, sv, d, t, h)
@@ -152,7 +153,7 @@ def commit_batch(conn: sqlite3.Connection, st: Statements, batch: list[_AppendRe
         for r in batch:  # another store moved a head: nothing was written
             r.final_hash = None
     with _immediate(conn):
-        plan = plan_batch(batch, _read_heads(conn, st, batch))
+        plan = plan_batch(batch, _read_heads(conn, st, batch), _read_hashes(conn, st, batch))
         plan.stale = cached is not None
         if on_planned is not None:
             on_planned(batch)
@@ -203,6 +204,17 @@ def _read_heads(conn: sqlite3.Connection, st: Statements, batch: list[_AppendReq
         sql = st.select_heads.format(marks=",".join("?" * len(part)))
         heads.update((row[0], row[1:]) for row in conn.execute(sql, part))
     return heads
+
+
+def _read_hashes(conn: sqlite3.Connection, st: Statements,
+                 batch: list[_AppendRequest]) -> dict[tuple[str, int], str]:
+    """The stored hashes a retried batch is checked against (`stored_hashes_wanted`)."""
+    stored = {}
+    for sid, version in stored_hashes_wanted(batch):
+        row = conn.execute(st.select_hash, (sid, version)).fetchone()
+        if row is not None:
+            stored[(sid, version)] = row[0]
+    return stored
 
 
 def _write_plan(conn: sqlite3.Connection, st: Statements, plan: BatchPlan) -> bool:

@@ -123,6 +123,34 @@ async def test_commit_whose_answer_the_partition_ate_counts_once(behind_proxy):
     assert [r.ok for r in await store.verify("call")] == [True]
 
 
+async def test_a_lost_answer_is_recognised_after_another_writer_appended_behind_it(
+        behind_proxy):
+    """The commit lands, its answer is lost, and another store (not behind the partition)
+    reads the stream and appends after it before the retry. The head no longer holds the
+    request's hash: the retry called the request's own commit a conflict (the caller would
+    decide again and log its facts twice). The stored event proves it."""
+    open_, proxy, schema = behind_proxy
+    store = await open_(attempt_timeout=1.0)
+    v = 0
+    for _ in range(3):
+        v = await store.append("call", [_event()], v)
+    proxy.partition(replies_only=True)
+    append = asyncio.ensure_future(store.append("call", [_event(2)], v, timeout=30))
+    deadline = time.monotonic() + 5
+    while await _rows(schema, "call") != [1, 2, 3, 4]:
+        assert time.monotonic() < deadline, "the commit never reached the server"
+        await asyncio.sleep(0.05)
+    other = await open_store(PG_URL, schema=schema)
+    try:
+        assert await other.append("call", [_event(3)], 4) == 5
+    finally:
+        await other.close()
+    proxy.heal()
+    assert await asyncio.wait_for(append, HANG_S) == 4  # ours, not a conflict
+    assert await _rows(schema, "call") == [1, 2, 3, 4, 5]
+    assert [r.ok for r in await store.verify("call")] == [True]
+
+
 async def test_two_appends_to_one_stream_whose_answer_was_lost_both_count_once(behind_proxy):
     """Committed together in one batch (chained), their answer lost: the retry finds the
     head at the second one's hash; the first is proved by the chain, not called a conflict."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from session_store.errors import ConcurrencyConflict
 from session_store.events import canonical_json
-from session_store.storage.batch import _AppendRequest, plan_batch
+from session_store.storage.batch import _AppendRequest, plan_batch, stored_hashes_wanted
 
 from .helpers import T0_US, msg
 
@@ -66,3 +66,18 @@ def test_nothing_stored_plans_everything_again():
     retry = plan_batch(batch, dict(HEADS))  # the earlier try was rolled back
     assert retry.outcomes == [4, 5]
     assert [e[1] for e in retry.events] == [4, 5]
+
+
+def test_a_commit_another_writer_appended_behind_is_recognised_by_its_stored_hash():
+    batch = [_request("s", 3, 11), _request("t", 1, 21)]
+    after = _committed(batch)
+    assert stored_hashes_wanted(batch) == [("s", 4), ("t", 2)]
+    # Before the retry, another writer appended to s behind our commit: the head moved on.
+    moved = {**after, "s": (5, "another writer's hash", 0)}
+    stored = {("s", 4): batch[0].final_hash, ("t", 2): batch[1].final_hash}
+    retry = plan_batch(batch, dict(moved), stored)
+    assert retry.outcomes == [4, 2]  # (before the fix: a conflict for s)
+    assert retry.events == []
+    # Another writer's event at that version (ours never landed) is a conflict, as it was.
+    retry = plan_batch(batch, dict(moved), {("s", 4): "another writer's event"})
+    assert isinstance(retry.outcomes[0], ConcurrencyConflict) and retry.outcomes[1] == 2

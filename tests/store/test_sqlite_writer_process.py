@@ -218,6 +218,28 @@ async def test_a_commit_whose_answer_was_lost_is_recognised_not_repeated(sqlite_
         await store.close()
 
 
+async def test_a_lost_answer_is_recognised_after_another_writer_appended_behind_it(
+        sqlite_backend, tmp_path, monkeypatch):
+    """As above, but another process appends to the stream between the commit and the
+    retry (it read the stream and saw the commit). The head then no longer holds the
+    request's hash, and the retry called the request's own commit a conflict: the caller
+    would decide again and log its facts twice. The stored event proves it."""
+    monkeypatch.setenv("SESSION_STORE_TEST_DIE_ONCE", str(tmp_path / "died"))
+    monkeypatch.setenv("SESSION_STORE_TEST_THEN_ANOTHER_APPENDS", "1")
+    monkeypatch.setattr(WriterProcess, "child_module", "tests.store.dying_sqlite_writer")
+    store = await sqlite_backend.open()
+    try:
+        assert await store.append("s", [msg(0), msg(1)], 0) == 2  # ours, not a conflict
+        assert (tmp_path / "died").exists()
+        assert await _texts(store, "s") == ["turn 0", "turn 1", "another writer"]
+        with pytest.raises(ConcurrencyConflict):
+            await store.append("s", [msg(9)], 2)  # a real conflict is still one
+        assert await store.append("s", [msg(2)], 3) == 4
+        assert all(r.ok for r in await store.verify())
+    finally:
+        await store.close()
+
+
 async def test_what_the_writer_prints_never_reaches_the_protocol(sqlite_backend, monkeypatch,
                                                                 capfd):
     monkeypatch.setattr(WriterProcess, "child_module", "tests.store.noisy_sqlite_writer")
