@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import re
 
@@ -45,6 +46,16 @@ def check_schema_name(schema: str) -> str:
         raise ValueError(f"invalid schema name {schema!r}: use letters, digits and _ "
                          "(at most 63, not starting with a digit)")
     return schema
+
+
+def notify_channel(schema: str | None) -> str:
+    """The NOTIFY channel of a schema's log. PostgreSQL refuses a channel name of 64 bytes or
+    more ("channel name too long", failing every append, whose statement notifies), and a
+    schema name may have 63: a long one is named by its hash instead (same for everyone)."""
+    channel = f"session_store_{schema or 'public'}".lower()
+    if len(channel) > 63:
+        channel = "session_store_" + hashlib.sha256(channel.encode()).hexdigest()[:40]
+    return channel
 
 
 def _as_bigint(expr):
@@ -162,7 +173,7 @@ class PostgresEventStore(SqlEventStore):
         self._writer_kwargs = dict(self._connect_kwargs, server_settings={
             **server_settings, "idle_in_transaction_session_timeout": "10s",
             "lock_timeout": "15s"})
-        self._channel = f"session_store_{schema or 'public'}".lower()
+        self._channel = notify_channel(schema)
         self._free: list[asyncpg.Connection] = []
         self._has_fn = True  # off if this role may not create temporary functions
 

@@ -105,6 +105,35 @@ async def test_subscribe_is_woken_by_another_process_on_postgres(migrated):
         await follower.close()
 
 
+@pytest.mark.timeout(60)
+async def test_a_long_schema_name_still_appends_and_notifies_on_postgres(backend):
+    """Any schema name the store accepts (up to 63 characters) must work. The NOTIFY channel
+    was "session_store_" + the schema name: from 50 characters on it is longer than
+    PostgreSQL allows a channel (63), and every append failed ("channel name too long")."""
+    if backend.name != "postgres":
+        pytest.skip("PostgreSQL's NOTIFY channel")
+    schema = (backend.options["schema"] + "_" + "x" * 63)[:63]
+    conn = await asyncpg.connect(PG_DSN)
+    try:
+        await conn.execute(f"CREATE SCHEMA {schema}")
+        long = type(backend)(backend.name, backend.url, {"schema": schema})
+        await long.migrate()
+        follower, writer = await long.open(), await long.open(append_timeout=5)
+        follower.poll_interval = 10  # only NOTIFY can wake it in time
+        try:
+            async with following(follower) as got:
+                await asyncio.sleep(0.2)  # let the follower LISTEN
+                for i in range(2):
+                    await writer.append("x", [msg(i)], i)
+                    assert await wait_for_count(got, i + 1, timeout=3) < 2.0
+        finally:
+            await writer.close()
+            await follower.close()
+    finally:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        await conn.close()
+
+
 # --------------------------------------------------------------------------- PostgreSQL race
 
 class _GatedConnection:
