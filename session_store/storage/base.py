@@ -77,6 +77,10 @@ def _check_storable(stream_id: str, rows: list[tuple[str, int, str]]) -> None:
         raise ValueError(f"the append cannot be stored: it is not valid UTF-8 ({exc})") from None
 
 
+def _is_bigint(value: Any) -> bool:
+    return type(value) is int and -2 ** 63 <= value < 2 ** 63
+
+
 def now_us() -> int:
     return time.time_ns() // 1000
 
@@ -277,6 +281,12 @@ class SqlEventStore:
         # Refused here, alone: queued, an append the database cannot store failed the whole
         # group commit it landed in (every other caller's append with it).
         _check_storable(stream_id, rows)
+        if recorded_at_us is not None and not _is_bigint(recorded_at_us):
+            # The hash covers str(recorded_at_us) and the column holds an integer: a float
+            # (or a bool) was stored as another spelling than the one hashed, and the
+            # acknowledged stream failed `verify` for good.
+            raise TypeError(f"recorded_at_us must be a 64-bit int (microseconds), not "
+                            f"{recorded_at_us!r:.40}")
         loop = asyncio.get_running_loop()
         request = _AppendRequest(
             stream_id, rows, expected_version, epoch,

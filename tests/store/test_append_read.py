@@ -252,6 +252,18 @@ async def test_an_unstorable_append_fails_alone_not_the_batch_it_shares(store, b
     assert all(rep.ok for rep in await store.verify())
 
 
+@pytest.mark.parametrize("at", [1_750_000_000_000_000.0, "1750000000000000", True, 2 ** 63])
+async def test_a_recorded_time_that_is_not_a_64_bit_integer_is_refused(store, at):
+    """The hash covers str(recorded_at_us), the column stores an integer: a float time was
+    acknowledged, stored as 1750000000000000 and hashed as "1750000000000000.0", and the
+    stream failed `verify` for good (the audit trail said it was tampered with)."""
+    with pytest.raises((TypeError, ValueError)):
+        await store.append("s", [msg(0)], 0, recorded_at_us=at)
+    assert await store.read("s") == [] and await store.list_streams() == []
+    assert await store.append("s", [msg(1)], 0, recorded_at_us=1_750_000_000_000_000) == 1
+    assert all(rep.ok for rep in await store.verify())
+
+
 # --------------------------------------------------------------------------- fencing (I6)
 
 async def test_fenced_old_epoch_cannot_append_even_at_right_version(store):
