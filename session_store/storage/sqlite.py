@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import time
+import urllib.parse
 
 from sqlalchemy import bindparam, event, literal_column, select, update
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -46,6 +48,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from ..errors import SchemaMismatch
 from ..schema import events, streams
 from . import sqlite_commit
 from .base import SqlEventStore
@@ -164,7 +167,13 @@ class SqliteEventStore(SqlEventStore):
         if not self._path or self._path == ":memory:":
             raise ValueError("the SQLite store needs a file (sqlite+aiosqlite:///path.db): "
                              "durability and other processes need one")
-        engine = create_async_engine(url)
+        # Reads open the file read-write, never create it (`mode=rw`, as the writer does): a
+        # read connection opened after the database was removed created a new, empty one at
+        # the path ("no such table" for every read and append after it) instead of failing
+        # as an outage (SQLITE_CANTOPEN).
+        engine = create_async_engine(make_url(url).set(
+            database=f"file:{urllib.parse.quote(os.path.abspath(self._path))}"
+        ).update_query_dict({"mode": "rw", "uri": "true"}))
         event.listen(engine.sync_engine, "connect", lambda c, _r: sqlite_commit.configure(c))
         super().__init__(engine, **kwargs)
         self._statements = _statements()
@@ -187,6 +196,12 @@ class SqliteEventStore(SqlEventStore):
         self._checkpoint_task: asyncio.Task | None = None
 
     async def _check_schema(self) -> None:
+        if not os.path.exists(self._path) and os.path.isdir(os.path.dirname(
+                os.path.abspath(self._path))):
+            # (Not created here: `migrate` creates it.)
+            raise SchemaMismatch(
+                "the database file does not exist, so it has no session store schema; run "
+                "`session-store migrate --db URL` (alembic upgrade head) first")
         # The writer process starts (0.15 s, mostly its imports) while the schema is checked.
         self._writer_started = asyncio.ensure_future(self._writer.start())
         try:
