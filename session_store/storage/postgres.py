@@ -285,10 +285,13 @@ class PostgresEventStore(SqlEventStore):
         # starting up or shutting down, restarting after a crash of one of its processes;
         # InternalClientError: an idle connection the server terminated (its FATAL message
         # arrived before the socket closed) refuses the next statement; nothing was sent.
+        # LockNotAvailableError: a head row stayed locked past the writer's `lock_timeout`
+        # (a frozen writer): the database does not take the append for now; raised as is,
+        # it reached the caller at once, outside the append's contract, never retried.
         return isinstance(exc, (OSError, ConnectionError, asyncpg.PostgresConnectionError,
                                 asyncpg.InterfaceError, asyncpg.CannotConnectNowError,
                                 asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
-                                asyncpg.InternalClientError))
+                                asyncpg.InternalClientError, asyncpg.LockNotAvailableError))
 
     def _insert(self, table):
         return pg_insert(table)

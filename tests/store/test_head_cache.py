@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from session_store import events as ev
-from session_store.errors import ConcurrencyConflict, Fenced
+from session_store.errors import ConcurrencyConflict, Fenced, StoreUnavailable
 
 from ..conftest import PG_DSN
 from .helpers import msg, opened, sql
@@ -169,3 +169,45 @@ async def test_writer_connections_killed_by_the_server_are_replaced(migrated):
     finally:
         await raw.close()
         await store.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_head_row_locked_past_lock_timeout_is_waited_out_not_raised(migrated):
+    """PostgreSQL writers give up on a row lock after `lock_timeout` (so a frozen writer
+    cannot stall every batch behind it). Giving up raised asyncpg's LockNotAvailableError
+    to the caller at once (no StoreUnavailable, no retry within the append's deadline); it
+    is the database not taking the append for now, as an outage is."""
+    if migrated.name != "postgres":
+        pytest.skip("PostgreSQL row locks")
+    store = await migrated.open(attempt_timeout=None)
+    store._writer_kwargs["server_settings"]["lock_timeout"] = "300ms"  # (15 s by default)
+    await store.append("s", [msg(0)], 0)
+    schema = migrated.options["schema"]
+    raw = await asyncpg.connect(PG_DSN)
+    try:
+        locked = raw.transaction()
+        await locked.start()
+        await raw.execute(f"SELECT 1 FROM {schema}.session_streams WHERE stream_id = 's' "
+                          "FOR UPDATE")
+        append = asyncio.ensure_future(store.append("s", [msg(1)], 1, timeout=20))
+        await asyncio.sleep(1.5)  # several lock timeouts
+        assert not append.done(), append.exception() if append.done() else None
+        await locked.rollback()
+        assert await asyncio.wait_for(append, 10) == 2
+        with_deadline = await locked_append_fails_at_its_deadline(store, raw, schema)
+        assert isinstance(with_deadline, StoreUnavailable), repr(with_deadline)
+        assert await _texts(store, "s") == ["turn 0", "turn 1"]
+    finally:
+        await raw.close()
+        await store.close()
+
+
+async def locked_append_fails_at_its_deadline(store, raw, schema):
+    async with raw.transaction():
+        await raw.execute(f"SELECT 1 FROM {schema}.session_streams WHERE stream_id = 's' "
+                          "FOR UPDATE")
+        try:
+            await store.append("s", [msg(2)], 2, timeout=1.0)
+        except Exception as exc:  # noqa: BLE001 - returned to the test
+            return exc
+    return None
