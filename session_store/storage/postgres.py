@@ -288,10 +288,13 @@ class PostgresEventStore(SqlEventStore):
         # LockNotAvailableError: a head row stayed locked past the writer's `lock_timeout`
         # (a frozen writer): the database does not take the append for now; raised as is,
         # it reached the caller at once, outside the append's contract, never retried.
+        # ReadOnlySQLTransactionError: a standby (a failover under way) or a database set
+        # read-only; as SQLite's SQLITE_READONLY, wait for it (on a new connection).
         return isinstance(exc, (OSError, ConnectionError, asyncpg.PostgresConnectionError,
                                 asyncpg.InterfaceError, asyncpg.CannotConnectNowError,
                                 asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
-                                asyncpg.InternalClientError, asyncpg.LockNotAvailableError))
+                                asyncpg.InternalClientError, asyncpg.LockNotAvailableError,
+                                asyncpg.ReadOnlySQLTransactionError))
 
     def _insert(self, table):
         return pg_insert(table)

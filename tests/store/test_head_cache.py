@@ -211,3 +211,29 @@ async def locked_append_fails_at_its_deadline(store, raw, schema):
         except Exception as exc:  # noqa: BLE001 - returned to the test
             return exc
     return None
+
+
+@pytest.mark.timeout(60)
+async def test_a_read_only_server_is_an_outage_waited_out_not_raised(migrated):
+    """A standby during a failover (or a database set read-only for maintenance) answers
+    every write with "cannot execute ... in a read-only transaction". That is the database
+    not taking appends for now (SQLite's SQLITE_READONLY is one already): it failed the
+    append at once with asyncpg's ReadOnlySQLTransactionError. Here the writer connections
+    are read-only sessions until the "failover" ends."""
+    if migrated.name != "postgres":
+        pytest.skip("PostgreSQL read-only sessions")
+    store = await migrated.open()
+    await store.append("s", [msg(0)], 0)
+    for conn in store._free:  # connections from now on: read-only, as on a standby
+        conn.terminate()
+    settings = store._writer_kwargs["server_settings"]
+    settings["default_transaction_read_only"] = "on"
+    try:
+        append = asyncio.ensure_future(store.append("s", [msg(1)], 1, timeout=20))
+        await asyncio.sleep(1.0)
+        assert not append.done(), append.exception() if append.done() else None
+        del settings["default_transaction_read_only"]  # promoted: writes go through again
+        assert await asyncio.wait_for(append, 10) == 2
+        assert await _texts(store, "s") == ["turn 0", "turn 1"]
+    finally:
+        await store.close()
