@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, text, tuple_
+from sqlalchemy import func, literal_column, null, select, text, tuple_, union_all
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -42,6 +42,18 @@ log = logging.getLogger(__name__)
 _EVENT_COLUMNS = (events.c.stream_id, events.c.version, events.c.position, events.c.type,
                   events.c.schema_version, events.c.data, events.c.recorded_at_us,
                   events.c.hash)
+
+
+def _events_and_head(stream_id: str):
+    """One stream's events (version order), then its head row as (stream_id, version, NULLs,
+    last_hash): one statement, one snapshot of both; the last column tells them apart."""
+    rows = select(*_EVENT_COLUMNS, literal_column("0").label("is_head")).where(
+        events.c.stream_id == stream_id)
+    blank = [null()] * (len(_EVENT_COLUMNS) - 3)
+    head = select(streams.c.stream_id, streams.c.version, *blank, streams.c.last_hash,
+                  literal_column("1")).where(streams.c.stream_id == stream_id)
+    both = union_all(rows, head)
+    return both.order_by(both.selected_columns.is_head, both.selected_columns.version)
 
 
 class _InProcessOnly:
@@ -760,12 +772,15 @@ class SqlEventStore:
                 ids = [stream_id]
             reports = []
             for sid in ids:
-                head = (await conn.execute(select(streams.c.version, streams.c.last_hash)
-                                           .where(streams.c.stream_id == sid))).first()
-                rows = (await conn.execute(select(*_EVENT_COLUMNS)
-                                           .where(events.c.stream_id == sid)
-                                           .order_by(events.c.version))).all()
-                reports.append(verify_stream(sid, [RecordedEvent(*r) for r in rows],
-                                             tuple(head) if head else None))
+                # The head and the events in one statement, so from one snapshot: read in two,
+                # an append committing between them made an intact live stream "damaged"
+                # (a head behind its events: "added behind the log's back").
+                head, rows = None, []
+                for *row, is_head in await conn.execute(_events_and_head(sid)):
+                    if is_head:
+                        head = (row[1], row[7])
+                    else:
+                        rows.append(RecordedEvent(*row))
+                reports.append(verify_stream(sid, rows, head))
         return reports
 
