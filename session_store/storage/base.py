@@ -668,12 +668,14 @@ class SqlEventStore:
 
         `from_position=0` starts at the beginning; pass the last position you processed to
         continue. The order never changes once read: a tailing reader that continues from
-        its last position never skips an event that commits later.
+        its last position never skips an event that commits later. A position no event has
+        raises ValueError (it has no place in that order).
         """
         self._check_open()
         cursor_order = select(events.c.tx_order).where(
             events.c.position == from_position).scalar_subquery()
-        stmt = (select(*_EVENT_COLUMNS)
+        # (The cursor's order comes back with the rows: see below.)
+        stmt = (select(*_EVENT_COLUMNS, cursor_order)
                 .where(tuple_(events.c.tx_order, events.c.position)
                        > tuple_(func.coalesce(cursor_order, -1), from_position))
                 .order_by(events.c.tx_order, events.c.position).limit(limit))
@@ -681,7 +683,14 @@ class SqlEventStore:
         if guard is not None:
             stmt = stmt.where(guard)
         async with self._connect() as conn:
-            return [RecordedEvent(*row) for row in await conn.execute(stmt)]
+            rows = (await conn.execute(stmt)).all()
+        if rows and from_position > 0 and rows[0][-1] is None:
+            # A position no event has has no place in the global order: the rows above
+            # are the whole log from the start, and a follower would process every event
+            # again. Say so instead.
+            raise ValueError(f"no event at position {from_position}: continue from the "
+                             "position of an event read_all returned (0: the beginning)")
+        return [RecordedEvent(*row[:-1]) for row in rows]
 
     async def list_streams(self, *, limit: int | None = None, after: str | None = None
                            ) -> list[StreamHead]:

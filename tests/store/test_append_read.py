@@ -98,6 +98,22 @@ async def test_read_all_global_order_and_continuation(store):
     assert await store.read_all(everything[-1].position) == []
 
 
+async def test_read_all_from_a_position_no_event_has_is_an_error_not_a_replay(store):
+    """A position that names no event (a log restored from an older backup, a checkpoint
+    from another database) has no place in the global order. read_all answered it with
+    the whole log from the start: a follower would process every event a second time."""
+    for i in range(3):
+        await store.append("s", [msg(i)], i)
+    last = (await store.read_all())[-1].position
+    with pytest.raises(ValueError, match="no event at position"):
+        await store.read_all(last + 50)
+    with pytest.raises(ValueError, match="no event at position"):
+        async for _ in store.subscribe(last + 50):
+            pass
+    assert await store.read_all(last) == []
+    assert [r.version for r in await store.read_all(0)] == [1, 2, 3]
+
+
 # --------------------------------------------------------------------------- expected version
 
 async def test_new_stream_needs_expected_version_zero(store):
