@@ -339,7 +339,10 @@ class _Listener:
         try:
             conn = await asyncpg.connect(**store._connect_kwargs)
             try:
-                await conn.add_listener(store._channel, self._on_notify)
+                # Bounded as the connect is: a network gone silent in between left the
+                # follower in this LISTEN, neither reading nor raising, for the partition.
+                await asyncio.wait_for(conn.add_listener(store._channel, self._on_notify),
+                                       store._connect_kwargs["timeout"])
             except BaseException:
                 conn.terminate()
                 raise

@@ -274,6 +274,32 @@ async def test_a_head_read_in_a_partition_raises_store_unavailable(behind_proxy)
     assert (await asyncio.wait_for(store.stream_head("call"), HANG_S))[0] == 1
 
 
+async def test_a_follower_whose_listen_meets_a_partition_is_told_of_the_outage(
+        behind_proxy, monkeypatch):
+    """The network goes silent right after the follower's LISTEN connection is made, before
+    its LISTEN is answered. The connect was bounded, the LISTEN was not: the follower hung
+    in it for as long as the partition lasted (here: until the test's guard), neither
+    reading nor raising. It must give up on listening and hear of the outage from its read
+    (StoreUnavailable, as every read in a partition)."""
+    open_, proxy, _schema = behind_proxy
+    store = await open_(read_timeout=1.0, attempt_timeout=1.0)
+    await store.append("call", [_event()], 0)
+    listen = asyncpg.Connection.add_listener
+
+    async def partition_then_listen(self, *args, **kwargs):
+        proxy.partition()
+        return await listen(self, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Connection, "add_listener", partition_then_listen)
+    follow = store.subscribe(0)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await asyncio.wait_for(follow.__anext__(), HANG_S)
+    finally:
+        proxy.heal()
+        await follow.aclose()
+
+
 # --------------------------------------------------------------------------- a live call
 
 ORDER = "lookup_order"
