@@ -79,6 +79,9 @@ class CallDriver:
                  worker_id: str | None = None, snapshot_every: int = 500):
         self.store, self.call_id = store, call_id
         self.policy = policy or Policy()
+        # How far back this policy's decisions look: what snapshots keep and must have kept.
+        self._compaction = {"handle_ttl_us": self.policy.handle_ttl_us,
+                            "crossing_window_us": int(self.policy.crossing_window_s * 1e6)}
         self.worker_id = worker_id or default_worker_id()
         self.state = SessionState(stream_id=call_id)
         self.epoch = 0
@@ -105,7 +108,7 @@ class CallDriver:
                 # of `state` (the app, the crash harness's control loop) must never see the
                 # dead worker's last state — "connected, all delivered" — as this worker's
                 # (seen: a takeover ended the call before it ever reconnected).
-                state = await load_state(self.store, self.call_id)
+                state = await load_state(self.store, self.call_id, **self._compaction)
                 if conflict is not None and conflict.actual is not None \
                         and state.version < conflict.actual:
                     # Read after the append that told us the head is at `actual`: fewer
@@ -247,8 +250,7 @@ class CallDriver:
                 and self.state.version - self._snapshot_version >= self.snapshot_every
                 and (self._snapshot_task is None or self._snapshot_task.done())):
             self._snapshot_version = self.state.version
-            snapshot = snapshot_of(self.state, handle_ttl_us=self.policy.handle_ttl_us,
-                                   crossing_window_us=int(self.policy.crossing_window_s * 1e6))
+            snapshot = snapshot_of(self.state, **self._compaction)
             self._snapshot_task = asyncio.ensure_future(self._save_snapshot(snapshot))
 
     async def _save_snapshot(self, snapshot: Snapshot) -> None:
@@ -342,7 +344,7 @@ class CallDriver:
 
     async def _reload(self) -> None:
         self.state = await load_state(self.store, self.call_id,
-                                      use_snapshot=not self._full_history)
+                                      use_snapshot=not self._full_history, **self._compaction)
         if self._unsure is not None:
             before, rows, noted = self._unsure
             if self.state.version >= before + len(rows):

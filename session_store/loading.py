@@ -12,13 +12,18 @@ log = logging.getLogger(__name__)
 
 
 async def snapshot_state(store: SqlEventStore, stream_id: str,
-                         max_version: int | None = None) -> SessionState | None:
+                         max_version: int | None = None, *,
+                         handle_ttl_us: int = HANDLE_TTL_US,
+                         crossing_window_us: int = CROSSING_WINDOW_US) -> SessionState | None:
     """The state cached in the stream's snapshot, if it is one this code can trust.
 
     A snapshot is only a cache: the log is the truth. One that does not parse, that names
     another stream or version than its row, or that covers events the log does not hold
     (rows deleted after it was taken) is ignored with a warning, and the caller folds the
-    log instead: the answer is then the log's, never the damaged cache's.
+    log instead: the answer is then the log's, never the damaged cache's. So is one
+    compacted for a shorter handle lifetime or crossing window than the caller's policy
+    (`handle_ttl_us`, `crossing_window_us`): a worker with another policy saved it, and it
+    left out handles or calls this one's decisions still look at.
     """
     snap = await store.load_snapshot(stream_id)
     if snap is None or snap.projection_version != PROJECTION_VERSION:
@@ -33,6 +38,13 @@ async def snapshot_state(store: SqlEventStore, stream_id: str,
         log.warning("ignoring the snapshot of %r at version %s: it cannot be read (%s: %s); "
                     "folding the log instead", stream_id, snap.version, type(exc).__name__, exc)
         return None
+    kept = state.compacted_with
+    if kept is not None and (handle_ttl_us > kept[0] or crossing_window_us > kept[1]):
+        log.info("not starting %r from its snapshot at version %s: compacted for a handle "
+                 "lifetime / crossing window of %s / %s us, this policy needs %s / %s us; "
+                 "folding the log instead", stream_id, snap.version, kept[0], kept[1],
+                 handle_ttl_us, crossing_window_us)
+        return None
     if snap.version and not await store.read(stream_id, from_version=snap.version,
                                              to_version=snap.version):
         log.warning("ignoring the snapshot of %r at version %s: the log has no event %s "
@@ -43,15 +55,19 @@ async def snapshot_state(store: SqlEventStore, stream_id: str,
 
 
 async def load_state(store: SqlEventStore, stream_id: str, *, use_snapshot: bool = True,
-                     to_version: int | None = None) -> SessionState:
+                     to_version: int | None = None, handle_ttl_us: int = HANDLE_TTL_US,
+                     crossing_window_us: int = CROSSING_WINDOW_US) -> SessionState:
     """Fold the stream (up to `to_version`), starting from a snapshot when one fits.
 
     From a snapshot the state is compacted (`history_complete` is False: no conversation,
-    calls settled for good archived by id): the decision state. Readers that show or export
-    the whole call pass `use_snapshot=False`. If an event after the snapshot needs what
-    compaction left out (a fresh session, an archived call), the whole log is folded."""
+    calls settled for good archived by id): the decision state, for a policy that looks no
+    further back than `handle_ttl_us` / `crossing_window_us` (pass the policy's). Readers
+    that show or export the whole call pass `use_snapshot=False`. If an event after the
+    snapshot needs what compaction left out (a fresh session, an archived call), the whole
+    log is folded."""
     if use_snapshot and to_version is None:
-        state = await snapshot_state(store, stream_id)
+        state = await snapshot_state(store, stream_id, handle_ttl_us=handle_ttl_us,
+                                     crossing_window_us=crossing_window_us)
         if state is not None:
             tail = await store.read(stream_id, from_version=state.version + 1)
             try:

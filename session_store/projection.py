@@ -25,7 +25,7 @@ from . import events as ev
 from .errors import CorruptEvent, EventDecodeError, StreamDamaged
 from .records import RecordedEvent
 
-PROJECTION_VERSION = 5
+PROJECTION_VERSION = 6
 HANDLE_TTL_US = 2 * 3600 * 1_000_000  # Gemini keeps a resumption handle ~2 h
 # A call answered as content this recently may have crossed a re-ask on the wire
 # (decide.Policy.crossing_window_s): compaction keeps such calls whatever the window.
@@ -133,6 +133,9 @@ class SessionState:
     # whether `conversation` (and with it, every call) is all there.
     archived: set[str] = field(default_factory=set)
     history_complete: bool = True
+    # Set by compaction: [handle_ttl_us, crossing_window_us] it kept state for. A worker whose
+    # policy looks further back than that must not start from this state (see loading).
+    compacted_with: list[int] | None = None
 
     def knows_call_id(self, call_id: str) -> bool:
         return call_id in self.calls or call_id in self.archived
@@ -502,6 +505,9 @@ def compact(state: SessionState, *, handle_ttl_us: int = HANDLE_TTL_US,
     compacted.handles, compacted.generations, compacted.calls = handles, generations, calls
     compacted.archived = state.archived | (state.calls.keys() - calls.keys())
     compacted.conversation, compacted.history_complete = [], False
+    kept = [handle_ttl_us, crossing_window_us]
+    compacted.compacted_with = (kept if state.compacted_with is None
+                                else [min(a, b) for a, b in zip(kept, state.compacted_with)])
     compacted.settings, compacted.tools = dict(state.settings), list(state.tools)
     compacted.reconnect_keys = list(state.reconnect_keys)
     return compacted

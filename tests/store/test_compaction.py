@@ -251,3 +251,26 @@ async def test_load_state_falls_back_to_the_whole_log_when_a_later_event_needs_i
     assert loaded.history_complete
     assert loaded.to_json() == (await load_state(store, "long", use_snapshot=False)).to_json()
     assert {c.call_id for c in loaded.undelivered()} == {f"c{t}" for t in range(1, 21)}
+
+
+async def test_a_snapshot_compacted_for_a_shorter_policy_is_not_started_from(store):
+    """A worker whose policy has a wider crossing window (or keeps handles longer) than the
+    worker that saved the snapshot must not decide from it: the snapshot archived calls (or
+    left out handles) this worker's decisions still look at, e.g. a repeat of a call answered
+    as content a few seconds ago would no longer be recognised as one that crossed it."""
+    recs = long_call(20)
+    for r in recs:
+        await store.append("long", [r.event], r.version - 1, recorded_at_us=r.recorded_at_us)
+    full = await load_state(store, "long", use_snapshot=False)
+    narrow = 1  # µs: every settled call is past it, so all are archived
+    await save_snapshot(store, full, crossing_window_us=narrow)
+    # The worker with the narrow window starts from it, and it holds fewer calls ...
+    short = await load_state(store, "long", crossing_window_us=narrow)
+    assert not short.history_complete
+    wide = compact(full)  # the default window
+    assert wide.calls.keys() - short.calls.keys()
+    # ... the one with the default window folds the log: its state still has them.
+    loaded = await load_state(store, "long")
+    assert loaded.calls.keys() >= wide.calls.keys()
+    # A state compacted twice remembers the narrower of the two.
+    assert compact(compact(full, crossing_window_us=narrow)).compacted_with[1] == narrow

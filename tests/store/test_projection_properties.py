@@ -260,7 +260,8 @@ async def test_load_state_with_snapshot_equals_full_fold(store):
     assert with_snapshot.to_json() == expected.to_json()
     assert not with_snapshot.history_complete and with_snapshot.conversation == [
         ("tool", f"c{i}") for i in range(6, 12)]
-    assert {**with_snapshot.to_json(), "conversation": [], "history_complete": True} == {
+    assert {**with_snapshot.to_json(), "conversation": [], "history_complete": True,
+            "compacted_with": None} == {
         **without.to_json(), "conversation": []}
     assert (await load_state(store, "call", to_version=10)).to_json() == fold(
         (await store.read("call"))[:10]).to_json()
