@@ -125,6 +125,11 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         # Ids Gemini cancelled, as they come off the wire: a start committed meanwhile (the
         # cancellation waiting behind it to be logged) must not run (`_run_started`).
         self._cancelled_on_wire: set[str] = set()
+        # A fresh session's handles are resumable only once it was seen to read its seed
+        # (ev.HandleBeforeSeed): the generation whose handles hold what it was told, and the
+        # one whose seed went out (the first reaction read after it proves it was read).
+        self._handles_hold_seed = 0
+        self._seed_sent = 0
 
     # ------------------------------------------------------------------ public helpers
     @property
@@ -271,6 +276,8 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             # nothing else would close it, and its receive loop would feed this pipeline.
             await session.close()
             return
+        if self._connecting_handle is not None:
+            self._handles_hold_seed = self._driver.state.generation  # resumed: no seed
         if self._transport_speaking:
             # A new session resets "speaking" in the projection, but the transport may still be
             # playing the old session's audio (a reconnect that could not wait for the turn
@@ -377,9 +384,20 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         update = message.session_resumption_update
         if update and update.resumable and update.new_handle:
             # Logged in order, without holding up the receive loop (and the audio behind it).
-            self._note(ev.HandleIssued(gen, update.new_handle,
-                                       update.last_consumed_client_message_index),
-                       lazy=True)
+            if self._handles_hold_seed == gen:
+                self._note(ev.HandleIssued(gen, update.new_handle,
+                                           update.last_consumed_client_message_index),
+                           lazy=True)
+            else:
+                # A fresh session not yet seen to have read its seed: the server may have
+                # issued this before the seed reached it (seen: right after setupComplete), so
+                # its state may lack the conversation and the seeded results. Never resumed.
+                self._note(ev.HandleBeforeSeed(gen, update.new_handle), lazy=True)
+        elif self._seed_sent == gen and (message.server_content is not None
+                                         or message.tool_call is not None):
+            # A reaction of the model: a fresh session has nothing to react to but its seed
+            # (and realtime input, sent only after it), so the server has read the seed.
+            self._handles_hold_seed = gen
         if message.go_away is not None:
             time_left = parse_time_left(message.go_away.time_left)
             # In the receive loop, bounded while the database is down (`_log_now`).

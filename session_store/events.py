@@ -214,6 +214,20 @@ def _handle_issued_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+@event_type("connection.handle_before_seed")
+class HandleBeforeSeed(Event):
+    """A resumable handle a fresh session issued before it was seen to have read its seed.
+
+    Gemini may send a handle right after setupComplete, crossing the seed on the wire: its
+    state then lacks the whole seed (the conversation, and the results it carried), though
+    the client reads it after sending the seed. No session resumes from such a handle (a
+    session resumed from it would lack what the log counts as delivered); kept for the
+    audit. A fresh session's handles count from its first reaction read after the seed:
+    it has nothing else to react to."""
+    generation: int
+    handle: str
+
+
 @event_type("connection.go_away")
 class GoAwayReceived(Event):
     generation: int
