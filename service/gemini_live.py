@@ -37,7 +37,7 @@ from session_store import events as ev
 from session_store.decide import (RESYNC_KINDS, CancellationArrived, FunctionCall, GoAway,
                                   InterruptionObserved, ResolveInDoubt, ServerMessageRejected,
                                   SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,
-                                  cancelled_with, waits_for_silence)
+                                  cancelled_with, decide, waits_for_silence)
 from session_store.errors import Fenced
 from session_store.storage import SqlEventStore
 
@@ -400,8 +400,19 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             self._handles_hold_seed = gen
         if message.go_away is not None:
             time_left = parse_time_left(message.go_away.time_left)
+            read_at = time.monotonic()
+
+            def go_away(state, gen=gen):
+                # Gemini's deadline counts from now; the log's from the goAway's record time,
+                # later when the goAway waited for a commit in flight. Logged with the time
+                # left then: counted from its record time, the deadline was late, the timer
+                # below found it "not near" yet, and nothing looked again before Gemini closed
+                # the session mid-turn (tests/service/test_go_away_timing.py).
+                left = max(time_left - (time.monotonic() - read_at), 0.0)
+                return decide(state, GoAway(gen, left), self._driver.policy)
+
             # In the receive loop, bounded while the database is down (`_log_now`).
-            await self._log_now(GoAway(gen, time_left))
+            await self._log_now(go_away)
             margin = self._driver.policy.go_away_margin_s
             self.create_task(self._due_after(max(time_left - margin, 0.0)), "go_away_deadline")
         if message.tool_call_cancellation is not None:
