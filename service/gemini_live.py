@@ -125,11 +125,13 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         # Ids Gemini cancelled, as they come off the wire: a start committed meanwhile (the
         # cancellation waiting behind it to be logged) must not run (`_run_started`).
         self._cancelled_on_wire: set[str] = set()
-        # A fresh session's handles are resumable only once it was seen to read its seed
-        # (ev.HandleBeforeSeed): the generation whose handles hold what it was told, and the
-        # one whose seed went out (the first reaction read after it proves it was read).
-        self._handles_hold_seed = 0
-        self._seed_sent = 0
+        # Handles are resumable only once the server was seen to read what went out as
+        # content (ev.HandleWithheld): the generation whose handles hold all it was told,
+        # the one with a seed or content not yet seen read, and whether a model turn was
+        # under way at that send (a reaction then counts only from the next turn).
+        self._handles_hold_sends = 0
+        self._unread_send = 0
+        self._turn_at_send = False
 
     # ------------------------------------------------------------------ public helpers
     @property
@@ -277,7 +279,7 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             await session.close()
             return
         if self._connecting_handle is not None:
-            self._handles_hold_seed = self._driver.state.generation  # resumed: no seed
+            self._handles_hold_sends = self._driver.state.generation  # resumed: no seed
         if self._transport_speaking:
             # A new session resets "speaking" in the projection, but the transport may still be
             # playing the old session's audio (a reconnect that could not wait for the turn
@@ -384,20 +386,17 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         update = message.session_resumption_update
         if update and update.resumable and update.new_handle:
             # Logged in order, without holding up the receive loop (and the audio behind it).
-            if self._handles_hold_seed == gen:
+            if self._handles_hold_sends == gen:
                 self._note(ev.HandleIssued(gen, update.new_handle,
                                            update.last_consumed_client_message_index),
                            lazy=True)
             else:
-                # A fresh session not yet seen to have read its seed: the server may have
-                # issued this before the seed reached it (seen: right after setupComplete), so
-                # its state may lack the conversation and the seeded results. Never resumed.
-                self._note(ev.HandleBeforeSeed(gen, update.new_handle), lazy=True)
-        elif self._seed_sent == gen and (message.server_content is not None
-                                         or message.tool_call is not None):
-            # A reaction of the model: a fresh session has nothing to react to but its seed
-            # (and realtime input, sent only after it), so the server has read the seed.
-            self._handles_hold_seed = gen
+                # Content went out (a seed, a result) that the server has not been seen to
+                # read: it may have issued this handle before (seen: right after
+                # setupComplete), so its state may lack it. Never resumed.
+                self._note(ev.HandleWithheld(gen, update.new_handle), lazy=True)
+        elif self._unread_send == gen:
+            self._saw_reaction(message)
         if message.go_away is not None:
             time_left = parse_time_left(message.go_away.time_left)
             read_at = time.monotonic()
@@ -443,6 +442,31 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             self._transcript["user"].append(sc.input_transcription.text)
         if sc.output_transcription and sc.output_transcription.text:
             self._transcript["assistant"].append(sc.output_transcription.text)
+
+    def _saw_reaction(self, message) -> None:
+        """After a send as content: has the model reacted to it? Its first output of a turn
+        begun after the send (a model at rest reacts only to what it is sent; a turn under
+        way at the send may end first, and a handle may come in between)."""
+        sc = message.server_content
+        if self._turn_at_send:
+            if sc is not None and (sc.turn_complete or sc.interrupted):
+                self._turn_at_send = False  # that turn is over: the next one reacts to the send
+            return
+        if message.tool_call is not None or (sc is not None and (
+                sc.model_turn or sc.output_transcription or sc.turn_complete)):
+            self._handles_hold_sends = self._unread_send
+            self._unread_send = 0
+
+    def _sending_content(self, generation: int) -> None:
+        """A seed or a result as content is about to go out on this session: its handles are
+        withheld until the model reacts to it (ev.HandleWithheld)."""
+        if self._handles_hold_sends == generation:
+            self._handles_hold_sends = 0
+        if self._unread_send != generation:
+            self._turn_at_send = self._bot_is_responding
+        else:
+            self._turn_at_send = self._turn_at_send or self._bot_is_responding
+        self._unread_send = generation
 
     async def _flush_transcript(self) -> None:
         events = []

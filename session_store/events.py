@@ -214,16 +214,15 @@ def _handle_issued_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-@event_type("connection.handle_before_seed")
-class HandleBeforeSeed(Event):
-    """A resumable handle a fresh session issued before it was seen to have read its seed.
-
-    Gemini may send a handle right after setupComplete, crossing the seed on the wire: its
-    state then lacks the whole seed (the conversation, and the results it carried), though
-    the client reads it after sending the seed. No session resumes from such a handle (a
-    session resumed from it would lack what the log counts as delivered); kept for the
-    audit. A fresh session's handles count from its first reaction read after the seed:
-    it has nothing else to react to."""
+@event_type("connection.handle_withheld")
+class HandleWithheld(Event):
+    """A resumable handle no session resumes from: the server may have issued it before it
+    read what the client had just sent as content (a fresh session's seed, a result as
+    content). Such a handle crosses the content on the wire (seen: Gemini's first message
+    on a session, right after setupComplete), so the client reads it after the send and the
+    log would order it after the send: "held", though its state lacks the seed (the
+    conversation, its results) or the result. Kept for the audit. A session's handles count
+    again from the model's first reaction to what was sent."""
     generation: int
     handle: str
 

@@ -1,12 +1,12 @@
-"""Handles a fresh session issues before the server has read its seed.
+"""Handles issued before the server has read what was just sent as content.
 
 A fresh session is seeded (the conversation so far, and every result the model has not
-got) once it is ready. The server may issue a resumption handle before it has read the
-seed (one sent right after setupComplete crosses the seed on the wire): that handle's state
-lacks the whole seed, and a session resumed from it lacks the conversation, and any result
-the seed carried. The client reads such a handle only after it sent the seed, so the log's
-order alone ranks it after the seed's sends ("held"). Only a model reaction read after the
-seed shows the server has read it (a fresh session has nothing else to react to).
+got) once it is ready; a resumed one gets a result its state never issued as content. The
+server may issue a resumption handle before it has read that content (one sent right after
+setupComplete crosses it on the wire): the handle's state lacks it, and a session resumed
+from it lacks the conversation, or the result. The client reads such a handle only after it
+sent the content, so the log's order alone ranks it after the send ("held"). Only a model
+reaction read after the send shows the server has read it.
 """
 
 from __future__ import annotations
@@ -99,4 +99,36 @@ async def test_a_handle_issued_before_a_seed_with_a_result_is_not_resumed(flavou
     if flavour.durable:
         assert run.find("tool.result_sent", call_id="c1")[0].data["via"] == "seed", run.timeline()
         assert run.find("connection.connected", generation=3)[0].data["handle"] is None
+        assert_log_settled(run)
+
+
+@pytest.mark.stock_bug("resumes from a handle issued before a result sent as content reached "
+                       "the server: the result is lost")
+async def test_a_handle_issued_before_a_result_sent_as_content_is_not_resumed(flavour):
+    """The same crossing on a resumed session: c1's result goes in as content at once (the
+    resumed state never issued c1), while Gemini's first message, a handle, is on its way.
+    That handle lacks c1's result; resumed from it, the model would never get it."""
+    scripts = [
+        Script([Audio(chunks=2), TurnComplete(), ToolCall(Call("c1", ORDER, {"id": 1})),
+                Close(1011, "internal error")], reply=()),
+        Script([ResumptionUpdate(), Sleep(0.6), Close(1011, "internal error")], reply=(),
+               setup_delay=0.8, resumption_after_turn=False),
+        Script([WaitToolResponse("c1", timeout=3), Audio(chunks=2), TurnComplete()], reply=()),
+    ]
+
+    async def drive(ctl: Ctl):
+        await ctl.wait(lambda: ctl.script_done(2) and not ctl.tap.speaking, timeout=10)
+        await ctl.settle()
+
+    run = await run_call(flavour, scripts, drive, tool_delay=0.2)
+
+    assert len(run.connections) == 3
+    assert run.connections[1].resumed_from == "handle-0-1"
+    assert "handle-1-2" in run.server.handles, run.server.to_json()["handles"]
+    assert_ran_once(run, "c1")
+    assert_server_clean(run)
+    assert "c1" in run.connections[2].state.results
+    if flavour.durable:
+        assert [e.data["via"] for e in run.find("tool.result_sent", call_id="c1")][0] == \
+            "content", run.timeline()
         assert_log_settled(run)
