@@ -331,8 +331,17 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         # A new session must carry the settings as they are now (upstream sends the old prompt).
         if self._settings.system_instruction is not None:
             self._system_instruction_from_init = self._settings.system_instruction
+        cut = self._bot_is_responding  # a model turn under way, its turnComplete never to come
         await self._disconnect()
         self._bot_is_responding = False
+        if cut:
+            # pipecat sends no TTSStoppedFrame for a turn the reconnect cut, so the transport
+            # plays it and the next session's first turn as one stretch (one stop), or ends
+            # it on its silence fallback: one stop stands for both turns. Counted as two,
+            # that stop and every later one (one turn short for good) were not silence, and
+            # deferred calls waited for the watchdog (tests/service/test_turn_cut_by_reconnect.py).
+            self._model_turns -= 1
+            self._turns_played = min(self._turns_played, self._model_turns)
         if self._driver.fenced or state.closed:
             return
         handle = self._driver.resumption_handle(exclude=self._bad_handles)
