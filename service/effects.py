@@ -331,6 +331,8 @@ class DueEffects:
                 await self._session.send_tool_response(function_responses=[FunctionResponse(
                     id=call.call_id, name=call.name, response=response)])
             else:
+                # Handles are withheld until the model reacts to it (ev.HandleWithheld).
+                self._sending_content(self._driver.state.generation)
                 await self._session.send_client_content(
                     turns=[Content(role="user", parts=[Part(text=result_as_content(call))])],
                     turn_complete=True)

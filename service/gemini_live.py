@@ -37,7 +37,7 @@ from session_store import events as ev
 from session_store.decide import (RESYNC_KINDS, CancellationArrived, FunctionCall, GoAway,
                                   InterruptionObserved, ResolveInDoubt, ServerMessageRejected,
                                   SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,
-                                  cancelled_with, waits_for_silence)
+                                  cancelled_with, decide, waits_for_silence)
 from session_store.errors import Fenced
 from session_store.storage import SqlEventStore
 
@@ -125,6 +125,13 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         # Ids Gemini cancelled, as they come off the wire: a start committed meanwhile (the
         # cancellation waiting behind it to be logged) must not run (`_run_started`).
         self._cancelled_on_wire: set[str] = set()
+        # Handles are resumable only once the server was seen to read what went out as
+        # content (ev.HandleWithheld): the generation whose handles hold all it was told,
+        # the one with a seed or content not yet seen read, and whether a model turn was
+        # under way at that send (a reaction then counts only from the next turn).
+        self._handles_hold_sends = 0
+        self._unread_send = 0
+        self._turn_at_send = False
 
     # ------------------------------------------------------------------ public helpers
     @property
@@ -271,6 +278,8 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             # nothing else would close it, and its receive loop would feed this pipeline.
             await session.close()
             return
+        if self._connecting_handle is not None:
+            self._handles_hold_sends = self._driver.state.generation  # resumed: no seed
         if self._transport_speaking:
             # A new session resets "speaking" in the projection, but the transport may still be
             # playing the old session's audio (a reconnect that could not wait for the turn
@@ -322,8 +331,17 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         # A new session must carry the settings as they are now (upstream sends the old prompt).
         if self._settings.system_instruction is not None:
             self._system_instruction_from_init = self._settings.system_instruction
+        cut = self._bot_is_responding  # a model turn under way, its turnComplete never to come
         await self._disconnect()
         self._bot_is_responding = False
+        if cut:
+            # pipecat sends no TTSStoppedFrame for a turn the reconnect cut, so the transport
+            # plays it and the next session's first turn as one stretch (one stop), or ends
+            # it on its silence fallback: one stop stands for both turns. Counted as two,
+            # that stop and every later one (one turn short for good) were not silence, and
+            # deferred calls waited for the watchdog (tests/service/test_turn_cut_by_reconnect.py).
+            self._model_turns -= 1
+            self._turns_played = min(self._turns_played, self._model_turns)
         if self._driver.fenced or state.closed:
             return
         handle = self._driver.resumption_handle(exclude=self._bad_handles)
@@ -377,13 +395,32 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         update = message.session_resumption_update
         if update and update.resumable and update.new_handle:
             # Logged in order, without holding up the receive loop (and the audio behind it).
-            self._note(ev.HandleIssued(gen, update.new_handle,
-                                       update.last_consumed_client_message_index),
-                       lazy=True)
+            if self._handles_hold_sends == gen:
+                self._note(ev.HandleIssued(gen, update.new_handle,
+                                           update.last_consumed_client_message_index),
+                           lazy=True)
+            else:
+                # Content went out (a seed, a result) that the server has not been seen to
+                # read: it may have issued this handle before (seen: right after
+                # setupComplete), so its state may lack it. Never resumed.
+                self._note(ev.HandleWithheld(gen, update.new_handle), lazy=True)
+        elif self._unread_send == gen:
+            self._saw_reaction(message)
         if message.go_away is not None:
             time_left = parse_time_left(message.go_away.time_left)
+            read_at = time.monotonic()
+
+            def go_away(state, gen=gen):
+                # Gemini's deadline counts from now; the log's from the goAway's record time,
+                # later when the goAway waited for a commit in flight. Logged with the time
+                # left then: counted from its record time, the deadline was late, the timer
+                # below found it "not near" yet, and nothing looked again before Gemini closed
+                # the session mid-turn (tests/service/test_go_away_timing.py).
+                left = max(time_left - (time.monotonic() - read_at), 0.0)
+                return decide(state, GoAway(gen, left), self._driver.policy)
+
             # In the receive loop, bounded while the database is down (`_log_now`).
-            await self._log_now(GoAway(gen, time_left))
+            await self._log_now(go_away)
             margin = self._driver.policy.go_away_margin_s
             self.create_task(self._due_after(max(time_left - margin, 0.0)), "go_away_deadline")
         if message.tool_call_cancellation is not None:
@@ -414,6 +451,31 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
             self._transcript["user"].append(sc.input_transcription.text)
         if sc.output_transcription and sc.output_transcription.text:
             self._transcript["assistant"].append(sc.output_transcription.text)
+
+    def _saw_reaction(self, message) -> None:
+        """After a send as content: has the model reacted to it? Its first output of a turn
+        begun after the send (a model at rest reacts only to what it is sent; a turn under
+        way at the send may end first, and a handle may come in between)."""
+        sc = message.server_content
+        if self._turn_at_send:
+            if sc is not None and (sc.turn_complete or sc.interrupted):
+                self._turn_at_send = False  # that turn is over: the next one reacts to the send
+            return
+        if message.tool_call is not None or (sc is not None and (
+                sc.model_turn or sc.output_transcription or sc.turn_complete)):
+            self._handles_hold_sends = self._unread_send
+            self._unread_send = 0
+
+    def _sending_content(self, generation: int) -> None:
+        """A seed or a result as content is about to go out on this session: its handles are
+        withheld until the model reacts to it (ev.HandleWithheld)."""
+        if self._handles_hold_sends == generation:
+            self._handles_hold_sends = 0
+        if self._unread_send != generation:
+            self._turn_at_send = self._bot_is_responding
+        else:
+            self._turn_at_send = self._turn_at_send or self._bot_is_responding
+        self._unread_send = generation
 
     async def _flush_transcript(self) -> None:
         events = []

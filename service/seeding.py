@@ -56,6 +56,7 @@ class SessionSeeding:
         if current is not None and current.handle is not None:
             # A resumed session already holds its history: seeding it again would put every
             # earlier result into the model twice (upstream does, on its first context).
+            self._handles_hold_sends = generation
             self._ready_for_realtime_input = True
             return
         # A fresh session gets the whole conversation: a state from a snapshot lacks it.
@@ -63,6 +64,7 @@ class SessionSeeding:
         state = self._driver.state
         turns = seed_history(state)
         if not turns:
+            self._handles_hold_sends = generation  # nothing to seed: any handle holds it all
             self._ready_for_realtime_input = True
             return
         seeded = [c for c in state.calls.values()
@@ -80,6 +82,8 @@ class SessionSeeding:
         if generation != self._driver.state.generation or self._session is None:
             return  # its session went meanwhile: never seed another (`_deliver`); the next
             # session seeds itself, and the intents above stay unconfirmed (resent then)
+        # Handles are withheld until the model reacts to the seed (ev.HandleWithheld).
+        self._sending_content(generation)
         try:
             await self._session.send_client_content(turns=contents, turn_complete=trigger)
             if self._is_gemini_3 and trigger:

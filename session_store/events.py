@@ -214,6 +214,19 @@ def _handle_issued_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+@event_type("connection.handle_withheld")
+class HandleWithheld(Event):
+    """A resumable handle no session resumes from: the server may have issued it before it
+    read what the client had just sent as content (a fresh session's seed, a result as
+    content). Such a handle crosses the content on the wire (seen: Gemini's first message
+    on a session, right after setupComplete), so the client reads it after the send and the
+    log would order it after the send: "held", though its state lacks the seed (the
+    conversation, its results) or the result. Kept for the audit. A session's handles count
+    again from the model's first reaction to what was sent."""
+    generation: int
+    handle: str
+
+
 @event_type("connection.go_away")
 class GoAwayReceived(Event):
     generation: int

@@ -279,7 +279,8 @@ class Redactor:
             d["text"] = self._mask(d["text"], "data.text", masked)
         elif event_type == "anomaly.recorded" and isinstance(d.get("detail"), dict):
             d["detail"] = self._anomaly_detail(d["detail"], "data.detail", masked)
-        if event_type in ("connection.connected", "connection.handle_issued"):
+        if event_type in ("connection.connected", "connection.handle_issued",
+                          "connection.handle_withheld"):
             if d.get("handle") is not None and cfg.handles:
                 d["handle"] = self.fingerprint(d["handle"])
                 masked.append("data.handle")

@@ -311,6 +311,9 @@ class _Builder:
                 return (f"resumption handle {short(d.get('handle'), 40)} issued on generation "
                         f"{d.get('generation')}" + (f" (last consumed message {idx})"
                                                     if idx is not None else ""))
+            case "connection.handle_withheld":
+                return (f"resumption handle {short(d.get('handle'), 40)} withheld on generation "
+                        f"{d.get('generation')} (it may predate content just sent)", "warn")
             case "connection.go_away":
                 e = self.ep()
                 e.reason = e.reason or "go_away"

@@ -286,3 +286,17 @@ def test_seed_history_holds_each_outcome_once_verbatim_in_log_order():
         ("assistant", "done")]
     assert json.dumps({"n": [1], "ok": True}) in turns[2][1] and "book" in turns[2][1]
     assert '"error": "card declined"' in turns[4][1] and "c4" in turns[4][1]
+
+
+def test_a_handle_issued_before_the_seed_is_never_resumed():
+    """A handle that may predate the seed (ev.HandleWithheld) is kept in the log but
+    is no choice: the next session resumes from an older handle, or is fresh."""
+    log = base()
+    handle(log, "h1")
+    log.add(ev.Disconnected(1, "error"), ev.Connected(2))  # fresh
+    completed_call(log, gen=2)
+    sent(log, gen=2, via="seed")
+    log.add(ev.HandleWithheld(2, "h2-early"))
+    s = log.state()
+    assert "h2-early" not in s.handles
+    assert choose_resumption(s, ALL, log.now_us) == "h1"

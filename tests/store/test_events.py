@@ -22,6 +22,7 @@ SAMPLES: list[ev.Event] = [
     opened(), ev.WorkerAttached("w2", 2, "deploy"), ev.SessionClosed("hangup"),
     ev.Connected(2, handle="h1", system_instruction_sha256="ab" * 32),
     ev.Disconnected(1, "go_away", "deadline"), ev.HandleIssued(1, "h1", 12),
+    ev.HandleWithheld(2, "h0"),
     ev.GoAwayReceived(1, 58.5), ev.ReconnectRequested("settings", ["system_instruction"]),
     ev.BotStartedSpeaking(1), ev.BotStoppedSpeaking(1, "transport"), ev.Interrupted(1),
     ev.SettingsChanged(["voice"], {"voice": "Puck"}, True),

@@ -91,12 +91,16 @@ async def test_redaction_fingerprints_the_handle_of_a_failed_handshake(migrated)
         (300, ev.AnomalyRecorded("handshake_failed", {"handle": handle,
                                                       "error": "ConnectionClosedError: 1011"}, 1)),
         (400, ev.Connected(2)),
+        # A handle the service withheld (it may predate a seed): a live handle all the same.
+        (500, ev.HandleWithheld(2, handle + "-2")),
     ]
     await write_call(migrated, "handle-1", timed)
     r = await acli("export", "handle-1", "--redact", backend=migrated)
     assert r.exit_code == 0, r.output
     lines = [json.loads(x) for x in r.stdout.splitlines()]
     assert lines[2]["data"]["handle"] != handle  # the handle_issued event: fingerprinted
+    (withheld,) = [x for x in lines if x["type"] == "connection.handle_withheld"]
+    assert withheld["data"]["handle"] != handle + "-2"
     leaked = [x["type"] for x in lines if handle in json.dumps(x)]
     assert leaked == [], f"raw resumption handle in a redacted export: {leaked}"
 
