@@ -52,6 +52,11 @@ class ModelState:
     history_results: list[ToolResult] = field(default_factory=list)  # seeded, no known call
     history_calls: list[str] = field(default_factory=list)  # seeded call names not yet answered
     anonymous: list[str] = field(default_factory=list)  # issued without an id on the wire
+    # The id a client made up for a call issued without one -> the call it answered. That id
+    # names the call from then on: without this, the same result sent again under it was
+    # taken as the answer of another open call of the function, or (unknown id) accepted
+    # as content, so a duplicated result of such a call went unflagged.
+    aliases: dict[str, str] = field(default_factory=dict)
 
     def outstanding(self) -> list[str]:
         """Issued calls with neither a result nor a cancellation, in issue order."""
@@ -72,6 +77,7 @@ class ModelState:
             "history_results": [result.to_json() for result in self.history_results],
             "history_calls": list(self.history_calls),
             "anonymous": list(self.anonymous),
+            "aliases": dict(self.aliases),
         }
 
 
@@ -89,7 +95,9 @@ def judge_tool_response(state: ModelState, call_id: str | None, name: str) -> Ve
     """A ``toolResponse`` only makes sense for a call this session issued and left open.
 
     A call issued without an id takes a result by function name (what Vertex does), whatever
-    id the client made up for it: the oldest such call still open with that name."""
+    id the client made up for it: the oldest such call still open with that name. The made-up
+    id is remembered (``ModelState.aliases``) and names that call from then on."""
+    call_id = state.aliases.get(call_id, call_id) if call_id is not None else None
     if call_id is None or call_id not in state.issued:
         for open_id in state.outstanding():
             if open_id in state.anonymous and state.issued[open_id] == name:
@@ -119,6 +127,7 @@ def judge_content_result(state: ModelState, result: protocol.ContentResult) -> V
     """
     call_id = result.call_id
     if call_id is not None:
+        call_id = state.aliases.get(call_id, call_id)  # a made-up id of an id-less call
         if call_id in state.results:
             return Verdict(call_id, False, "duplicate_tool_response", f"{result.name} already answered")
         if call_id in state.cancelled:
@@ -144,8 +153,10 @@ def judge_content_result(state: ModelState, result: protocol.ContentResult) -> V
     return Verdict(None, True)
 
 
-def admit(state: ModelState, result: ToolResult) -> None:
-    """Put an accepted result into the state."""
+def admit(state: ModelState, result: ToolResult, client_id: str | None = None) -> None:
+    """Put an accepted result into the state; ``client_id`` is the id the client sent."""
+    if client_id is not None and result.id is not None and client_id != result.id:
+        state.aliases[client_id] = result.id
     if result.name in state.history_calls:
         state.history_calls.remove(result.name)
     if result.id is not None:

@@ -411,7 +411,7 @@ class LocalLiveServer:
         if verdict.violation is not None:
             self.add_violation(verdict.violation, record.index, verdict.call_id, verdict.detail)
         if verdict.accepted:
-            admit(state, result)
+            admit(state, result, call_id)
             if not state.outstanding():
                 session.trigger("tool_result")
 

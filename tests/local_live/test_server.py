@@ -458,3 +458,53 @@ async def test_standalone_process_serves_the_real_client(tmp_path) -> None:
     dumped = json.loads(record.read_text())
     assert dumped["connections"][0]["closed_by"] == "client"
     assert dumped["violations"] == []
+
+
+async def test_the_client_id_of_a_call_sent_without_id_is_remembered_for_duplicates() -> None:
+    """A call sent without an id (Vertex) is answered under an id the client made up; the
+    server takes it by name. That id then names the call: the same result again, as a
+    toolResponse or as content (also on a session resumed after it), is a duplicate. It
+    was taken as the answer of another open call of the same function, and accepted
+    silently as content (its id unknown to the server), so a duplicated result of such a
+    call never showed."""
+    first = Script(
+        [
+            ToolCall([Call("a1", "lookup_order", {"orderId": 1}, omit=("id",)),
+                      Call("a2", "lookup_order", {"orderId": 2}, omit=("id",))]),
+            WaitToolResponse(["a1", "a2"]),
+            TurnComplete(),
+            Close(1011, "server restart"),
+        ],
+        reply=(),
+    )
+    async with LocalLiveServer([first, Script(reply=())]) as server:
+        async with connect(server) as session:
+            await receive_until(session, lambda m: m.tool_call is not None)
+            await session.send_tool_response(function_responses=answer("made-up-1", status="one"))
+            # The same answer again, while a2 is still open: not a2's answer.
+            await session.send_tool_response(function_responses=answer("made-up-1", status="one"))
+            await session.send_tool_response(function_responses=answer("made-up-2", status="two"))
+            messages = await receive_until(
+                session, lambda m: bool(m.session_resumption_update
+                                        and m.session_resumption_update.new_handle))
+            handle = messages[-1].session_resumption_update.new_handle
+        resumption = types.SessionResumptionConfig(handle=handle)
+        async with connect(server, session_resumption=resumption) as session:
+            resumed = await server.wait_for_connection(1)
+            again = '[Function lookup_order (call_id made-up-2) returned {"status": "two"}]'
+            await session.send_client_content(
+                turns=[types.Content(role="user", parts=[types.Part(text=again)])],
+                turn_complete=False,
+            )
+            await server.wait_until(lambda: len(resumed.results) == 1)
+    got = [(r.connection, r.id, r.via, r.accepted) for r in server.tool_responses()]
+    assert got == [
+        (0, "a1", "tool_response", True),
+        (0, "a1", "tool_response", False),
+        (0, "a2", "tool_response", True),
+        (1, "a2", "content", False),
+    ]
+    assert [(v["kind"], v["connection"], v["id"]) for v in server.violations] == [
+        ("duplicate_tool_response", 0, "a1"),
+        ("duplicate_tool_response", 1, "a2"),
+    ]
