@@ -57,6 +57,9 @@ class ModelState:
     # taken as the answer of another open call of the function, or (unknown id) accepted
     # as content, so a duplicated result of such a call went unflagged.
     aliases: dict[str, str] = field(default_factory=dict)
+    # Calls whose result came as clientContent with turnComplete false: in the context, but
+    # Gemini does not act on it until a clientContent with turnComplete true arrives.
+    awaiting_turn: set[str] = field(default_factory=set)
 
     def outstanding(self) -> list[str]:
         """Issued calls with neither a result nor a cancellation, in issue order."""
@@ -65,6 +68,10 @@ class ModelState:
             for call_id in self.issued
             if call_id not in self.results and call_id not in self.cancelled
         ]
+
+    def acted_on(self, call_id: str) -> bool:
+        """Has the model taken this call's result in and been asked to go on with it?"""
+        return call_id in self.results and call_id not in self.awaiting_turn
 
     def snapshot(self) -> ModelState:
         return copy.deepcopy(self)
@@ -78,6 +85,7 @@ class ModelState:
             "history_calls": list(self.history_calls),
             "anonymous": list(self.anonymous),
             "aliases": dict(self.aliases),
+            "awaiting_turn": sorted(self.awaiting_turn),
         }
 
 

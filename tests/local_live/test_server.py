@@ -508,3 +508,26 @@ async def test_the_client_id_of_a_call_sent_without_id_is_remembered_for_duplica
         ("duplicate_tool_response", 0, "a1"),
         ("duplicate_tool_response", 1, "a2"),
     ]
+
+
+async def test_a_result_sent_as_content_counts_once_the_turn_is_complete() -> None:
+    """clientContent with ``turnComplete: false`` only adds to the context: Gemini "will
+    not return until you send turn_complete=True" (google-genai's send_client_content). A
+    result sent that way is in the model (a second copy is a duplicate) but nothing asks
+    the model to go on: a script waiting for it must not go on either. It did, so a service
+    delivering results as content without completing the turn passed every wire test while
+    the real model would sit silent."""
+    script = Script([WaitToolResponse("c1", timeout=3), Audio(chunks=1), TurnComplete()],
+                    reply=(), resumption_after_turn=False)
+    text = '[Function lookup_order (call_id c1) returned {"status": "shipped"}]'
+    async with LocalLiveServer(script) as server, connect(server) as session:
+        await session.send_client_content(
+            turns=[types.Content(role="user", parts=[types.Part(text=text)])], turn_complete=False)
+        connection = await server.wait_for_connection(0)
+        await server.wait_until(lambda: connection.results)
+        await asyncio.sleep(0.3)
+        assert connection.sent_kinds() == ["setupComplete"], "the model went on without a turn"
+        assert "c1" in connection.state.results  # but the result is in its context
+        await session.send_client_content(turn_complete=True)  # pipecat's _complete_turn
+        await receive_until(session, turn_complete)
+    server.assert_clean()
