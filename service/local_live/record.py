@@ -127,9 +127,12 @@ def judge_tool_response(state: ModelState, call_id: str | None, name: str) -> Ve
 def judge_content_result(state: ModelState, result: protocol.ContentResult) -> Verdict:
     """A result written into the conversation, with or without the id of its call.
 
-    Without an id it is attributed to the oldest outstanding call of the same name;
-    failing that it answers a call the seeded history mentions, or stands alone as
-    history. It is a duplicate when the state already holds the same result for that
+    It never answers a call this session issued and still waits for: in the bidi API a
+    pending call is answered by a ``toolResponse`` matched by id, content only adds to the
+    conversation (google-genai's LiveClientToolResponse). With the id of such a call it is
+    flagged ``content_for_pending_call``; without an id it stands as history (the call
+    stays open). Otherwise it answers a call the seeded history mentions, or stands alone
+    as history. It is a duplicate when the state already holds the same result for that
     function (pipecat re-sends old results under ``tool_call_result``, so that name
     matches any function).
     """
@@ -141,11 +144,15 @@ def judge_content_result(state: ModelState, result: protocol.ContentResult) -> V
         if call_id in state.cancelled:
             return Verdict(call_id, False, "response_for_cancelled_call", f"{result.name} was cancelled")
         if call_id in state.issued:
-            return _check_name(state, call_id, result.name)
+            # Issued here, neither answered nor cancelled: the model waits for a toolResponse.
+            # (It was taken as the answer, so results sent as content where a toolResponse
+            # was due passed every test while the real model would have stayed blocked.)
+            return Verdict(
+                call_id, False, "content_for_pending_call",
+                f"{result.name}: this session issued {call_id} and waits for a toolResponse; "
+                "conversation content does not answer a pending call",
+            )
         return Verdict(call_id, True)
-    for open_id in state.outstanding():
-        if state.issued[open_id] == result.name:
-            return Verdict(open_id, True)
     if result.name in state.history_calls:
         return Verdict(None, True)
     wanted = protocol.comparable(result.response)

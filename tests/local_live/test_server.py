@@ -289,16 +289,36 @@ async def test_seeded_history_in_a_fresh_session_is_not_a_duplicate() -> None:
     assert [v["kind"] for v in server.violations] == ["duplicate_tool_response"]
 
 
-async def test_function_response_part_in_content_answers_the_call() -> None:
-    script = Script([ToolCall([Call("c1", "lookup_order")])], reply_on={"turn_complete"})
+async def test_content_does_not_answer_a_call_the_session_waits_for() -> None:
+    """In the bidi API a pending function call is answered by a ``toolResponse`` only:
+    "FunctionResponse objects are matched to the respective FunctionCall objects by the id
+    field ... in the bidi GenerateContent APIs function calling happens over this
+    dedicated set of messages" (google-genai, LiveClientToolResponse). A result written
+    into the conversation, as a functionResponse part or as pipecat's text (with the id or
+    without), leaves the call open and the model waiting. The server took it as the
+    answer, so a service sending every result as content passed the whole crash suite."""
+    script = Script([ToolCall([Call("c1", "lookup_order")]),
+                     WaitToolResponse("c1", timeout=5), Audio(chunks=1), TurnComplete()],
+                    reply=(), resumption_after_turn=False)
     part = types.Part(function_response=answer("c1", status="late"))
+    with_id = '[Function lookup_order (call_id c1) returned {"status": "late"}]'
+    without_id = '[Function lookup_order returned {"status": "late"}]'
     async with LocalLiveServer(script) as server, connect(server) as session:
         await receive_until(session, lambda m: m.tool_call is not None)
-        await session.send_client_content(turns=[types.Content(role="user", parts=[part])])
+        for content in (types.Part(text=without_id), part, types.Part(text=with_id)):
+            await session.send_client_content(turns=[types.Content(role="user", parts=[content])])
+        connection = server.connections[0]
+        await server.wait_until(lambda: len(connection.results) == 3)
+        await asyncio.sleep(0.2)
+        assert connection.state.outstanding() == ["c1"]
+        assert connection.sent_kinds() == ["setupComplete", "toolCall"], "the model went on"
+        await session.send_tool_response(function_responses=answer("c1", status="late"))
         await receive_until(session, turn_complete)
-    [result] = server.tool_responses()
-    assert (result.via, result.id, result.accepted, result.response) == ("content", "c1", True, {"status": "late"})
-    server.assert_clean()
+    got = [(r.via, r.id, r.accepted) for r in server.tool_responses()]
+    assert got == [("content", None, True), ("content", "c1", False), ("content", "c1", False),
+                   ("tool_response", "c1", True)]
+    assert [(v["kind"], v["id"]) for v in server.violations] == [
+        ("content_for_pending_call", "c1"), ("content_for_pending_call", "c1")]
 
 
 async def test_go_away_reaches_the_client_then_the_server_closes() -> None:
