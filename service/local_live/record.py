@@ -52,6 +52,14 @@ class ModelState:
     history_results: list[ToolResult] = field(default_factory=list)  # seeded, no known call
     history_calls: list[str] = field(default_factory=list)  # seeded call names not yet answered
     anonymous: list[str] = field(default_factory=list)  # issued without an id on the wire
+    # The id a client made up for a call issued without one -> the call it answered. That id
+    # names the call from then on: without this, the same result sent again under it was
+    # taken as the answer of another open call of the function, or (unknown id) accepted
+    # as content, so a duplicated result of such a call went unflagged.
+    aliases: dict[str, str] = field(default_factory=dict)
+    # Calls whose result came as clientContent with turnComplete false: in the context, but
+    # Gemini does not act on it until a clientContent with turnComplete true arrives.
+    awaiting_turn: set[str] = field(default_factory=set)
 
     def outstanding(self) -> list[str]:
         """Issued calls with neither a result nor a cancellation, in issue order."""
@@ -60,6 +68,10 @@ class ModelState:
             for call_id in self.issued
             if call_id not in self.results and call_id not in self.cancelled
         ]
+
+    def acted_on(self, call_id: str) -> bool:
+        """Has the model taken this call's result in and been asked to go on with it?"""
+        return call_id in self.results and call_id not in self.awaiting_turn
 
     def snapshot(self) -> ModelState:
         return copy.deepcopy(self)
@@ -72,6 +84,8 @@ class ModelState:
             "history_results": [result.to_json() for result in self.history_results],
             "history_calls": list(self.history_calls),
             "anonymous": list(self.anonymous),
+            "aliases": dict(self.aliases),
+            "awaiting_turn": sorted(self.awaiting_turn),
         }
 
 
@@ -89,7 +103,9 @@ def judge_tool_response(state: ModelState, call_id: str | None, name: str) -> Ve
     """A ``toolResponse`` only makes sense for a call this session issued and left open.
 
     A call issued without an id takes a result by function name (what Vertex does), whatever
-    id the client made up for it: the oldest such call still open with that name."""
+    id the client made up for it: the oldest such call still open with that name. The made-up
+    id is remembered (``ModelState.aliases``) and names that call from then on."""
+    call_id = state.aliases.get(call_id, call_id) if call_id is not None else None
     if call_id is None or call_id not in state.issued:
         for open_id in state.outstanding():
             if open_id in state.anonymous and state.issued[open_id] == name:
@@ -111,24 +127,32 @@ def judge_tool_response(state: ModelState, call_id: str | None, name: str) -> Ve
 def judge_content_result(state: ModelState, result: protocol.ContentResult) -> Verdict:
     """A result written into the conversation, with or without the id of its call.
 
-    Without an id it is attributed to the oldest outstanding call of the same name;
-    failing that it answers a call the seeded history mentions, or stands alone as
-    history. It is a duplicate when the state already holds the same result for that
+    It never answers a call this session issued and still waits for: in the bidi API a
+    pending call is answered by a ``toolResponse`` matched by id, content only adds to the
+    conversation (google-genai's LiveClientToolResponse). With the id of such a call it is
+    flagged ``content_for_pending_call``; without an id it stands as history (the call
+    stays open). Otherwise it answers a call the seeded history mentions, or stands alone
+    as history. It is a duplicate when the state already holds the same result for that
     function (pipecat re-sends old results under ``tool_call_result``, so that name
     matches any function).
     """
     call_id = result.call_id
     if call_id is not None:
+        call_id = state.aliases.get(call_id, call_id)  # a made-up id of an id-less call
         if call_id in state.results:
             return Verdict(call_id, False, "duplicate_tool_response", f"{result.name} already answered")
         if call_id in state.cancelled:
             return Verdict(call_id, False, "response_for_cancelled_call", f"{result.name} was cancelled")
         if call_id in state.issued:
-            return _check_name(state, call_id, result.name)
+            # Issued here, neither answered nor cancelled: the model waits for a toolResponse.
+            # (It was taken as the answer, so results sent as content where a toolResponse
+            # was due passed every test while the real model would have stayed blocked.)
+            return Verdict(
+                call_id, False, "content_for_pending_call",
+                f"{result.name}: this session issued {call_id} and waits for a toolResponse; "
+                "conversation content does not answer a pending call",
+            )
         return Verdict(call_id, True)
-    for open_id in state.outstanding():
-        if state.issued[open_id] == result.name:
-            return Verdict(open_id, True)
     if result.name in state.history_calls:
         return Verdict(None, True)
     wanted = protocol.comparable(result.response)
@@ -144,8 +168,10 @@ def judge_content_result(state: ModelState, result: protocol.ContentResult) -> V
     return Verdict(None, True)
 
 
-def admit(state: ModelState, result: ToolResult) -> None:
-    """Put an accepted result into the state."""
+def admit(state: ModelState, result: ToolResult, client_id: str | None = None) -> None:
+    """Put an accepted result into the state; ``client_id`` is the id the client sent."""
+    if client_id is not None and result.id is not None and client_id != result.id:
+        state.aliases[client_id] = result.id
     if result.name in state.history_calls:
         state.history_calls.remove(result.name)
     if result.id is not None:

@@ -152,7 +152,9 @@ class Raw:
 class WaitToolResponse:
     """Wait until the connection's model state holds a result for every id.
 
-    A result counts whether it came as a ``toolResponse`` or as conversation content.
+    A result counts whether it came as a ``toolResponse`` or as conversation content; as
+    content only once a ``clientContent`` with ``turnComplete: true`` has come with it or
+    after it (before that Gemini holds it in the context and does not go on).
     On timeout a ``required`` wait records a ``wait_timeout`` violation and ends the
     script; an optional one just moves on.
     """
@@ -254,7 +256,8 @@ class Script:
       code instead of ever sending it.
     - Once the steps are done, ``reply`` runs each time one of ``reply_on`` happens:
       ``"tool_result"`` when a result arrives and no issued call is left outstanding
-      (Gemini waits for all parallel results), ``"turn_complete"`` when the client sends
+      (Gemini waits for all parallel results; a result sent as content counts once its
+      turn is complete), ``"turn_complete"`` when the client sends
       ``clientContent`` with ``turnComplete: true``.
     - ``resumption_after_turn`` sends a rule-following ``sessionResumptionUpdate`` after
       every ``turnComplete`` when the client's setup asked for session resumption, as

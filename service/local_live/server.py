@@ -370,13 +370,22 @@ class LocalLiveServer:
                     protocol.as_response_dict(response.get("response", {})), "tool_response",
                 )
         elif message.kind == "client_content":
+            state = session.record.state
             turns = body.get("turns") or []
-            session.record.state.history_calls.extend(protocol.content_calls(turns))
+            complete = bool(body.get("turn_complete"))
+            state.history_calls.extend(protocol.content_calls(turns))
             for found in protocol.content_results(turns):
                 self._take_result(
-                    session, message, found.call_id, found.name, found.response, "content"
+                    session, message, found.call_id, found.name, found.response, "content",
+                    acted_on=complete,
                 )
-            if body.get("turn_complete"):
+            if complete:
+                # The turn is complete: Gemini now goes on with every result it was given
+                # as content meanwhile (turnComplete false only adds to the context).
+                waited = bool(state.awaiting_turn)
+                state.awaiting_turn.clear()
+                if waited and not state.outstanding():
+                    session.trigger("tool_result")
                 session.trigger("turn_complete")
         self._notify()
 
@@ -388,6 +397,7 @@ class LocalLiveServer:
         name: str,
         response: Any,
         via: str,
+        acted_on: bool = True,
     ) -> None:
         record = session.record
         state = record.state
@@ -411,8 +421,10 @@ class LocalLiveServer:
         if verdict.violation is not None:
             self.add_violation(verdict.violation, record.index, verdict.call_id, verdict.detail)
         if verdict.accepted:
-            admit(state, result)
-            if not state.outstanding():
+            admit(state, result, call_id)
+            if not acted_on and result.id is not None:
+                state.awaiting_turn.add(result.id)
+            elif not state.outstanding():
                 session.trigger("tool_result")
 
     def _record_close(self, websocket: ServerConnection, record: Connection) -> None:

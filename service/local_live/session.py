@@ -168,7 +168,7 @@ class LiveSession:
                 await self.send(text)
             case WaitToolResponse(ids=ids, timeout=timeout, required=required):
                 await self._wait(
-                    lambda: all(call_id in state.results for call_id in ids),
+                    lambda: all(state.acted_on(call_id) for call_id in ids),
                     timeout, required, f"results for {list(ids)}",
                 )
             case WaitFor(kind=kind, timeout=timeout, required=required):

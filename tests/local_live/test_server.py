@@ -289,16 +289,36 @@ async def test_seeded_history_in_a_fresh_session_is_not_a_duplicate() -> None:
     assert [v["kind"] for v in server.violations] == ["duplicate_tool_response"]
 
 
-async def test_function_response_part_in_content_answers_the_call() -> None:
-    script = Script([ToolCall([Call("c1", "lookup_order")])], reply_on={"turn_complete"})
+async def test_content_does_not_answer_a_call_the_session_waits_for() -> None:
+    """In the bidi API a pending function call is answered by a ``toolResponse`` only:
+    "FunctionResponse objects are matched to the respective FunctionCall objects by the id
+    field ... in the bidi GenerateContent APIs function calling happens over this
+    dedicated set of messages" (google-genai, LiveClientToolResponse). A result written
+    into the conversation, as a functionResponse part or as pipecat's text (with the id or
+    without), leaves the call open and the model waiting. The server took it as the
+    answer, so a service sending every result as content passed the whole crash suite."""
+    script = Script([ToolCall([Call("c1", "lookup_order")]),
+                     WaitToolResponse("c1", timeout=5), Audio(chunks=1), TurnComplete()],
+                    reply=(), resumption_after_turn=False)
     part = types.Part(function_response=answer("c1", status="late"))
+    with_id = '[Function lookup_order (call_id c1) returned {"status": "late"}]'
+    without_id = '[Function lookup_order returned {"status": "late"}]'
     async with LocalLiveServer(script) as server, connect(server) as session:
         await receive_until(session, lambda m: m.tool_call is not None)
-        await session.send_client_content(turns=[types.Content(role="user", parts=[part])])
+        for content in (types.Part(text=without_id), part, types.Part(text=with_id)):
+            await session.send_client_content(turns=[types.Content(role="user", parts=[content])])
+        connection = server.connections[0]
+        await server.wait_until(lambda: len(connection.results) == 3)
+        await asyncio.sleep(0.2)
+        assert connection.state.outstanding() == ["c1"]
+        assert connection.sent_kinds() == ["setupComplete", "toolCall"], "the model went on"
+        await session.send_tool_response(function_responses=answer("c1", status="late"))
         await receive_until(session, turn_complete)
-    [result] = server.tool_responses()
-    assert (result.via, result.id, result.accepted, result.response) == ("content", "c1", True, {"status": "late"})
-    server.assert_clean()
+    got = [(r.via, r.id, r.accepted) for r in server.tool_responses()]
+    assert got == [("content", None, True), ("content", "c1", False), ("content", "c1", False),
+                   ("tool_response", "c1", True)]
+    assert [(v["kind"], v["id"]) for v in server.violations] == [
+        ("content_for_pending_call", "c1"), ("content_for_pending_call", "c1")]
 
 
 async def test_go_away_reaches_the_client_then_the_server_closes() -> None:
@@ -458,3 +478,76 @@ async def test_standalone_process_serves_the_real_client(tmp_path) -> None:
     dumped = json.loads(record.read_text())
     assert dumped["connections"][0]["closed_by"] == "client"
     assert dumped["violations"] == []
+
+
+async def test_the_client_id_of_a_call_sent_without_id_is_remembered_for_duplicates() -> None:
+    """A call sent without an id (Vertex) is answered under an id the client made up; the
+    server takes it by name. That id then names the call: the same result again, as a
+    toolResponse or as content (also on a session resumed after it), is a duplicate. It
+    was taken as the answer of another open call of the same function, and accepted
+    silently as content (its id unknown to the server), so a duplicated result of such a
+    call never showed."""
+    first = Script(
+        [
+            ToolCall([Call("a1", "lookup_order", {"orderId": 1}, omit=("id",)),
+                      Call("a2", "lookup_order", {"orderId": 2}, omit=("id",))]),
+            WaitToolResponse(["a1", "a2"]),
+            TurnComplete(),
+            Close(1011, "server restart"),
+        ],
+        reply=(),
+    )
+    async with LocalLiveServer([first, Script(reply=())]) as server:
+        async with connect(server) as session:
+            await receive_until(session, lambda m: m.tool_call is not None)
+            await session.send_tool_response(function_responses=answer("made-up-1", status="one"))
+            # The same answer again, while a2 is still open: not a2's answer.
+            await session.send_tool_response(function_responses=answer("made-up-1", status="one"))
+            await session.send_tool_response(function_responses=answer("made-up-2", status="two"))
+            messages = await receive_until(
+                session, lambda m: bool(m.session_resumption_update
+                                        and m.session_resumption_update.new_handle))
+            handle = messages[-1].session_resumption_update.new_handle
+        resumption = types.SessionResumptionConfig(handle=handle)
+        async with connect(server, session_resumption=resumption) as session:
+            resumed = await server.wait_for_connection(1)
+            again = '[Function lookup_order (call_id made-up-2) returned {"status": "two"}]'
+            await session.send_client_content(
+                turns=[types.Content(role="user", parts=[types.Part(text=again)])],
+                turn_complete=False,
+            )
+            await server.wait_until(lambda: len(resumed.results) == 1)
+    got = [(r.connection, r.id, r.via, r.accepted) for r in server.tool_responses()]
+    assert got == [
+        (0, "a1", "tool_response", True),
+        (0, "a1", "tool_response", False),
+        (0, "a2", "tool_response", True),
+        (1, "a2", "content", False),
+    ]
+    assert [(v["kind"], v["connection"], v["id"]) for v in server.violations] == [
+        ("duplicate_tool_response", 0, "a1"),
+        ("duplicate_tool_response", 1, "a2"),
+    ]
+
+
+async def test_a_result_sent_as_content_counts_once_the_turn_is_complete() -> None:
+    """clientContent with ``turnComplete: false`` only adds to the context: Gemini "will
+    not return until you send turn_complete=True" (google-genai's send_client_content). A
+    result sent that way is in the model (a second copy is a duplicate) but nothing asks
+    the model to go on: a script waiting for it must not go on either. It did, so a service
+    delivering results as content without completing the turn passed every wire test while
+    the real model would sit silent."""
+    script = Script([WaitToolResponse("c1", timeout=3), Audio(chunks=1), TurnComplete()],
+                    reply=(), resumption_after_turn=False)
+    text = '[Function lookup_order (call_id c1) returned {"status": "shipped"}]'
+    async with LocalLiveServer(script) as server, connect(server) as session:
+        await session.send_client_content(
+            turns=[types.Content(role="user", parts=[types.Part(text=text)])], turn_complete=False)
+        connection = await server.wait_for_connection(0)
+        await server.wait_until(lambda: connection.results)
+        await asyncio.sleep(0.3)
+        assert connection.sent_kinds() == ["setupComplete"], "the model went on without a turn"
+        assert "c1" in connection.state.results  # but the result is in its context
+        await session.send_client_content(turn_complete=True)  # pipecat's _complete_turn
+        await receive_until(session, turn_complete)
+    server.assert_clean()
