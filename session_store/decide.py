@@ -394,6 +394,11 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
             if any(not s.confirmed and s.generation == state.generation for s in call.sends):
                 continue  # a send on this session is under way
             via = "tool_response" if state.session_knows_call(call) else "content"
+            if via == "content" and state.bot_speaking:
+                # Content interrupts the model's generation under way (google-genai's
+                # LiveClientContent): it waits for silence, as a deferred call does. A
+                # toolResponse does not (the model asked for it).
+                continue
             effects.append(SendResult(call.call_id, via))
     # I4: nothing deferrable starts while the bot speaks, even a call recorded as "requested"
     # (it arrived in silence, and the bot started speaking before it was started).
@@ -418,9 +423,11 @@ def _waiting_calls(state: SessionState) -> list:
 
 def waits_for_silence(state: SessionState) -> bool:
     """Does anything wait for the bot to stop speaking (a deferred call, a pending
-    reconnect)? Then news that it stopped must be logged at once; otherwise it may wait to
-    share the next commit."""
-    return state.reconnect_pending is not None or bool(_waiting_calls(state))
+    reconnect, a result to send as content)? Then news that it stopped must be logged at
+    once; otherwise it may wait to share the next commit."""
+    return (state.reconnect_pending is not None or bool(_waiting_calls(state))
+            or (state.connected and any(not state.session_knows_call(c)
+                                        for c in state.undelivered())))
 
 
 def choose_resumption(state: SessionState, policy: Policy, now_us: int,

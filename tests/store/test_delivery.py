@@ -9,7 +9,7 @@ import json
 from session_store import events as ev
 from session_store.decide import (FunctionCall, Policy, Reconnect, SendResult, ToolCallsArrived,
                                   choose_resumption, decide, due, result_as_content,
-                                  seed_history)
+                                  seed_history, waits_for_silence)
 from session_store.projection import HANDLE_TTL_US
 
 from .helpers import Log, opened
@@ -99,6 +99,25 @@ def test_resumed_from_a_handle_issued_before_the_call_needs_content():
     sent(log, gen=2, via="content")
     s = log.state()
     assert s.in_model(s.calls["c1"]) and due(s, ALL, log.now_us) == []
+
+
+def test_a_result_as_content_waits_while_the_bot_speaks():
+    """Content interrupts the model's generation under way (LiveClientContent): a result the
+    session never asked for waits for silence; a toolResponse the model waits for does not."""
+    log = base()
+    handle(log, "h-before")
+    completed_call(log)
+    sent(log)
+    reconnect(log, 2, "h-before")
+    completed_call(log, "c2", gen=2)
+    log.add(ev.BotStartedSpeaking(2))
+    s = log.state()
+    assert sends(due(s, ALL, log.now_us)) == [SendResult("c2", "tool_response")]
+    assert waits_for_silence(s)  # the stop must be logged at once: a send waits for it
+    log.add(ev.BotStoppedSpeaking(2))
+    s = log.state()
+    assert sends(due(s, ALL, log.now_us)) == [SendResult("c1", "content"),
+                                              SendResult("c2", "tool_response")]
 
 
 def test_resumed_from_a_handle_between_request_and_send_answers_the_known_id():
