@@ -1,7 +1,8 @@
 """What the local server remembers: per-connection records and the model's state.
 
 The model state is what Gemini "knows" about tool calls on one session lineage: the
-calls it issued, the ones it cancelled, and the results it has taken in. A resumption
+calls it issued, the ones it cancelled, and the results it has taken in (and what the
+model said, so a test can tell which turns a resumed session remembers). A resumption
 handle snapshots it; a connection that resumes with the handle starts from the
 snapshot, a fresh connection starts empty. Every result the client sends is judged
 against the current state, which is how duplicates and unknown ids are caught.
@@ -52,6 +53,7 @@ class ModelState:
     history_results: list[ToolResult] = field(default_factory=list)  # seeded, no known call
     history_calls: list[str] = field(default_factory=list)  # seeded call names not yet answered
     anonymous: list[str] = field(default_factory=list)  # issued without an id on the wire
+    spoken: list[str] = field(default_factory=list)  # what the model said (outputTranscription)
 
     def outstanding(self) -> list[str]:
         """Issued calls with neither a result nor a cancellation, in issue order."""
@@ -72,6 +74,7 @@ class ModelState:
             "history_results": [result.to_json() for result in self.history_results],
             "history_calls": list(self.history_calls),
             "anonymous": list(self.anonymous),
+            "spoken": list(self.spoken),
         }
 
 
