@@ -17,6 +17,8 @@ from service.local_live import (DROP_SETUP, HANDLE_REFUSED, Audio, Call, Close,
                                 OutputTranscript, Script, ToolCall, TurnComplete,
                                 WaitToolResponse)
 
+from session_store.audit import replay
+
 from .helpers import (Ctl, assert_answered_once, assert_chain_ok, assert_log_settled,
                       assert_ran_once, assert_server_clean, handles_of, run_call)
 
@@ -80,6 +82,8 @@ async def test_a_transient_handshake_failure_resumes_from_the_same_newest_handle
         assert not run.find("anomaly.recorded", kind="connection_given_up"), run.timeline()
         assert_log_settled(run, anomalies=1)  # the failed handshake
         await assert_chain_ok(run)
+        report = replay(run.events)  # today's code makes the same choice of handle
+        assert report.ok, [d.message for d in report.divergences]
 
 
 @pytest.mark.stock_bug("a failure before setupComplete is not caught: the connection task "
@@ -112,3 +116,5 @@ async def test_a_refused_handle_is_passed_over_at_once(flavour):
         assert run.find("connection.connected", generation=2)[0].data["handle"] == first
         assert_log_settled(run, anomalies=1)  # the failed handshake
         await assert_chain_ok(run)
+        report = replay(run.events)  # today's code makes the same choice of handle
+        assert report.ok, [d.message for d in report.divergences]
