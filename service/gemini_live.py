@@ -26,6 +26,7 @@ import uuid
 from typing import Any, Literal
 
 import pydantic
+from google.genai import errors as genai_errors
 from loguru import logger
 from pipecat.frames.frames import (BotStartedSpeakingFrame, BotStoppedSpeakingFrame, EndFrame,
                                    InterruptionFrame)
@@ -56,9 +57,31 @@ RESTORED_SETTINGS = ("system_instruction", "voice", "language")
 MAX_FRAME_BYTES = 16 << 20
 #: Reconnects that back off when they repeat (see _replace_session).
 PACED_REASONS = RESYNC_KINDS | {"error"}
+#: Close codes with which the Live API refuses a setup as such, before setupComplete: 1007
+#: (INVALID_ARGUMENT, "Request contains an invalid argument") and 1008 (policy violation,
+#: "Requested entity was not found"). A resumption handshake closed so is the handle refused
+#: (expired, unknown): the same setup cannot succeed, it is passed over at once. Anything else
+#: before setupComplete (1011 "Internal error encountered" / "The service is currently
+#: unavailable", also seen when a resume races the close of the session's previous socket; a
+#: dropped connection; a timeout; an HTTP failure before the setup was even sent) says nothing
+#: about the handle: the next try resumes from it again.
+REFUSING_CLOSE_CODES = frozenset({1007, 1008})
+#: Transient handshake failures in a row with one handle before it is passed over anyway (a
+#: server that fails on it every time may be unable to restore it). pipecat gives the service
+#: up at its third failure in a row: two leave a try for an older handle or a fresh session.
+HANDLE_ATTEMPTS = 2
+#: Backoff before the next handshake: doubled with each failure in a row, capped.
+HANDSHAKE_BACKOFF_S = 0.25
+HANDSHAKE_BACKOFF_MAX_S = 2.0
 # At cleanup, how long lazy notes left over may take to be logged.
 CLEANUP_NOTES_WAIT_S = 2.0
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*s?\s*$")
+
+
+def handshake_refused(error: BaseException) -> bool:
+    """Did the server refuse the setup itself (REFUSING_CLOSE_CODES)? google-genai raises an
+    APIError whose code is the close code when the socket closes before setupComplete."""
+    return isinstance(error, genai_errors.APIError) and error.code in REFUSING_CLOSE_CODES
 
 
 def parse_time_left(value: Any) -> float:
@@ -101,7 +124,8 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         self._speaking_timeout_s = speaking_timeout_s
         self._last_speech_activity = 0.0
         self._connecting_handle: str | None = None
-        self._bad_handles: set[str] = set()
+        self._bad_handles: set[str] = set()  # refused, or failing every time: passed over
+        self._handle_failures: dict[str, int] = {}  # handshake failures in a row, per handle
         self._due_lock = asyncio.Lock()
         self._seeded_generation = 0
         self._reconnect_task: asyncio.Task | None = None
@@ -242,13 +266,25 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
                 return
             logger.warning(f"{self}: connection failed before setupComplete: {exc}")
             handle = self._connecting_handle
+            detail: dict[str, Any] = {"handle": handle, "error": str(exc)[:500]}
             if handle:
-                self._bad_handles.add(handle)  # next try: an older handle or a fresh session
+                # Only a refusal says the handle is bad. A transient failure (a 1011, a
+                # dropped connection) retries it: an older handle, or a fresh session, lacks
+                # what the conversation gained since (spoken turns are not sent again).
+                refused = handshake_refused(exc)
+                failures = self._handle_failures.get(handle, 0) + 1
+                self._handle_failures[handle] = failures
+                passed_over = refused or failures >= HANDLE_ATTEMPTS
+                if passed_over:
+                    self._bad_handles.add(handle)  # next try: an older handle or fresh
+                detail.update(handle_refused=refused, failures=failures,
+                              passed_over=passed_over)
             await self._record_quietly(ev.AnomalyRecorded(
-                "handshake_failed", {"handle": handle, "error": str(exc)[:500]},
-                self._driver.state.generation))
+                "handshake_failed", detail, self._driver.state.generation))
             if await self._handle_connection_error(exc):
-                await asyncio.sleep(0.2 * self._consecutive_failures)
+                await asyncio.sleep(min(
+                    HANDSHAKE_BACKOFF_S * 2 ** max(self._consecutive_failures - 1, 0),
+                    HANDSHAKE_BACKOFF_MAX_S))
                 self._session = None
                 await self._reconnect_now("handshake_failed")
 
@@ -267,6 +303,7 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         # Before upstream's receive loop starts: frames the SDK cannot parse are reported
         # and skipped instead of failing the loop (service/wire.py).
         guard_session(session, self._on_rejected_frame, self._max_frame_bytes)
+        self._handle_failures.clear()  # a handshake went through: failures are no longer in a row
         state = self._driver.state
         # Logged before the session's first message is read: a log that is down holds the
         # session here until it is back (its messages wait on the socket).

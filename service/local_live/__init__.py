@@ -7,6 +7,8 @@ imports google-genai, lazily), so it can run in a harness process of its own.
 from .record import ClientMessage, Connection, HandleRecord, ModelState, SentMessage, ToolResult
 from .script import (
     DEFAULT_REPLY,
+    DROP_SETUP,
+    HANDLE_REFUSED,
     Audio,
     Call,
     CancelToolCalls,
@@ -33,6 +35,8 @@ from .server import LocalLiveServer, ScriptSource, http_options
 
 __all__ = [
     "DEFAULT_REPLY",
+    "DROP_SETUP",
+    "HANDLE_REFUSED",
     "Audio",
     "Call",
     "CancelToolCalls",

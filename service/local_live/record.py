@@ -1,7 +1,8 @@
 """What the local server remembers: per-connection records and the model's state.
 
 The model state is what Gemini "knows" about tool calls on one session lineage: the
-calls it issued, the ones it cancelled, and the results it has taken in. A resumption
+calls it issued, the ones it cancelled, and the results it has taken in (and what the
+model said, so a test can tell which turns a resumed session remembers). A resumption
 handle snapshots it; a connection that resumes with the handle starts from the
 snapshot, a fresh connection starts empty. Every result the client sends is judged
 against the current state, which is how duplicates and unknown ids are caught.
@@ -60,6 +61,7 @@ class ModelState:
     # Calls whose result came as clientContent with turnComplete false: in the context, but
     # Gemini does not act on it until a clientContent with turnComplete true arrives.
     awaiting_turn: set[str] = field(default_factory=set)
+    spoken: list[str] = field(default_factory=list)  # what the model said (outputTranscription)
 
     def outstanding(self) -> list[str]:
         """Issued calls with neither a result nor a cancellation, in issue order."""
@@ -86,6 +88,7 @@ class ModelState:
             "anonymous": list(self.anonymous),
             "aliases": dict(self.aliases),
             "awaiting_turn": sorted(self.awaiting_turn),
+            "spoken": list(self.spoken),
         }
 
 

@@ -246,6 +246,16 @@ DEFAULT_REPLY: tuple[Step, ...] = (Audio(chunks=2), TurnComplete())
 # Events that make the server run ``Script.reply`` once the steps are done.
 REPLY_TRIGGERS = frozenset({"tool_result", "turn_complete"})
 
+#: How the server refuses a resumption handle it does not (or no longer) hold: it closes
+#: before ``setupComplete`` with a client-error code, the way the Live API closes on a setup
+#: it will not take (1007 "Request contains an invalid argument", 1008 "Requested entity was
+#: not found" / policy violation). Retrying the same setup cannot succeed. A 1011 (internal
+#: error, service unavailable) or a dropped connection says nothing about the handle.
+HANDLE_REFUSED = (1008, "Requested entity was not found.")
+#: ``refuse_setup`` value for a connection dropped before ``setupComplete`` (no close frame:
+#: the client sees 1006, which is never sent on the wire).
+DROP_SETUP = 1006
+
 
 @dataclass(frozen=True)
 class Script:
@@ -253,7 +263,9 @@ class Script:
 
     - ``steps`` run after ``setupComplete``.
     - ``setup_delay`` holds ``setupComplete`` back; ``refuse_setup`` closes with that
-      code instead of ever sending it.
+      code (and ``refuse_reason``) instead of ever sending it, or, with ``DROP_SETUP``,
+      aborts the connection as a network failure does. :meth:`refusing_handle` refuses
+      the way the API refuses a resumption handle (``HANDLE_REFUSED``).
     - Once the steps are done, ``reply`` runs each time one of ``reply_on`` happens:
       ``"tool_result"`` when a result arrives and no issued call is left outstanding
       (Gemini waits for all parallel results; a result sent as content counts once its
@@ -267,6 +279,7 @@ class Script:
     steps: tuple[Step, ...] = ()
     setup_delay: float = 0.0
     refuse_setup: int | None = None
+    refuse_reason: str = "setup refused by script"
     reply: tuple[Step, ...] = DEFAULT_REPLY
     reply_on: frozenset[str] = frozenset({"tool_result"})
     resumption_after_turn: bool = True
@@ -277,6 +290,7 @@ class Script:
         *,
         setup_delay: float = 0.0,
         refuse_setup: int | None = None,
+        refuse_reason: str = "setup refused by script",
         reply: list[Step] | tuple[Step, ...] = DEFAULT_REPLY,
         reply_on: set[str] | frozenset[str] = frozenset({"tool_result"}),
         resumption_after_turn: bool = True,
@@ -287,6 +301,13 @@ class Script:
         object.__setattr__(self, "steps", tuple(steps))
         object.__setattr__(self, "setup_delay", setup_delay)
         object.__setattr__(self, "refuse_setup", refuse_setup)
+        object.__setattr__(self, "refuse_reason", refuse_reason)
         object.__setattr__(self, "reply", tuple(reply))
         object.__setattr__(self, "reply_on", frozenset(reply_on))
         object.__setattr__(self, "resumption_after_turn", resumption_after_turn)
+
+    @classmethod
+    def refusing_handle(cls) -> Script:
+        """A connection that refuses its setup as the API refuses a resumption handle."""
+        code, reason = HANDLE_REFUSED
+        return cls(refuse_setup=code, refuse_reason=reason)

@@ -19,6 +19,7 @@ from websockets.exceptions import ConnectionClosed
 from . import protocol
 from .record import Connection, HandleRecord, SentMessage
 from .script import (
+    DROP_SETUP,
     Audio,
     CancelToolCalls,
     Close,
@@ -70,8 +71,12 @@ class LiveSession:
 
     async def open(self) -> bool:
         """Answer the setup as scripted. False when the script refuses it."""
+        if self.script.refuse_setup == DROP_SETUP:
+            self.websocket.transport.abort()  # no close frame: the client sees 1006
+            await self.websocket.wait_closed()
+            return False
         if self.script.refuse_setup is not None:
-            await self.websocket.close(self.script.refuse_setup, "setup refused by script")
+            await self.websocket.close(self.script.refuse_setup, self.script.refuse_reason)
             return False
         if self.script.setup_delay:
             await asyncio.sleep(self.script.setup_delay)
@@ -123,6 +128,7 @@ class LiveSession:
                     if pause_ms and number < chunks - 1:
                         await asyncio.sleep(pause_ms / 1000)
             case OutputTranscript(text=text):
+                state.spoken.append(text)
                 await self.send(protocol.server_content(outputTranscription={"text": text}))
             case InputTranscript(text=text):
                 await self.send(protocol.server_content(inputTranscription={"text": text}))

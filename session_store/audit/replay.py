@@ -158,6 +158,9 @@ class _Replayer:
         self.report = ReplayReport(call_id or (records[0].stream_id if records else ""))
         self.state = SessionState(stream_id=self.report.call_id)
         self.failed_handshake = False
+        # Handles the worker passed over after a failed handshake (its memory, so a takeover
+        # forgets them): today's choice of handle is made without them, as the shell's was.
+        self.passed_over: set[str] = set()
         self._args_not_logged: set[str] = set()
 
     # ------------------------------------------------------------------ state
@@ -348,11 +351,20 @@ class _Replayer:
             case ev.Disconnected(reason="handshake_failed"):
                 self.failed_handshake = True
                 return
+            case ev.AnomalyRecorded(kind="handshake_failed"):
+                d = e.detail if isinstance(e.detail, dict) else {}
+                # Before `passed_over` was logged, every failure passed its handle over.
+                if isinstance(d.get("handle"), str) and d.get("passed_over", True):
+                    self.passed_over.add(d["handle"])
+                return
+            case ev.WorkerAttached():
+                self.passed_over.clear()
+                return
             case ev.Connected():
                 fallback, self.failed_handshake = self.failed_handshake, False
                 if fallback:
                     return  # a retry after a refused resumption: the shell's call, not due's
-                want = choose_resumption(s, self.policy, t)
+                want = choose_resumption(s, self.policy, t, frozenset(self.passed_over))
                 self.report.effects_checked += 1
                 if want != e.handle:
                     self.diverge(rec.version, rec.version, "resumption",

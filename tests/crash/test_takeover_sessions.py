@@ -2,8 +2,9 @@
 real pipeline, real google-genai client, local server).
 
 1. A new worker whose chosen resumption handle the server refuses (expired, invalidated:
-   refused every time) falls back to an older handle or a fresh, seeded session, and delivers
-   the result the dead worker left undelivered. (It asked for the refused handle again until
+   refused every time; or failing with 1011 every time, after a retry) falls back to an
+   older handle or a fresh, seeded session, and delivers the result the dead worker left
+   undelivered. (It asked for the refused handle again until
    pipecat gave the service up: `_connect(None)` fell back to the handle it had stored.)
 2. A worker fenced at its first `connection.connected` closes that Gemini session (pipecat
    had not made it `_session` yet, so nothing closed it).
@@ -24,7 +25,7 @@ from pipecat.processors.aggregators.llm_response_universal import LLMContextAggr
 from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 from service.driver import now_us
-from service.gemini_live import DurableGeminiLiveLLMService
+from service.gemini_live import HANDLE_ATTEMPTS, DurableGeminiLiveLLMService
 from service.local_live import LocalLiveServer, Script
 from service.testing.pipeline import MODEL, PlaybackOutput, tools_schema
 from session_store import events as ev
@@ -35,8 +36,13 @@ REFUSED = "handle-from-the-dead-worker"
 
 
 @pytest.mark.timeout(60)
-async def test_takeover_whose_handle_is_refused_falls_back_to_a_fresh_session(store):
-    call_id = "review-refused-handle"
+@pytest.mark.parametrize("refusal", ["refused", "fails_every_time"])
+async def test_takeover_whose_handle_is_refused_falls_back_to_a_fresh_session(store, refusal):
+    """`refused`: the server refuses the handle as the API does (a client-error close, see
+    service.gemini_live.REFUSING_CLOSE_CODES): the next handshake is fresh. `fails_every_time`:
+    a 1011 before setupComplete says nothing about the handle, so it is tried again
+    (HANDLE_ATTEMPTS in all) before it is passed over, and the service is not given up."""
+    call_id = f"review-refused-handle-{refusal}"
     # The dead worker's log: session 1 up, a handle issued, then a call whose tool ran and
     # whose result was never sent (the worker died right after logging it).
     await store.append(call_id, [
@@ -53,7 +59,8 @@ async def test_takeover_whose_handle_is_refused_falls_back_to_a_fresh_session(st
     def script_for(record):
         # A server that no longer knows the handle refuses it, every time it is asked for.
         if record.resumption_handle == REFUSED:
-            return Script(refuse_setup=1011)
+            return (Script.refusing_handle() if refusal == "refused"
+                    else Script(refuse_setup=1011))
         return Script()
 
     async with LocalLiveServer(script_for) as server:
@@ -65,9 +72,10 @@ async def test_takeover_whose_handle_is_refused_falls_back_to_a_fresh_session(st
     state = await load_state(store, call_id, use_snapshot=False)
     given_up = [r for r in await store.read(call_id)
                 if r.type == "anomaly.recorded" and r.data["kind"] == "connection_given_up"]
-    assert asked[:2] == [REFUSED, None], (
-        f"after the server refused {REFUSED!r}, the next handshake must be fresh (the log "
-        f"chooses no handle once the newest is bad); handles asked for: {asked}")
+    tries = 1 if refusal == "refused" else HANDLE_ATTEMPTS
+    assert asked[:tries + 1] == [REFUSED] * tries + [None], (
+        f"after the server refused {REFUSED!r} ({refusal}), the next handshake must be fresh "
+        f"(the log chooses no handle once the newest is bad); handles asked for: {asked}")
     assert not given_up, f"the service was given up: {given_up[0].data}"
     assert len(delivered) == 1 and not state.undelivered(), (
         f"c1's result never reached the model: {delivered}")

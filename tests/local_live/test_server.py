@@ -24,6 +24,8 @@ from service.local_live import (
     Call,
     CancelToolCalls,
     Close,
+    DROP_SETUP,
+    HANDLE_REFUSED,
     Drop,
     GoAway,
     LocalLiveServer,
@@ -363,6 +365,24 @@ async def test_setup_complete_can_be_delayed_or_refused() -> None:
                 pass
     assert refused.value.code == 1011
     assert server.connections[1].sent == []
+
+
+async def test_setup_refused_as_a_handle_is_or_dropped_before_setup_complete() -> None:
+    """The two handshake failures a client must tell apart: the API's refusal of the setup
+    (a client-error close code, with its reason) and a network failure (no close frame)."""
+    scripts = [Script.refusing_handle(), Script(refuse_setup=DROP_SETUP)]
+    async with LocalLiveServer(scripts) as server:
+        with pytest.raises(errors.APIError) as refused:
+            async with connect(server):
+                pass
+        with pytest.raises(errors.APIError) as dropped:
+            async with connect(server):
+                pass
+        await server.wait_for_close(1)
+    assert (refused.value.code, HANDLE_REFUSED[1] in str(refused.value)) == (
+        HANDLE_REFUSED[0], True)
+    assert dropped.value.code == 1006
+    assert server.connections[1].closed_by == "abnormal"
 
 
 async def test_malformed_client_message_is_recorded_and_the_session_goes_on() -> None:

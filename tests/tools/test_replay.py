@@ -170,6 +170,27 @@ def test_resumption_choice_is_compared():
     assert run(refused).ok
 
 
+def test_resumption_choice_leaves_out_the_handles_the_worker_passed_over():
+    """The service logs a failed handshake as a `handshake_failed` anomaly: a handle it passed
+    over (refused) is not today's choice either; one it retries (a transient failure) is."""
+    def failed(handle, passed_over):
+        return ev.AnomalyRecorded("handshake_failed", {
+            "handle": handle, "error": "x", "handle_refused": passed_over, "failures": 1,
+            "passed_over": passed_over}, 1)
+
+    timed = OPEN + [(100, ev.HandleIssued(1, "h-1")), (150, ev.HandleIssued(1, "h-2")),
+                    (200, ev.Disconnected(1, "error", "reset"))]
+    assert run(timed + [(250, failed("h-2", True)), (300, ev.Connected(2, "h-1"))]).ok
+    assert run(timed + [(250, failed("h-2", False)), (300, ev.Connected(2, "h-2"))]).ok
+    [d] = run(timed + [(250, failed("h-2", False)), (300, ev.Connected(2, "h-1"))]).divergences
+    assert "today's code would resume from handle 'h-2'" in d.message
+    # A takeover forgets what the dead worker passed over.
+    taken_over = timed + [(250, failed("h-2", True)), (260, ev.WorkerAttached("w2", 2)),
+                          (300, ev.Connected(2, "h-1"))]
+    [d] = run(taken_over).divergences
+    assert "today's code would resume from handle 'h-2'" in d.message
+
+
 def test_reuse_of_a_recorded_result_and_the_reuse_policy():
     timed = OPEN + [
         (50, ev.HandleIssued(1, "h-1")),

@@ -1,0 +1,120 @@
+"""A resumption handshake that fails says something about the handle only when the server
+refuses the setup; a transient failure (a 1011 close, a dropped connection) does not.
+
+The service marked a handle bad on any failure before setupComplete, so one transient
+failure made the next session resume from an older handle (or start fresh): that state
+lacks what the conversation gained since (results are re-sent by the delivery rules, but
+spoken turns are not re-sent to a resumed session). A transient failure now retries the same
+handle (with backoff); a refusal (the API's client-error close) passes it over at once.
+Real pipeline, real google-genai client, the local server.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from service.local_live import (DROP_SETUP, HANDLE_REFUSED, Audio, Call, Close,
+                                OutputTranscript, Script, ToolCall, TurnComplete,
+                                WaitToolResponse)
+
+from session_store.audit import replay
+
+from .helpers import (Ctl, assert_answered_once, assert_chain_ok, assert_log_settled,
+                      assert_ran_once, assert_server_clean, handles_of, run_call)
+
+pytestmark = pytest.mark.timeout(90)
+
+ORDER = "lookup_order"
+
+
+def _first_session_then(failed_handshake: Script) -> list[Script]:
+    """Session 0 gains a spoken turn and an answered call after its first handle, then the
+    server closes it (1011); the resumption handshake fails as given; the next one works."""
+    return [
+        Script([OutputTranscript("one"), Audio(chunks=2), TurnComplete(),  # handle-0-1
+                ToolCall(Call("c1", ORDER, {"id": 1})), WaitToolResponse("c1"),
+                OutputTranscript("two"), Audio(chunks=2), TurnComplete(),  # handle-0-2
+                Close(1011, "internal error")], reply=()),
+        failed_handshake,
+        Script([Audio(chunks=2), TurnComplete()], reply=()),
+    ]
+
+
+@pytest.mark.stock_bug("a failure before setupComplete is not caught: the connection task "
+                       "dies and the service stays without a session")
+@pytest.mark.parametrize("failure", ["close_1011", "dropped"])
+async def test_a_transient_handshake_failure_resumes_from_the_same_newest_handle(
+        flavour, failure):
+    failed = (Script(refuse_setup=1011, refuse_reason="Internal error encountered.")
+              if failure == "close_1011" else Script(refuse_setup=DROP_SETUP))
+
+    async def drive(ctl: Ctl):
+        await ctl.wait(lambda: ctl.script_done(2) and not ctl.tap.speaking, timeout=12)
+        await ctl.settle()
+
+    run = await run_call(flavour, _first_session_then(failed), drive)
+
+    newest = handles_of(run.server, 0)[-1]
+    asked = [c.resumption_handle for c in run.connections]
+    assert len(run.connections) == 3, f"handles asked for: {asked}"
+    assert asked[1] == newest, f"the first retry should resume from {newest}: {asked}"
+    # The failure said nothing about the handle: the next session resumes from it again,
+    # not from an older handle, not fresh.
+    assert asked[2] == newest, (
+        f"after a transient handshake failure ({failure}) the next session must resume from "
+        f"the newest handle {newest!r}; handles asked for: {asked}")
+    resumed = run.connections[2]
+    assert resumed.resumed_from == newest
+    # The model state lacks nothing: both spoken turns, and c1 asked for and answered once,
+    # on the session that issued it (nothing had to be sent again).
+    assert resumed.state.spoken == ["one", "two"], resumed.state.to_json()
+    assert "c1" in resumed.state.issued and "c1" in resumed.state.results
+    assert_answered_once(run, "c1", ORDER, via="tool_response", connection=0)
+    assert_ran_once(run, "c1")
+    assert_server_clean(run)
+
+    if flavour.durable:
+        failed_handshakes = run.find("anomaly.recorded", kind="handshake_failed")
+        assert [a.data["detail"]["handle"] for a in failed_handshakes] == [newest], \
+            run.timeline()
+        assert failed_handshakes[0].data["detail"]["handle_refused"] is False
+        assert run.find("connection.connected", generation=2)[0].data["handle"] == newest
+        assert not run.find("anomaly.recorded", kind="connection_given_up"), run.timeline()
+        assert_log_settled(run, anomalies=1)  # the failed handshake
+        await assert_chain_ok(run)
+        report = replay(run.events)  # today's code makes the same choice of handle
+        assert report.ok, [d.message for d in report.divergences]
+
+
+@pytest.mark.stock_bug("a failure before setupComplete is not caught: the connection task "
+                       "dies and the service stays without a session")
+async def test_a_refused_handle_is_passed_over_at_once(flavour):
+    """The API's refusal of the handle: the next session does not ask for it again."""
+    async def drive(ctl: Ctl):
+        await ctl.wait(lambda: ctl.script_done(2) and not ctl.tap.speaking, timeout=12)
+        await ctl.settle()
+
+    run = await run_call(flavour, _first_session_then(Script.refusing_handle()), drive)
+
+    first, newest = handles_of(run.server, 0)[0], handles_of(run.server, 0)[-1]
+    asked = [c.resumption_handle for c in run.connections]
+    assert asked[1:] == [newest, first], (
+        f"after the server refused {newest!r} ({HANDLE_REFUSED}), the next session must "
+        f"resume from the older handle {first!r}; handles asked for: {asked}")
+    # The older state lacks c1 (and the turn after it): the result goes in again, as
+    # content, once (the delivery rules); the spoken turn is lost with the refused handle.
+    got = [(r.connection, r.via, r.accepted) for r in run.results("c1")]
+    assert got == [(0, "tool_response", True), (2, "content", True)], got
+    assert run.connections[2].state.spoken == ["one"]
+    assert_ran_once(run, "c1")
+    assert_server_clean(run)
+
+    if flavour.durable:
+        refused, = run.find("anomaly.recorded", kind="handshake_failed")
+        assert refused.data["detail"]["handle"] == newest
+        assert refused.data["detail"]["handle_refused"] is True
+        assert run.find("connection.connected", generation=2)[0].data["handle"] == first
+        assert_log_settled(run, anomalies=1)  # the failed handshake
+        await assert_chain_ok(run)
+        report = replay(run.events)  # today's code makes the same choice of handle
+        assert report.ok, [d.message for d in report.divergences]
