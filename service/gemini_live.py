@@ -31,7 +31,8 @@ from loguru import logger
 from pipecat.frames.frames import (BotStartedSpeakingFrame, BotStoppedSpeakingFrame, EndFrame,
                                    InterruptionFrame)
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSetup
-from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
+from pipecat.services.google.gemini_live.llm import (MAX_CONSECUTIVE_FAILURES,
+                                                     GeminiLiveLLMService)
 
 from session_store import Policy
 from session_store import events as ev
@@ -70,6 +71,10 @@ REFUSING_CLOSE_CODES = frozenset({1007, 1008})
 #: server that fails on it every time may be unable to restore it). pipecat gives the service
 #: up at its third failure in a row: two leave a try for an older handle or a fresh session.
 HANDLE_ATTEMPTS = 2
+#: How long connection failures in a row are retried before the service is given up.
+#: pipecat gives up at its third failure in a row (about a second of backoff here): a Gemini
+#: blip of a few seconds ended the call, its results undelivered.
+RECONNECT_WINDOW_S = 30.0
 #: Backoff before the next handshake: doubled with each failure in a row, capped.
 HANDSHAKE_BACKOFF_S = 0.25
 HANDSHAKE_BACKOFF_MAX_S = 2.0
@@ -109,13 +114,16 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
     deadlock the call). `snapshot_every`: events between snapshots of the call's decision
     state (a takeover of a long call loads the newest one and the events after it).
     `max_frame_bytes`: the largest server frame read (MAX_FRAME_BYTES).
+    `reconnect_window_s`: connection failures in a row are retried for that long (with
+    backoff) before the service is given up (RECONNECT_WINDOW_S; pipecat gives up at three).
     """
 
     def __init__(self, *args, store: SqlEventStore, call_id: str, policy: Policy | None = None,
                  worker_id: str | None = None,
                  speaking_signal: Literal["transport", "model"] = "transport",
                  speaking_timeout_s: float = 4.0, snapshot_every: int = 500,
-                 max_frame_bytes: int = MAX_FRAME_BYTES, **kwargs):
+                 max_frame_bytes: int = MAX_FRAME_BYTES,
+                 reconnect_window_s: float = RECONNECT_WINDOW_S, **kwargs):
         kwargs["http_options"] = with_frame_limit(kwargs.get("http_options"), max_frame_bytes)
         super().__init__(*args, **kwargs)
         self._max_frame_bytes = max_frame_bytes
@@ -126,6 +134,9 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
         self._connecting_handle: str | None = None
         self._bad_handles: set[str] = set()  # refused, or failing every time: passed over
         self._handle_failures: dict[str, int] = {}  # handshake failures in a row, per handle
+        self._reconnect_window_s = reconnect_window_s
+        self._failing_since: float | None = None  # the first of the failures in a row
+        self._failures_in_row = 0  # (the backoff's; pipecat's own count is kept short)
         self._due_lock = asyncio.Lock()
         self._seeded_generation = 0
         self._reconnect_task: asyncio.Task | None = None
@@ -283,18 +294,28 @@ class DurableGeminiLiveLLMService(DueEffects, SessionSeeding, GeminiLiveLLMServi
                 "handshake_failed", detail, self._driver.state.generation))
             if await self._handle_connection_error(exc):
                 await asyncio.sleep(min(
-                    HANDSHAKE_BACKOFF_S * 2 ** max(self._consecutive_failures - 1, 0),
+                    HANDSHAKE_BACKOFF_S * 2 ** max(self._failures_in_row - 1, 0),
                     HANDSHAKE_BACKOFF_MAX_S))
                 self._session = None
                 await self._reconnect_now("handshake_failed")
 
     async def _handle_connection_error(self, error: Exception) -> bool:
+        now = time.monotonic()
+        if self._failing_since is None or self._consecutive_failures == 0:
+            # (pipecat's count is 0 again once a session or a message went through)
+            self._failing_since, self._failures_in_row = now, 0
+        self._failures_in_row += 1
+        if now - self._failing_since < self._reconnect_window_s:
+            # Within the window, pipecat's count stops short of its limit: it would give the
+            # service up at its third failure in a row (`reconnect_window_s`).
+            self._consecutive_failures = min(self._consecutive_failures,
+                                             MAX_CONSECUTIVE_FAILURES - 2)
         go_on = await super()._handle_connection_error(error)
         if not go_on:
             # Upstream gives the service up (MAX_CONSECUTIVE_FAILURES; it pushes an
             # ErrorFrame for the app): the log says so, with what is still undelivered.
             await self._record_quietly(ev.AnomalyRecorded("connection_given_up", {
-                "failures": self._consecutive_failures, "error": str(error)[:300],
+                "failures": self._failures_in_row, "error": str(error)[:300],
                 "undelivered": [c.call_id for c in self._driver.state.undelivered()][:20]},
                 self._driver.state.generation))
         return go_on

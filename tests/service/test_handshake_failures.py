@@ -118,3 +118,38 @@ async def test_a_refused_handle_is_passed_over_at_once(flavour):
         await assert_chain_ok(run)
         report = replay(run.events)  # today's code makes the same choice of handle
         assert report.ok, [d.message for d in report.divergences]
+
+
+@pytest.mark.stock_bug("a failure before setupComplete is not caught: the connection task "
+                       "dies and the service stays without a session")
+async def test_a_gemini_outage_of_several_handshakes_does_not_give_the_service_up(flavour):
+    """Six handshakes in a row fail (1011), as in a Gemini incident of a few seconds: pipecat
+    gives the service up at its third failure in a row, the call's result undelivered. The
+    service keeps trying for `reconnect_window_s`, passing over handles that keep failing."""
+    outage = [Script(refuse_setup=1011, refuse_reason="The service is currently unavailable.")
+              for _ in range(6)]
+    scripts = _first_session_then(outage[0])
+    scripts[1:2] = outage
+
+    async def drive(ctl: Ctl):
+        await ctl.wait(lambda: ctl.script_done(7) and not ctl.tap.speaking, timeout=30)
+        await ctl.settle()
+
+    run = await run_call(flavour, scripts, drive)
+
+    assert len(run.connections) == 8, [c.resumption_handle for c in run.connections]
+    back = run.connections[7]
+    assert back.setup is not None and back.sent and back.closed_by != "server", back
+    # The model state the call came back to holds c1's result, once (as a toolResponse in the
+    # session that issued it, or in the seed of a fresh one); the tool ran once.
+    held = [r for r in list(back.state.results.values()) + back.state.history_results
+            if r.id == "c1" or r.name == ORDER]
+    assert len(held) == 1, back.state.to_json()
+    assert_ran_once(run, "c1")
+    assert_server_clean(run)
+
+    if flavour.durable:
+        assert not run.find("anomaly.recorded", kind="connection_given_up"), run.timeline()
+        assert len(run.find("anomaly.recorded", kind="handshake_failed")) == 6
+        assert_log_settled(run, anomalies=6)
+        await assert_chain_ok(run)
