@@ -214,3 +214,72 @@ def test_a_prompt_change_during_the_first_handshake_stays_pending():
     assert Reconnect("settings") in due(s, ALL, log.now_us), (
         "generation 1 runs the old prompt (its Connected says so) and nothing will ever "
         f"reconnect to apply the new one: reconnect_pending={s.reconnect_pending!r}")
+
+
+def test_a_request_equal_to_a_cancelled_call_runs_anew_and_is_answered():
+    """Gen 1 asks for c1; Gemini cancels it before it starts (the user barged in). The
+    session is lost; gen 2 resumes from h0, a handle older than c1, and the model asks for
+    the same thing again: c2, equal to c1. c1 is no answer to wait for (cancelled: it never
+    runs and has no outcome, or one owed to nobody), so c2 is a request of its own: it runs
+    and is answered. Linked to c1 instead (find_equivalent taking a cancelled call for the
+    original), c2 would wait for an outcome that never comes (I1). (Found by mutation
+    testing: no test covered the cancelled case of find_equivalent.)"""
+    log = live()
+    log.add(ev.HandleIssued(1, "h0"), ev.BotStartedSpeaking(1))
+    observe(log, ToolCallsArrived((FunctionCall("c1", "lookup", {"order": 7}),), 1))
+    observe(log, CancellationArrived(("c1",), 1))
+    assert log.state().calls["c1"].status == "cancelled"
+    log.add(ev.BotStoppedSpeaking(1), ev.Disconnected(1, "error"), ev.Connected(2, handle="h0"))
+    s = log.state()
+    assert s.find_equivalent("lookup", {"order": 7}, 10_000_000) is None
+    out = observe(log, ToolCallsArrived((FunctionCall("c2", "lookup", {"order": 7}),), 2))
+    assert out == [ev.ToolCallRequested("c2", "lookup", {"order": 7}, 2)], out
+    s = log.state()
+    assert s.calls["c2"].reissue_of is None and s.calls["c1"].superseded_by is None
+    starts = [e for e in due(s, ALL, log.now_us) if isinstance(e, StartCall)]
+    assert [e.call_id for e in starts] == ["c2"], starts
+    log.add(ev.ToolCallStarted("c2", 1, starts[0].idempotency_key, 1),
+            ev.ToolCallCompleted("c2", {"status": "shipped"}))
+    s = log.state()
+    assert sends(due(s, ALL, log.now_us)) == [SendResult("c2", "tool_response")]
+
+
+def _answered_as_content_on_a_resumed_session() -> Log:
+    """c1 (gen 1) completes; the session is lost before its answer; gen 2 resumes from h0,
+    older than c1, so c1's result goes in as content (ToolResultSent via content)."""
+    log = live()
+    log.add(ev.HandleIssued(1, "h0"))
+    observe(log, ToolCallsArrived((FunctionCall("c1", "lookup", {"order": 7}),), 1))
+    log.add(ev.ToolCallStarted("c1", 1, "k", 1), ev.Disconnected(1, "error"),
+            ev.ToolCallCompleted("c1", {"status": "shipped"}), ev.Connected(2, handle="h0"))
+    assert sends(due(log.state(), ALL, log.now_us)) == [SendResult("c1", "content")]
+    log.add(ev.ToolResultSending("c1", 2, "content"), ev.ToolResultSent("c1", 2, "content"))
+    return log
+
+
+def test_a_re_ask_that_crossed_a_content_answer_is_answered_from_the_record():
+    """Gemini asks again for c1's request (c3, equal) right after c1's answer went in as
+    content: the request crossed the answer on the wire (the model asked before it read
+    it). Within the crossing window c3 is answered from the record and the tool never runs
+    twice (I3); the crash harness found the double run. (Mutation testing: `_crossed`
+    returning False was caught only by one case of the full crash sweep.)"""
+    log = _answered_as_content_on_a_resumed_session()
+    assert log.state().in_model(log.state().calls["c1"])
+    out = observe(log, ToolCallsArrived((FunctionCall("c3", "lookup", {"order": 7}),), 2))
+    assert out == [ev.ToolCallRequested("c3", "lookup", {"order": 7}, 2),
+                   ev.ToolCallCompleted("c3", {"status": "shipped"}, reused_from="c1")], out
+    s = log.state()
+    assert [e for e in due(s, ALL, log.now_us) if isinstance(e, StartCall)] == []
+    assert sends(due(s, ALL, log.now_us)) == [SendResult("c3", "tool_response")]
+
+
+def test_an_equal_request_long_after_a_content_answer_is_a_request_of_its_own():
+    """The same, but past the crossing window: the model had the answer and asks again
+    (the user wants a fresh lookup): c3 runs."""
+    log = _answered_as_content_on_a_resumed_session()
+    log.add(ev.ConversationMessage("user", "and again?", 2),
+            at_us=log.now_us + int(ALL.crossing_window_s * 1e6) + 1_000_000)
+    out = observe(log, ToolCallsArrived((FunctionCall("c3", "lookup", {"order": 7}),), 2))
+    assert out == [ev.ToolCallRequested("c3", "lookup", {"order": 7}, 2)], out
+    s = log.state()
+    assert [e.call_id for e in due(s, ALL, log.now_us) if isinstance(e, StartCall)] == ["c3"]
