@@ -132,7 +132,7 @@ async def test_a_gemini_outage_of_several_handshakes_does_not_give_the_service_u
     scripts[1:2] = outage
 
     async def drive(ctl: Ctl):
-        await ctl.wait(lambda: ctl.script_done(7) and not ctl.tap.speaking, timeout=30)
+        await ctl.wait(lambda: ctl.script_done(7) and not ctl.tap.speaking, timeout=20)
         await ctl.settle()
 
     run = await run_call(flavour, scripts, drive)
