@@ -16,6 +16,25 @@ from sqlalchemy import (BigInteger, Column, Index, Integer, MetaData, String, Ta
 
 from .errors import SchemaMismatch
 
+STREAM_ID_MAX = 255  # the stream_id columns' length
+
+
+def valid_id(text: str | None, max_len: int = STREAM_ID_MAX) -> bool:
+    """Could this string be stored at all (no NUL, no lone surrogate, not too long)?
+
+    The same rule on both databases (PostgreSQL text cannot hold NUL; SQLite would take what
+    PostgreSQL refuses): appends refuse such a stream id, readers answer "not found" without
+    asking the database, which would reject it with a driver error.
+    """
+    if not isinstance(text, str) or "\x00" in text or len(text) > max_len:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 metadata = MetaData()
 
 # SQLite needs exactly INTEGER PRIMARY KEY to make `position` the rowid (assigned in commit
@@ -24,7 +43,7 @@ _position_type = BigInteger().with_variant(Integer(), "sqlite")
 
 streams = Table(
     "session_streams", metadata,
-    Column("stream_id", String(255), primary_key=True),
+    Column("stream_id", String(STREAM_ID_MAX), primary_key=True),
     Column("version", BigInteger, nullable=False),
     Column("last_hash", String(64), nullable=False),
     Column("epoch", BigInteger, nullable=False),
@@ -36,7 +55,7 @@ events = Table(
     "session_events", metadata,
     Column("position", _position_type, primary_key=True, autoincrement=True),
     Column("tx_order", BigInteger, nullable=False),
-    Column("stream_id", String(255), nullable=False),
+    Column("stream_id", String(STREAM_ID_MAX), nullable=False),
     Column("version", BigInteger, nullable=False),
     Column("type", String(100), nullable=False),
     Column("schema_version", Integer, nullable=False),
@@ -49,7 +68,7 @@ events = Table(
 
 snapshots = Table(
     "session_snapshots", metadata,
-    Column("stream_id", String(255), primary_key=True),
+    Column("stream_id", String(STREAM_ID_MAX), primary_key=True),
     Column("version", BigInteger, nullable=False),
     Column("projection_version", Integer, nullable=False),
     Column("state", Text, nullable=False),

@@ -19,28 +19,13 @@ from ..errors import StreamDamaged
 from ..loading import snapshot_state
 from ..projection import SessionState, fold
 from ..records import RecordedEvent
-from ..schema import events, streams
+from ..schema import events, streams, valid_id  # noqa: F401 (used here and by cli, web)
 from .summaries import (COUNTED_TYPES, STALE_AFTER_US, CallFilter, CallSummary, like_pattern,
                         summarise)
 from .timeline import LANES, lane_of
 
 _HEAD = (streams.c.stream_id, streams.c.version, streams.c.epoch, streams.c.created_at_us,
          streams.c.updated_at_us)
-
-
-def valid_id(text: str | None, max_len: int = 255) -> bool:
-    """Could this string be stored at all (no NUL, no lone surrogate, not too long)?
-
-    Anything else cannot name a call: answer "not found" without asking the database, which
-    would reject it with a driver error (PostgreSQL text cannot hold NUL).
-    """
-    if not isinstance(text, str) or "\x00" in text or len(text) > max_len:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def engine_of(store) -> AsyncEngine:

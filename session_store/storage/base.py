@@ -33,7 +33,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ..errors import SchemaMismatch, StoreClosed, StoreUnavailable, refused
 from ..events import Event, canonical_json
 from ..records import RecordedEvent
-from ..schema import HEAD_REVISION, check_known_revisions, events, snapshots, streams
+from ..schema import (HEAD_REVISION, STREAM_ID_MAX, check_known_revisions, events, snapshots,
+                      streams, valid_id)
 from .batch import BatchPlan, _AppendRequest, _RequestQueue, _RetryBatch, plan_batch
 from .verify import StreamReport, verify_stream
 
@@ -72,17 +73,13 @@ def _by_acceptance(request: _AppendRequest) -> int:
     return request.seq
 
 
-_MAX_STREAM_ID = streams.c.stream_id.type.length
-
-
 def _check_storable(stream_id: str, rows: list[tuple[str, int, str]]) -> None:
     """ValueError for an append no database of ours can store: the same rule on both (SQLite
     took a stream id PostgreSQL refuses), and said before it shares a commit with others."""
-    if not isinstance(stream_id, str) or len(stream_id) > _MAX_STREAM_ID or "\x00" in stream_id:
-        raise ValueError(f"a stream id must be text of at most {_MAX_STREAM_ID} characters "
-                         f"without NUL, not {stream_id!r:.80}")
+    if not valid_id(stream_id):
+        raise ValueError(f"a stream id must be valid UTF-8 text of at most {STREAM_ID_MAX} "
+                         f"characters without NUL, not {stream_id!r:.80}")
     try:
-        stream_id.encode()
         for _type, _schema, data_json in rows:
             data_json.encode()  # (canonical JSON escapes NUL; a lone surrogate stays)
     except UnicodeEncodeError as exc:
