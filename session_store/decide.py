@@ -393,7 +393,7 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
         for call in state.undelivered():
             if any(not s.confirmed and s.generation == state.generation for s in call.sends):
                 continue  # a send on this session is under way
-            via = "tool_response" if state.session_knows_call(call) else "content"
+            via = _delivery_channel(state, call)
             if via == "content" and state.bot_speaking:
                 # Content interrupts the model's generation under way (google-genai's
                 # LiveClientContent): it waits for silence, as a deferred call does. A
@@ -426,8 +426,13 @@ def waits_for_silence(state: SessionState) -> bool:
     reconnect, a result to send as content)? Then news that it stopped must be logged at
     once; otherwise it may wait to share the next commit."""
     return (state.reconnect_pending is not None or bool(_waiting_calls(state))
-            or (state.connected and any(not state.session_knows_call(c)
+            or (state.connected and any(_delivery_channel(state, c) == "content"
                                         for c in state.undelivered())))
+
+
+def _delivery_channel(state: SessionState, call) -> Literal["tool_response", "content"]:
+    """A toolResponse only to a session that issued the call's id; otherwise content."""
+    return "tool_response" if state.session_knows_call(call) else "content"
 
 
 def choose_resumption(state: SessionState, policy: Policy, now_us: int,
