@@ -168,6 +168,10 @@ class Ctl:
             await asyncio.sleep(0.02)
         return True
 
+    async def run_llm(self) -> None:
+        """The pipeline's first context: pipecat seeds a fresh session with it."""
+        await self.task.queue_frames([LLMRunFrame()])
+
     async def settle(self, seconds: float = 0.4) -> None:
         await asyncio.sleep(seconds)
 
@@ -237,8 +241,11 @@ async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script | Callab
                    tool_delay: float | dict[str, float] = 0.05,
                    tools: Sequence[str] = TOOLS, policy: Policy | None = None,
                    system_instruction: str = PROMPT, timeout: float = 40.0,
-                   end_timeout: float = 3.0, **llm_extra: Any) -> CallRun:
-    call_id = f"call-{uuid.uuid4().hex[:10]}"
+                   end_timeout: float = 3.0, call_id: str | None = None,
+                   run_first: bool = True, **llm_extra: Any) -> CallRun:
+    """`call_id`: a call whose log a test wrote beforehand (a takeover); `run_first=False`:
+    the pipeline's first context (LLMRunFrame) is left to `drive` (`ctl.run_llm()`)."""
+    call_id = call_id or f"call-{uuid.uuid4().hex[:10]}"
     ledger = TimedLedger()
     tap = Tap()
     # A Script for every connection, a list (one per connection) or a callable choosing one.
@@ -258,7 +265,8 @@ async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script | Callab
         ctl = Ctl(server, task, llm, tap, ledger)
         run = asyncio.create_task(runner.run(task))
         try:
-            await task.queue_frames([LLMRunFrame()])
+            if run_first:
+                await ctl.run_llm()
             await asyncio.wait_for(drive(ctl), timeout)
         finally:
             await task.queue_frame(EndFrame())

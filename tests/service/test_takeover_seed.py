@@ -1,0 +1,79 @@
+"""A takeover's fresh session: the results the dead worker left undelivered go in its seed.
+
+A worker that takes a call over (a new process on the same log) opens a fresh session: the
+old one's handle may be gone, and here it never had one. Its first session can be ready
+before the pipeline's first context, and pipecat seeds a fresh session only with that
+context. A result the log says is due must wait for the seed: the seed carries every result
+the model has not got, so one sent on its own just before reaches the model twice
+(`SessionSeeding._awaiting_seed`). Until this test, only one timing-dependent crash case
+caught a service that sent it early; here the order is forced: the context is held back
+until the session is ready and has had time to send.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from service.driver import CallDriver
+from service.local_live import Audio, Script, TurnComplete
+from session_store import Policy
+from session_store import events as ev
+from session_store.decide import FunctionCall, StartCall, ToolCallsArrived, due
+
+from .helpers import (Ctl, assert_answered_once, assert_log_settled, assert_server_clean,
+                      run_call)
+
+pytestmark = pytest.mark.timeout(60)
+
+ORDER = "lookup_order"
+RESULT = {"ok": True, "status": "shipped"}
+
+
+async def dead_workers_log(store, call_id: str) -> None:
+    """What a worker killed after c1's tool returned left in the log: the call connected (no
+    handle yet), the user spoke, c1 ran and completed; its result was never sent."""
+    driver = CallDriver(store, call_id, Policy(defer="none"), worker_id="dead-worker")
+    await driver.attach(model="m", tools=[ORDER], settings={})
+    await driver.record(ev.Connected(1, None, "x"),
+                        ev.ConversationMessage("user", "Where is order 48213?", 1))
+
+    def start(state):
+        return [ev.ToolCallStarted(e.call_id, e.attempt, e.idempotency_key, driver.epoch)
+                for e in due(state, driver.policy, 0) if isinstance(e, StartCall)]
+
+    await driver.observe(ToolCallsArrived((FunctionCall("c1", ORDER, {"id": 48213}),), 1),
+                         then=start)
+    await driver.record(ev.ToolCallCompleted("c1", RESULT))
+
+
+async def test_a_takeover_sends_an_undelivered_result_once_in_its_seed(flavour):
+    if not flavour.durable:
+        pytest.skip("a takeover needs the log")
+    call_id = f"call-{uuid.uuid4().hex[:10]}"
+    await dead_workers_log(flavour.store, call_id)
+
+    async def drive(ctl: Ctl):
+        # The fresh session is ready before the first context: nothing may go out before it.
+        assert await ctl.wait(lambda: len(ctl.server.connections) == 1
+                              and ctl.llm._session is not None, timeout=10)
+        await ctl.settle(0.5)
+        before_seed = [m.kind for m in ctl.server.connections[0].received]
+        assert "client_content" not in before_seed and "tool_response" not in before_seed, (
+            f"sent before the session was seeded: {before_seed}")
+        await ctl.run_llm()
+        assert await ctl.wait(lambda: ctl.results("c1") and not ctl.tap.speaking
+                              and ctl.script_done(0), timeout=10)
+        await ctl.settle()
+
+    run = await run_call(flavour, Script([], reply=(Audio(chunks=2), TurnComplete())), drive,
+                         call_id=call_id, run_first=False)
+
+    assert len(run.connections) == 1
+    result = assert_answered_once(run, "c1", ORDER, via="content", connection=0)
+    assert result.response == RESULT
+    assert run.runs() == [], "the tool ran again: the log says it completed"
+    assert_server_clean(run)
+    assert [e.data["via"] for e in run.find("tool.result_sent", call_id="c1")] == ["seed"]
+    assert_log_settled(run)
