@@ -89,7 +89,8 @@ class RedactionConfig:
     """What to mask. `enabled` turns on full redaction (the always-level is never off)."""
 
     enabled: bool = False
-    #: Key names (fnmatch patterns, case-insensitive) masked at any depth when enabled.
+    #: Key names (fnmatch patterns, case-insensitive, `_ - .` and spaces optional: `phone_number`
+    #: is also `phoneNumber`) masked at any depth when enabled.
     keys: tuple[str, ...] = DEFAULT_REDACT_KEYS
     transcripts: bool = True
     settings_values: bool = True
@@ -167,7 +168,12 @@ class Redactor:
         self._parts = tuple(_norm(p) for p in ALWAYS_SECRET_KEY_PARTS + self.config.secret_keys)
         self._patterns = tuple(re.compile(p) for p in
                                ALWAYS_SECRET_PATTERNS + self.config.secret_patterns)
-        self._keys = tuple(k.lower() for k in self.config.keys)
+        # Each key pattern as written and without separators, matched against the key as
+        # written and without separators: `phone_number` also catches `phoneNumber` and
+        # `phone-number` (tool schemas spell fields either way). One regex for all of them.
+        patterns = {p for k in self.config.keys for p in (k.lower(), _norm(k))}
+        self._keys = (re.compile("|".join(fnmatch.translate(p) for p in sorted(patterns)))
+                      if patterns else None)
 
     @property
     def enabled(self) -> bool:
@@ -179,8 +185,9 @@ class Redactor:
         return any(p in n for p in self._parts)
 
     def is_configured_key(self, key: str) -> bool:
-        k = key.lower()
-        return self.config.enabled and any(fnmatch.fnmatchcase(k, p) for p in self._keys)
+        if not self.config.enabled or self._keys is None:
+            return False
+        return bool(self._keys.match(key.lower()) or self._keys.match(_norm(key)))
 
     # ------------------------------------------------------------------ values
     def scrub_text(self, text: str) -> str:

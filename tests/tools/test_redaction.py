@@ -69,6 +69,21 @@ def test_full_redaction_masks_transcripts_settings_handles_and_configured_keys()
     assert out[11]["data"]["result"] == {"status": "shipped", "password": MASK}
 
 
+@pytest.mark.parametrize("key", ["phoneNumber", "PhoneNumber", "phone-number", "Phone Number",
+                                 "dateOfBirth", "date-of-birth", "cardNumber", "accountNumber",
+                                 "e-mail", "E_MAIL", "post.code"])
+def test_configured_keys_match_however_the_tool_spells_them(key):
+    """Tool schemas name their fields in camelCase as often as in snake_case (Gemini's own
+    API does): `phone_number` in the key list must mask `phoneNumber` and `phone-number`,
+    as the secret words already match whatever the separators and case."""
+    r = Redactor(load_config(redact=True, env={}))
+    args = {"customer": {key: "+44 7700 900123", "order_id": 42}}
+    out, masked = r.redact_data("tool.call_requested",
+                                {"call_id": "c1", "name": "lookup", "args": args, "generation": 1})
+    assert out["args"]["customer"] == {key: MASK, "order_id": 42}, key
+    assert masked == [f"data.args.customer.{key}"]
+
+
 def test_keys_from_option_env_and_file(tmp_path):
     cfg_file = tmp_path / "redact.toml"
     cfg_file.write_text('[redaction]\nkeys = ["order_*"]\ntool_results = "all"\n'
