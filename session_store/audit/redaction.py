@@ -213,11 +213,33 @@ class Redactor:
             masked.append(path)
             return MASK
         if isinstance(value, str):
+            inner = self._json_text(value, path, all_leaves)
+            if inner is not None:
+                masked.append(path)
+                return inner
             scrubbed = self.scrub_text(value)
             if scrubbed != value:
                 masked.append(path)
             return scrubbed
         return value
+
+    def _json_text(self, text: str, path: str, all_leaves: bool) -> str | None:
+        """A string that is itself a JSON object or array (a tool returning
+        `json.dumps(record)`): its keys are keys all the same, so it is redacted as the value
+        it spells. The redacted JSON text, or None if it is not JSON or nothing in it goes."""
+        if text.lstrip()[:1] not in ("{", "["):
+            return None
+        try:
+            value = json.loads(text)
+            if not isinstance(value, (dict, list)):
+                return None
+            inner: list[str] = []
+            out = self._walk(value, path, inner, all_leaves=all_leaves)
+        except ValueError:
+            return None
+        except RecursionError:  # nested too deep to walk: what it holds cannot be told
+            return MASK if self.config.enabled else None
+        return json.dumps(out, ensure_ascii=False) if inner else None
 
     def _mask(self, value: Any, path: str, masked: list[str]) -> Any:
         """Mask a whole value but keep a container's shape."""

@@ -84,6 +84,31 @@ def test_configured_keys_match_however_the_tool_spells_them(key):
     assert masked == [f"data.args.customer.{key}"]
 
 
+def test_json_text_in_a_value_is_redacted_by_its_keys_too():
+    """A tool that returns `json.dumps(record)` (or takes JSON text as an argument) puts its
+    keys inside a string: they are keys all the same. A secret key in it goes always, a
+    configured one under --redact; the rest of the text stays readable."""
+    result = json.dumps({"status": "shipped", "customer": {"email": "bob@example.com",
+                                                           "private_key": "pk-9f8e7d6c5b"}})
+    data = {"call_id": "c1", "result": result}
+    out, masked = Redactor().redact_data("tool.call_completed", data)
+    assert "pk-9f8e7d6c5b" not in out["result"] and "bob@example.com" in out["result"]
+    assert json.loads(out["result"])["customer"]["private_key"] == MASK
+    assert masked == ["data.result"]
+    full = Redactor(load_config(redact=True, env={}))
+    out, masked = full.redact_data("tool.call_completed", data)
+    assert json.loads(out["result"]) == {"status": "shipped", "customer": {
+        "email": MASK, "private_key": MASK}}
+    args = {"query": json.dumps([{"phone": "+44 7700 900123"}])}
+    out, _ = full.redact_data("tool.call_requested", {"call_id": "c1", "name": "find",
+                                                      "args": args, "generation": 1})
+    assert "7700" not in out["args"]["query"]
+    # Text that only looks like JSON, or holds nothing to mask, is left as it was.
+    for text in ("{not json", '{"status": "shipped"}', "[1, 2]"):
+        assert Redactor().redact_data("tool.call_completed", {"call_id": "c1",
+                                                              "result": text})[0]["result"] == text
+
+
 def test_keys_from_option_env_and_file(tmp_path):
     cfg_file = tmp_path / "redact.toml"
     cfg_file.write_text('[redaction]\nkeys = ["order_*"]\ntool_results = "all"\n'
