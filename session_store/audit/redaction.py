@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import CorruptEvent, EventDecodeError
 from ..events import canonical_json, catalogue
 from ..records import RecordedEvent
 
@@ -82,6 +83,18 @@ def _fields_understood(event_type: str, schema_version: int | None) -> frozenset
     if cls is None or (schema_version is not None and schema_version > cls.SCHEMA):
         return None
     return frozenset(cls._FIELDS)
+
+
+def _mistyped(rec: RecordedEvent) -> bool:
+    """Does this row's payload not fit its (known) type? Unknown types and newer schema
+    versions are told apart by `_fields_understood`, not here."""
+    try:
+        rec.event  # noqa: B018 - decoding checks every field's type
+    except CorruptEvent:
+        return True
+    except EventDecodeError:
+        return False
+    return False
 
 
 @dataclass(frozen=True)
@@ -278,10 +291,15 @@ class Redactor:
             data = rec.data
             if not isinstance(data, dict):  # valid JSON, but no event payload is a list
                 raise TypeError("not an object")
-            return self.redact_data(rec.type, data, schema_version=rec.schema_version)
         except Exception:  # noqa: BLE001 - corrupt payloads are shown scrubbed, never raw
             text = MASK if self.config.enabled else self.scrub_text(rec.data_json)
             return {"_unreadable": text}, ["data"]
+        if self.config.enabled and _mistyped(rec):
+            # A known type whose fields do not fit it (settings as a list of pairs, arguments
+            # as a list): the per-field rules would miss what they cannot recognise.
+            masked: list[str] = []
+            return self._mask(data, "data", masked), sorted(set(masked))
+        return self.redact_data(rec.type, data, schema_version=rec.schema_version)
 
     def _full(self, event_type: str, schema_version: int | None, d: dict[str, Any],
               masked: list[str]) -> dict[str, Any]:

@@ -118,6 +118,14 @@ UNINTERPRETABLE = {
                                  "transcript": f"I am {EMAIL}"})),
     "unknown_type": ("conversation.user_transcript", 1,
                      json.dumps({"generation": 1, "text": f"I am {EMAIL}"})),
+    # A known type whose field holds the wrong type (the reader refuses the row): the
+    # settings as a list of pairs, the arguments as a list. What each part is cannot be told.
+    "mistyped_settings": ("settings.changed", 1,
+                          json.dumps({"keys": ["system_instruction"], "needs_reconnect": True,
+                                      "values": [["system_instruction", f"Caller: {EMAIL}"]]})),
+    "mistyped_args": ("tool.call_requested", 1,
+                      json.dumps({"call_id": "c9", "name": "lookup_order", "generation": 1,
+                                  "args": [{"contact": EMAIL}]})),
 }
 
 
