@@ -24,6 +24,13 @@ def chain_hash(prev_hash: str, stream_id: str, version: int, event_type: str,
     return h.hexdigest()
 
 
+def _not_json(constant: str) -> Any:
+    # Python's reader takes NaN and Infinity; JSON has neither, and canonical_json never
+    # writes them: a payload holding one was not written by the store, and every output
+    # the tools make of it (JSON for scripts, the viewer's answers) would not be JSON.
+    raise ValueError(f"{constant} is not a JSON number")
+
+
 @dataclass(frozen=True)
 class RecordedEvent:
     """One stored event exactly as in its row. `event` decodes (and upcasts) on demand."""
@@ -48,7 +55,7 @@ class RecordedEvent:
     @property
     def data(self) -> dict[str, Any]:
         try:
-            return json.loads(self.data_json)
+            return json.loads(self.data_json, parse_constant=_not_json)
         except (ValueError, TypeError) as exc:
             raise CorruptEvent(f"payload is not valid JSON ({exc})", event_type=self.type,
                                **self.where) from None
