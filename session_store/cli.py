@@ -276,21 +276,25 @@ def replay(call: str,
            go_away_margin: Optional[float] = typer.Option(None, "--go-away-margin",
                                                           help="Seconds before a goAway "
                                                           "deadline to reconnect anyway."),
+           redact: bool = RedactOption, redact_keys: Optional[str] = RedactKeysOption,
+           redact_config: Optional[str] = RedactConfigOption,
            db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
            as_json: bool = JsonOption) -> None:
     """Feed the log through today's decide/due and report every decision that differs."""
-    from .audit import Redactor, parse_policy
+    from .audit import parse_policy
     from .audit import replay as run_replay
     from .audit.text import replay_text
 
     policy = parse_policy(defer, idempotent, reuse, go_away_margin)
+    redactor = _redactor(redact, redact_keys, redact_config)
 
     async def go(store):
         head = await _require_call(store, call)
         return run_replay(await store.read(call, to_version=head), policy, call_id=call)
 
-    # Divergences carry tool arguments and results: secrets are masked, as everywhere.
-    report = _with_store(db, schema, go).redacted(Redactor())
+    # Divergences carry tool arguments and results: redacted as every output is (secrets
+    # always; the rest as --redact or a config that forces it says).
+    report = _with_store(db, schema, go).redacted(redactor)
     if as_json:
         _print_json(report.to_json())
     else:

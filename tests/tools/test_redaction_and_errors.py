@@ -182,6 +182,27 @@ async def test_replay_never_prints_a_secret_from_tool_arguments(migrated):
         assert TOKEN_VALUE not in r.stdout, "replay prints the auth_token argument"
 
 
+async def test_replay_obeys_the_redaction_config_as_every_output_does(migrated, tmp_path,
+                                                                       monkeypatch):
+    """A config file with `enabled = true` forces full redaction "for every output", and
+    $SESSION_STORE_REDACT_KEYS implies it: `replay`, whose divergences carry the tool
+    arguments, obeys both (and takes --redact like the other commands)."""
+    await write_call(migrated, "support-1", support_call())
+    plain = await acli("replay", "support-1", "--defer", "none", "--json", backend=migrated)
+    assert plain.exit_code == 1 and "bob@example.com" in plain.stdout  # really there
+    forced = tmp_path / "redact.toml"
+    forced.write_text("[redaction]\nenabled = true\n")
+    for env, extra in (({"SESSION_STORE_REDACT_CONFIG": str(forced)}, []),
+                       ({"SESSION_STORE_REDACT_KEYS": "order_id"}, []), ({}, ["--redact"])):
+        with monkeypatch.context() as m:
+            for k, v in env.items():
+                m.setenv(k, v)
+            r = await acli("replay", "support-1", "--defer", "none", "--json", *extra,
+                           backend=migrated)
+        assert r.exit_code == 1 and json.loads(r.stdout)["divergences"], r.output
+        assert "bob@example.com" not in r.stdout, f"replay ignores the redaction ({env, extra})"
+
+
 async def test_the_viewer_redacts_replay_too(migrated):
     """The viewer redacts "every page and API answer": secrets always, everything configured
     when the server (`serve --redact`) or the request (`?redact=1`) asks; /api/calls/X/replay
