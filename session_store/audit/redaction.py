@@ -352,10 +352,14 @@ class Redactor:
         if "args" in detail:
             detail["args"] = self._args(detail["args"], f"{path}.args", masked)
         # The start of a frame the service could not take in, or of a value it could not
-        # store (and the SDK's error, which quotes the frame): raw server text that may
-        # carry transcripts or arguments. Kind, sizes and field names stay visible.
+        # store: JSON text cut short, which may carry transcripts, arguments or results and
+        # in which no key can be matched, so masked whole whatever the config shows (an
+        # unstorable result's preview holds the result's personal data). The SDK's error,
+        # which may quote the frame, goes with the transcripts: it is also the diagnostic.
+        # Kind, sizes and field names stay visible.
         for key in ("frame", "preview", "error"):
-            if isinstance(detail.get(key), str) and (cfg.transcripts or cfg.tool_args == "all"):
+            if isinstance(detail.get(key), str) and (key != "error" or cfg.transcripts
+                                                     or cfg.tool_args == "all"):
                 detail[key] = self._mask(detail[key], f"{path}.{key}", masked)
         handle = detail.get("handle")
         if cfg.handles and isinstance(handle, str) and handle:

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from session_store import events as ev
-from session_store.audit import MASK, Redactor, export_line, load_config, state_view
+from session_store.audit import (MASK, RedactionConfig, Redactor, export_line, load_config,
+                                 state_view)
 from session_store.projection import fold
 
 from .helpers import SECRET, chain, support_call
@@ -175,3 +176,18 @@ def test_raw_server_text_in_anomalies_is_masked_when_redacting():
     out = export_line(recs[0], Redactor(load_config(redact=True, env={})))
     assert "555-0100" not in dumps(out)
     assert out["data"]["kind"] == "malformed_message" and out["data"]["detail"]["bytes"] == 4096
+
+
+def test_raw_text_in_anomalies_is_masked_whatever_the_config_shows():
+    """Such text is cut short, so no key in it can be matched: under full redaction it is
+    masked whole, also when the config shows transcripts (an unstorable tool result's
+    preview holds the result's personal data, which the key list exists to hide)."""
+    preview = ('{"call_id": "c1", "result": {"email": "bob@example.com", "note": "'
+               + "x" * 160 + '… (4000 chars)')
+    recs = chain("hostile-1", [(0, ev.AnomalyRecorded("unstorable_event", {
+        "type": "tool.call_completed", "error": "surrogates not allowed",
+        "preview": preview}, 1))])
+    shows_transcripts = Redactor(RedactionConfig(enabled=True, transcripts=False))
+    out = export_line(recs[0], shows_transcripts)
+    assert "bob@example.com" not in dumps(out), out["data"]["detail"]["preview"]
+    assert out["data"]["detail"]["type"] == "tool.call_completed"
