@@ -85,6 +85,17 @@ def _fields_understood(event_type: str, schema_version: int | None) -> frozenset
     return frozenset(cls._FIELDS)
 
 
+def _masked_turn(turn: Any, calls: dict[str, Any]) -> Any:
+    """A conversation entry of a state view under transcript redaction. ("tool", call id)
+    marks where a call went; a message logged with the role "tool" looks the same, so only
+    an id of a call the view shows is kept."""
+    if not isinstance(turn, list) or not turn:
+        return turn
+    if turn[0] == "tool" and len(turn) == 2 and isinstance(turn[1], str) and turn[1] in calls:
+        return turn
+    return [turn[0], MASK]
+
+
 def _mistyped(rec: RecordedEvent) -> bool:
     """Does this row's payload not fit its (known) type? Unknown types and newer schema
     versions are told apart by `_fields_understood`, not here."""
@@ -434,8 +445,8 @@ class Redactor:
                 if cfg.tool_results == "all" and c.get("error") is not None:
                     c["error"] = MASK
             if cfg.transcripts and isinstance(s.get("conversation"), list):
-                s["conversation"] = [[m[0], MASK] if m and m[0] != "tool" else m
-                                     for m in s["conversation"]]
+                calls = s.get("calls") if isinstance(s.get("calls"), dict) else {}
+                s["conversation"] = [_masked_turn(m, calls) for m in s["conversation"]]
             if cfg.handles:
                 self._fingerprint_handles(s)
         return self._walk(s, "state", masked)

@@ -191,3 +191,15 @@ def test_raw_text_in_anomalies_is_masked_whatever_the_config_shows():
     out = export_line(recs[0], shows_transcripts)
     assert "bob@example.com" not in dumps(out), out["data"]["detail"]["preview"]
     assert out["data"]["detail"]["type"] == "tool.call_completed"
+
+
+def test_a_message_logged_with_the_role_tool_is_masked_in_the_state():
+    """The state lists a call's result in the conversation as ("tool", call id), and a
+    conversation.message as (role, text): one logged with the role "tool" (other code, an
+    edited row) must not pass for a call id and keep its transcript under --redact."""
+    recs = chain("odd-1", [(0, ev.SessionOpened("m", ["lookup"], "w")), (0, ev.Connected(1)),
+                           (10, ev.ConversationMessage("tool", "I am bob@example.com", 1))]
+                 + support_call()[5:12])
+    full = Redactor(load_config(redact=True, env={})).redact_state(state_view(fold(recs)))
+    assert "bob@example.com" not in dumps(full["conversation"]), full["conversation"]
+    assert ["tool", "c1"] in full["conversation"]  # a call's result: its id stays
