@@ -165,12 +165,14 @@ def timeline(call: str,
 
     redactor = _redactor(redact, redact_keys, redact_config)
 
+    start = max(from_version, 1)  # versions start at 1: --from 0 or less is the start
+
     async def go(store):
         head = await _require_call(store, call)
-        to = head if limit is None else min(head, from_version + max(limit, 1) - 1)
-        recs = await store.read(call, from_version=max(from_version, 1), to_version=to)
-        first = recs[:1] if from_version <= 1 else await store.read(call, to_version=1)
-        final = fold(recs) if from_version <= 1 and to == head else None
+        to = head if limit is None else min(head, start + max(limit, 1) - 1)
+        recs = await store.read(call, from_version=start, to_version=to)
+        first = recs[:1] if start == 1 else await store.read(call, to_version=1)
+        final = fold(recs) if start == 1 and to == head else None
         return build_timeline(redactor.redact_records(recs), call_id=call,
                               t0_us=first[0].recorded_at_us if first else None,
                               final_state=final)
