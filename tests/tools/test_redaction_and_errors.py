@@ -291,6 +291,11 @@ def test_an_unparseable_url_is_a_one_line_error(command):
     r = _invoke(*command, "--db", "postgresql+asyncpg://u:pw-in-url@h:no_port/db")
     _one_line_error(r)
     assert "pw-in-url" not in r.output
+    # A port that is a number but no port (asyncpg's OverflowError was a traceback, exit 1).
+    for port in ("99999", "65536"):
+        r = _invoke(*command, "--db", f"postgresql+asyncpg://u:pw-in-url@127.0.0.1:{port}/db")
+        _one_line_error(r)
+        assert "pw-in-url" not in r.output
 
 
 async def test_serve_on_a_database_it_cannot_open_fails_in_one_line(migrated):
