@@ -46,9 +46,18 @@ class UserError(Exception):
     """Bad input or an unknown call: printed as one line, exit code 2."""
 
 
+def _scrub(text: str) -> str:
+    """Credential-looking text masked: an error or a verify report may quote a stored value
+    (a field of the wrong type is named with the start of its value)."""
+    from .audit.redaction import Redactor
+
+    return Redactor().scrub_text(text)
+
+
 def _fail(message: str, code: int = 2):
     # soft_wrap: one line however long (a script greps it; rich would wrap at 80 columns)
-    err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    err_console.print(f"error: {_scrub(message)}", markup=False, highlight=False,
+                      soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -253,7 +262,8 @@ def verify(call: Optional[str] = typer.Argument(None, help="Call id (all calls i
     reports = _with_store(db, schema, go)
     bad = [r for r in reports if not r.ok]
     if as_json:
-        _print_json({"ok": not bad, "streams": [r.to_json() for r in reports]})
+        _print_json({"ok": not bad, "streams": [{**r.to_json(), "reason": _scrub(r.reason)}
+                                                for r in reports]})
     else:
         for r in reports:
             if r.ok:
@@ -262,7 +272,7 @@ def verify(call: Optional[str] = typer.Argument(None, help="Call id (all calls i
             else:
                 console.print(f"BAD  {r.stream_id}: first bad event version "
                               f"{r.first_bad_version} (position {r.first_bad_position}): "
-                              f"{r.reason}", markup=False, highlight=False, style="red")
+                              f"{_scrub(r.reason)}", markup=False, highlight=False, style="red")
     if bad:
         raise typer.Exit(1)
 

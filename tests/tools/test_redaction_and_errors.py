@@ -144,6 +144,29 @@ async def test_redaction_masks_rows_it_cannot_interpret(migrated, kind):
     assert EMAIL not in r.stdout, f"export --redact ({kind}) leaks the transcript"
 
 
+async def test_an_error_that_quotes_a_stored_value_never_prints_a_secret(migrated):
+    """A field of the wrong type is named with (the start of) its value: the message goes
+    out on stderr, in verify's report and in the viewer's 500 answers, scrubbed of what
+    looks like a credential, as every output is. The row is still named."""
+    from .helpers import SECRET
+
+    await write_call(migrated, "odd-2", _opened())
+    await insert_raw_event(migrated, "odd-2", "conversation.message", 1,
+                           json.dumps({"generation": 1, "role": "user",
+                                       "text": {"note": SECRET}}))
+    for command in (["timeline", "odd-2"], ["state", "odd-2"], ["verify", "odd-2"],
+                    ["verify", "odd-2", "--json"], ["verify"]):
+        r = await acli(*command, backend=migrated)
+        assert r.exit_code in (1, 2) and "odd-2" in r.output and "text" in r.output, r.output
+        assert SECRET not in r.output and "sk-SECRET" not in r.output, (command, r.output)
+    with running_viewer(migrated) as base:
+        async with httpx.AsyncClient(base_url=base) as client:
+            for path in ("/calls/odd-2", "/api/calls/odd-2/timeline", "/api/calls/odd-2/state"):
+                r = await client.get(path)
+                assert r.status_code == 500 and "odd-2@3" in r.text, (path, r.text[:300])
+                assert "sk-SECRET" not in r.text, (path, r.text[:300])
+
+
 def test_redaction_masks_a_field_newer_code_added_at_the_same_schema():
     """The reader is tolerant (a field added by newer code at the same schema version is
     ignored when decoding): redaction is not, it masks what it does not know."""
