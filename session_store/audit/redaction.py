@@ -263,7 +263,14 @@ class Redactor:
             return None
         except RecursionError:  # nested too deep to walk: what it holds cannot be told
             return MASK if self.config.enabled else None
-        return json.dumps(out, ensure_ascii=False) if inner else None
+        if not inner:
+            return None
+        text = json.dumps(out, ensure_ascii=False)
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # it escaped a lone surrogate: written back escaped
+            text = json.dumps(out)
+        return text
 
     def _mask(self, value: Any, path: str, masked: list[str]) -> Any:
         """Mask a whole value but keep a container's shape."""

@@ -203,3 +203,14 @@ def test_a_message_logged_with_the_role_tool_is_masked_in_the_state():
     full = Redactor(load_config(redact=True, env={})).redact_state(state_view(fold(recs)))
     assert "bob@example.com" not in dumps(full["conversation"]), full["conversation"]
     assert ["tool", "c1"] in full["conversation"]  # a call's result: its id stays
+
+
+def test_json_text_redacted_stays_text_every_output_can_write():
+    """JSON text in a value may escape a lone surrogate (valid JSON, not valid Unicode once
+    decoded): redacted, it is written back escaped, never as a str UTF-8 refuses."""
+    result = '{"api_key": "k-123456", "note": "\\ud800"}'
+    out, masked = Redactor().redact_data("tool.call_completed", {"call_id": "c1",
+                                                                 "result": result})
+    assert masked == ["data.result"] and "k-123456" not in out["result"]
+    out["result"].encode("utf-8")  # no UnicodeEncodeError
+    assert json.loads(out["result"]) == {"api_key": MASK, "note": "\ud800"}
