@@ -160,7 +160,9 @@ def _from_file(path: Path) -> RedactionConfig:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a redaction config is a JSON/TOML object")
     data = dict(data.get("redaction", data))
-    replace_defaults = bool(data.pop("replace_default_keys", False))
+    replace_defaults = data.pop("replace_default_keys", False)
+    if not isinstance(replace_defaults, bool):
+        raise ValueError(f"{path}: replace_default_keys must be true or false")
     allowed = {f.name for f in dataclasses.fields(RedactionConfig)}
     unknown = set(data) - allowed
     if unknown:
@@ -169,6 +171,20 @@ def _from_file(path: Path) -> RedactionConfig:
     for mode in ("tool_args", "tool_results"):
         if data.get(mode, "keys") not in ("keys", "all"):
             raise ValueError(f"{path}: {mode} must be 'keys' or 'all'")
+    # Checked, not coerced: `enabled = "no"` is truthy and `keys = "email"` is five keys.
+    for name in ("enabled", "transcripts", "settings_values", "handles"):
+        if name in data and not isinstance(data[name], bool):
+            raise ValueError(f"{path}: {name} must be true or false, not {data[name]!r}")
+    for name in ("keys", "secret_keys", "secret_patterns"):
+        if name in data and not (isinstance(data[name], list)
+                                 and all(isinstance(x, str) for x in data[name])):
+            raise ValueError(f"{path}: {name} must be a list of strings, not {data[name]!r}")
+    for pattern in data.get("secret_patterns", ()):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{path}: secret_patterns: {pattern!r} is not a regular "
+                             f"expression ({exc})") from None
     conv = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
     if "keys" in conv and not replace_defaults:
         conv["keys"] = tuple(dict.fromkeys(DEFAULT_REDACT_KEYS + conv["keys"]))

@@ -110,6 +110,30 @@ def test_json_text_in_a_value_is_redacted_by_its_keys_too():
                                                               "result": text})[0]["result"] == text
 
 
+BAD_CONFIGS = ['keys = "email"', "keys = [1, 2]", 'secret_keys = "pin"',
+               'secret_patterns = ["("]', 'enabled = "no"', "transcripts = 0",
+               'handles = "false"', 'replace_default_keys = "no"']
+
+
+@pytest.mark.parametrize("line", BAD_CONFIGS)
+def test_a_redaction_config_of_the_wrong_shape_is_refused_in_one_line(tmp_path, line):
+    """A setting of the wrong type is bad input, said with the file and the setting: never
+    a traceback (`keys = "email"` was a TypeError, an invalid pattern re.error), and never
+    read as something else (`enabled = "no"` switched redaction on, `transcripts = 0` off)."""
+    from typer.testing import CliRunner
+
+    from session_store.cli import app
+
+    cfg_file = tmp_path / "redact.toml"
+    cfg_file.write_text(f"[redaction]\n{line}\n")
+    with pytest.raises(ValueError, match=line.split()[0]):
+        Redactor(load_config(path=str(cfg_file), env={}))
+    r = CliRunner().invoke(app, ["export", "c1", "--redact-config", str(cfg_file), "--db",
+                                 f"sqlite+aiosqlite:///{tmp_path / 'none.db'}"])
+    assert r.exit_code == 2 and r.output.startswith("error: redaction config:"), r.output
+    assert line.split()[0] in r.output and "Traceback" not in r.output
+
+
 def test_keys_from_option_env_and_file(tmp_path):
     cfg_file = tmp_path / "redact.toml"
     cfg_file.write_text('[redaction]\nkeys = ["order_*"]\ntool_results = "all"\n'
