@@ -373,7 +373,7 @@ def tail(call: Optional[str] = typer.Argument(None), redact: bool = RedactOption
 @app.command()
 def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but "
                                    "loopback needs --token."),
-          port: int = typer.Option(8765, "--port"),
+          port: int = typer.Option(8765, "--port", min=1, max=65535),
           token: Optional[str] = typer.Option(None, "--token", envvar="SESSION_STORE_WEB_TOKEN",
                                               help="Require this token on every request."),
           redact: bool = RedactOption, redact_keys: Optional[str] = RedactKeysOption,
