@@ -46,9 +46,18 @@ class UserError(Exception):
     """Bad input or an unknown call: printed as one line, exit code 2."""
 
 
+def _scrub(text: str) -> str:
+    """Credential-looking text masked: an error or a verify report may quote a stored value
+    (a field of the wrong type is named with the start of its value)."""
+    from .audit.redaction import Redactor
+
+    return Redactor().scrub_text(text)
+
+
 def _fail(message: str, code: int = 2):
     # soft_wrap: one line however long (a script greps it; rich would wrap at 80 columns)
-    err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    err_console.print(f"error: {_scrub(message)}", markup=False, highlight=False,
+                      soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -165,12 +174,14 @@ def timeline(call: str,
 
     redactor = _redactor(redact, redact_keys, redact_config)
 
+    start = max(from_version, 1)  # versions start at 1: --from 0 or less is the start
+
     async def go(store):
         head = await _require_call(store, call)
-        to = head if limit is None else min(head, from_version + max(limit, 1) - 1)
-        recs = await store.read(call, from_version=max(from_version, 1), to_version=to)
-        first = recs[:1] if from_version <= 1 else await store.read(call, to_version=1)
-        final = fold(recs) if from_version <= 1 and to == head else None
+        to = head if limit is None else min(head, start + max(limit, 1) - 1)
+        recs = await store.read(call, from_version=start, to_version=to)
+        first = recs[:1] if start == 1 else await store.read(call, to_version=1)
+        final = fold(recs) if start == 1 and to == head else None
         return build_timeline(redactor.redact_records(recs), call_id=call,
                               t0_us=first[0].recorded_at_us if first else None,
                               final_state=final)
@@ -251,7 +262,8 @@ def verify(call: Optional[str] = typer.Argument(None, help="Call id (all calls i
     reports = _with_store(db, schema, go)
     bad = [r for r in reports if not r.ok]
     if as_json:
-        _print_json({"ok": not bad, "streams": [r.to_json() for r in reports]})
+        _print_json({"ok": not bad, "streams": [{**r.to_json(), "reason": _scrub(r.reason)}
+                                                for r in reports]})
     else:
         for r in reports:
             if r.ok:
@@ -260,7 +272,7 @@ def verify(call: Optional[str] = typer.Argument(None, help="Call id (all calls i
             else:
                 console.print(f"BAD  {r.stream_id}: first bad event version "
                               f"{r.first_bad_version} (position {r.first_bad_position}): "
-                              f"{r.reason}", markup=False, highlight=False, style="red")
+                              f"{_scrub(r.reason)}", markup=False, highlight=False, style="red")
     if bad:
         raise typer.Exit(1)
 
@@ -276,21 +288,25 @@ def replay(call: str,
            go_away_margin: Optional[float] = typer.Option(None, "--go-away-margin",
                                                           help="Seconds before a goAway "
                                                           "deadline to reconnect anyway."),
+           redact: bool = RedactOption, redact_keys: Optional[str] = RedactKeysOption,
+           redact_config: Optional[str] = RedactConfigOption,
            db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
            as_json: bool = JsonOption) -> None:
     """Feed the log through today's decide/due and report every decision that differs."""
-    from .audit import Redactor, parse_policy
+    from .audit import parse_policy
     from .audit import replay as run_replay
     from .audit.text import replay_text
 
     policy = parse_policy(defer, idempotent, reuse, go_away_margin)
+    redactor = _redactor(redact, redact_keys, redact_config)
 
     async def go(store):
         head = await _require_call(store, call)
         return run_replay(await store.read(call, to_version=head), policy, call_id=call)
 
-    # Divergences carry tool arguments and results: secrets are masked, as everywhere.
-    report = _with_store(db, schema, go).redacted(Redactor())
+    # Divergences carry tool arguments and results: redacted as every output is (secrets
+    # always; the rest as --redact or a config that forces it says).
+    report = _with_store(db, schema, go).redacted(redactor)
     if as_json:
         _print_json(report.to_json())
     else:
@@ -357,7 +373,7 @@ def tail(call: Optional[str] = typer.Argument(None), redact: bool = RedactOption
 @app.command()
 def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but "
                                    "loopback needs --token."),
-          port: int = typer.Option(8765, "--port"),
+          port: int = typer.Option(8765, "--port", min=1, max=65535),
           token: Optional[str] = typer.Option(None, "--token", envvar="SESSION_STORE_WEB_TOKEN",
                                               help="Require this token on every request."),
           redact: bool = RedactOption, redact_keys: Optional[str] = RedactKeysOption,

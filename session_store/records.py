@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cached_property
 from typing import Any
 
 from .errors import CorruptEvent
-from .events import Event, decode
+from .events import Event, canonical_json, decode
 
 GENESIS_HASH = ""
 
@@ -22,6 +23,25 @@ def chain_hash(prev_hash: str, stream_id: str, version: int, event_type: str,
     h.update("\x1f".join((prev_hash, stream_id, str(version), event_type, str(schema_version),
                           str(recorded_at_us), data_json)).encode())
     return h.hexdigest()
+
+
+# `\uD800`-`\uDFFF` escaped in JSON text: a surrogate, half of a pair or alone.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _valid_unicode(data: Any) -> bool:
+    try:
+        canonical_json(data).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _not_json(constant: str) -> Any:
+    # Python's reader takes NaN and Infinity; JSON has neither, and canonical_json never
+    # writes them: a payload holding one was not written by the store, and every output
+    # the tools make of it (JSON for scripts, the viewer's answers) would not be JSON.
+    raise ValueError(f"{constant} is not a JSON number")
 
 
 @dataclass(frozen=True)
@@ -48,10 +68,16 @@ class RecordedEvent:
     @property
     def data(self) -> dict[str, Any]:
         try:
-            return json.loads(self.data_json)
+            data = json.loads(self.data_json, parse_constant=_not_json)
         except (ValueError, TypeError) as exc:
             raise CorruptEvent(f"payload is not valid JSON ({exc})", event_type=self.type,
                                **self.where) from None
+        if _SURROGATE_ESCAPE.search(self.data_json) and not _valid_unicode(data):
+            # An escaped lone surrogate decodes to a str no output can encode (UTF-8
+            # refuses it): canonical_json never writes one, the store refuses such text.
+            raise CorruptEvent("payload is not valid JSON (text that is not valid Unicode: "
+                               "a lone surrogate)", event_type=self.type, **self.where)
+        return data
 
     @cached_property
     def _decoded(self) -> Event:

@@ -168,16 +168,19 @@ async def overview(store, call_id: str, start_us: int, end_us: int,
 async def iter_records(store, call_id: str, *, from_version: int = 1,
                        to_version: int | None = None, chunk: int = 5000
                        ) -> AsyncIterator[list[RecordedEvent]]:
-    """A call's events in version order, `chunk` at a time (bounded memory)."""
+    """A call's events in version order, `chunk` at a time (bounded memory).
+
+    Chunks are `chunk` rows, not ranges of `chunk` versions: on a damaged call (exported all
+    the same) a range that ends short only means rows are missing there, not that the call
+    ends, and every stored row after the gap still goes out."""
     v = from_version
     while to_version is None or v <= to_version:
-        hi = v + chunk - 1 if to_version is None else min(v + chunk - 1, to_version)
-        recs = await store.read(call_id, from_version=v, to_version=hi)
+        recs = await store.read(call_id, from_version=v, to_version=to_version, limit=chunk)
         if not recs:
             return
         yield recs
         v = recs[-1].version + 1
-        if recs[-1].version < hi:
+        if len(recs) < chunk:
             return
 
 

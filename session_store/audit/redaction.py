@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import CorruptEvent, EventDecodeError
 from ..events import canonical_json, catalogue
 from ..records import RecordedEvent
 
@@ -84,12 +85,36 @@ def _fields_understood(event_type: str, schema_version: int | None) -> frozenset
     return frozenset(cls._FIELDS)
 
 
+def _masked_turn(turn: Any, calls: dict[str, Any]) -> Any:
+    """A conversation entry of a state view under transcript redaction. ("tool", call id)
+    marks where a call went; a message logged with the role "tool" looks the same, so only
+    an id of a call the view shows is kept."""
+    if not isinstance(turn, list) or not turn:
+        return turn
+    if turn[0] == "tool" and len(turn) == 2 and isinstance(turn[1], str) and turn[1] in calls:
+        return turn
+    return [turn[0], MASK]
+
+
+def _mistyped(rec: RecordedEvent) -> bool:
+    """Does this row's payload not fit its (known) type? Unknown types and newer schema
+    versions are told apart by `_fields_understood`, not here."""
+    try:
+        rec.event  # noqa: B018 - decoding checks every field's type
+    except CorruptEvent:
+        return True
+    except EventDecodeError:
+        return False
+    return False
+
+
 @dataclass(frozen=True)
 class RedactionConfig:
     """What to mask. `enabled` turns on full redaction (the always-level is never off)."""
 
     enabled: bool = False
-    #: Key names (fnmatch patterns, case-insensitive) masked at any depth when enabled.
+    #: Key names (fnmatch patterns, case-insensitive, `_ - .` and spaces optional: `phone_number`
+    #: is also `phoneNumber`) masked at any depth when enabled.
     keys: tuple[str, ...] = DEFAULT_REDACT_KEYS
     transcripts: bool = True
     settings_values: bool = True
@@ -135,7 +160,9 @@ def _from_file(path: Path) -> RedactionConfig:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a redaction config is a JSON/TOML object")
     data = dict(data.get("redaction", data))
-    replace_defaults = bool(data.pop("replace_default_keys", False))
+    replace_defaults = data.pop("replace_default_keys", False)
+    if not isinstance(replace_defaults, bool):
+        raise ValueError(f"{path}: replace_default_keys must be true or false")
     allowed = {f.name for f in dataclasses.fields(RedactionConfig)}
     unknown = set(data) - allowed
     if unknown:
@@ -144,6 +171,20 @@ def _from_file(path: Path) -> RedactionConfig:
     for mode in ("tool_args", "tool_results"):
         if data.get(mode, "keys") not in ("keys", "all"):
             raise ValueError(f"{path}: {mode} must be 'keys' or 'all'")
+    # Checked, not coerced: `enabled = "no"` is truthy and `keys = "email"` is five keys.
+    for name in ("enabled", "transcripts", "settings_values", "handles"):
+        if name in data and not isinstance(data[name], bool):
+            raise ValueError(f"{path}: {name} must be true or false, not {data[name]!r}")
+    for name in ("keys", "secret_keys", "secret_patterns"):
+        if name in data and not (isinstance(data[name], list)
+                                 and all(isinstance(x, str) for x in data[name])):
+            raise ValueError(f"{path}: {name} must be a list of strings, not {data[name]!r}")
+    for pattern in data.get("secret_patterns", ()):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{path}: secret_patterns: {pattern!r} is not a regular "
+                             f"expression ({exc})") from None
     conv = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
     if "keys" in conv and not replace_defaults:
         conv["keys"] = tuple(dict.fromkeys(DEFAULT_REDACT_KEYS + conv["keys"]))
@@ -167,7 +208,12 @@ class Redactor:
         self._parts = tuple(_norm(p) for p in ALWAYS_SECRET_KEY_PARTS + self.config.secret_keys)
         self._patterns = tuple(re.compile(p) for p in
                                ALWAYS_SECRET_PATTERNS + self.config.secret_patterns)
-        self._keys = tuple(k.lower() for k in self.config.keys)
+        # Each key pattern as written and without separators, matched against the key as
+        # written and without separators: `phone_number` also catches `phoneNumber` and
+        # `phone-number` (tool schemas spell fields either way). One regex for all of them.
+        patterns = {p for k in self.config.keys for p in (k.lower(), _norm(k))}
+        self._keys = (re.compile("|".join(fnmatch.translate(p) for p in sorted(patterns)))
+                      if patterns else None)
 
     @property
     def enabled(self) -> bool:
@@ -179,8 +225,9 @@ class Redactor:
         return any(p in n for p in self._parts)
 
     def is_configured_key(self, key: str) -> bool:
-        k = key.lower()
-        return self.config.enabled and any(fnmatch.fnmatchcase(k, p) for p in self._keys)
+        if not self.config.enabled or self._keys is None:
+            return False
+        return bool(self._keys.match(key.lower()) or self._keys.match(_norm(key)))
 
     # ------------------------------------------------------------------ values
     def scrub_text(self, text: str) -> str:
@@ -206,11 +253,40 @@ class Redactor:
             masked.append(path)
             return MASK
         if isinstance(value, str):
+            inner = self._json_text(value, path, all_leaves)
+            if inner is not None:
+                masked.append(path)
+                return inner
             scrubbed = self.scrub_text(value)
             if scrubbed != value:
                 masked.append(path)
             return scrubbed
         return value
+
+    def _json_text(self, text: str, path: str, all_leaves: bool) -> str | None:
+        """A string that is itself a JSON object or array (a tool returning
+        `json.dumps(record)`): its keys are keys all the same, so it is redacted as the value
+        it spells. The redacted JSON text, or None if it is not JSON or nothing in it goes."""
+        if text.lstrip()[:1] not in ("{", "["):
+            return None
+        try:
+            value = json.loads(text)
+            if not isinstance(value, (dict, list)):
+                return None
+            inner: list[str] = []
+            out = self._walk(value, path, inner, all_leaves=all_leaves)
+        except ValueError:
+            return None
+        except RecursionError:  # nested too deep to walk: what it holds cannot be told
+            return MASK if self.config.enabled else None
+        if not inner:
+            return None
+        text = json.dumps(out, ensure_ascii=False)
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # it escaped a lone surrogate: written back escaped
+            text = json.dumps(out)
+        return text
 
     def _mask(self, value: Any, path: str, masked: list[str]) -> Any:
         """Mask a whole value but keep a container's shape."""
@@ -249,10 +325,15 @@ class Redactor:
             data = rec.data
             if not isinstance(data, dict):  # valid JSON, but no event payload is a list
                 raise TypeError("not an object")
-            return self.redact_data(rec.type, data, schema_version=rec.schema_version)
         except Exception:  # noqa: BLE001 - corrupt payloads are shown scrubbed, never raw
             text = MASK if self.config.enabled else self.scrub_text(rec.data_json)
             return {"_unreadable": text}, ["data"]
+        if self.config.enabled and _mistyped(rec):
+            # A known type whose fields do not fit it (settings as a list of pairs, arguments
+            # as a list): the per-field rules would miss what they cannot recognise.
+            masked: list[str] = []
+            return self._mask(data, "data", masked), sorted(set(masked))
+        return self.redact_data(rec.type, data, schema_version=rec.schema_version)
 
     def _full(self, event_type: str, schema_version: int | None, d: dict[str, Any],
               masked: list[str]) -> dict[str, Any]:
@@ -305,10 +386,14 @@ class Redactor:
         if "args" in detail:
             detail["args"] = self._args(detail["args"], f"{path}.args", masked)
         # The start of a frame the service could not take in, or of a value it could not
-        # store (and the SDK's error, which quotes the frame): raw server text that may
-        # carry transcripts or arguments. Kind, sizes and field names stay visible.
+        # store: JSON text cut short, which may carry transcripts, arguments or results and
+        # in which no key can be matched, so masked whole whatever the config shows (an
+        # unstorable result's preview holds the result's personal data). The SDK's error,
+        # which may quote the frame, goes with the transcripts: it is also the diagnostic.
+        # Kind, sizes and field names stay visible.
         for key in ("frame", "preview", "error"):
-            if isinstance(detail.get(key), str) and (cfg.transcripts or cfg.tool_args == "all"):
+            if isinstance(detail.get(key), str) and (key != "error" or cfg.transcripts
+                                                     or cfg.tool_args == "all"):
                 detail[key] = self._mask(detail[key], f"{path}.{key}", masked)
         handle = detail.get("handle")
         if cfg.handles and isinstance(handle, str) and handle:
@@ -383,8 +468,8 @@ class Redactor:
                 if cfg.tool_results == "all" and c.get("error") is not None:
                     c["error"] = MASK
             if cfg.transcripts and isinstance(s.get("conversation"), list):
-                s["conversation"] = [[m[0], MASK] if m and m[0] != "tool" else m
-                                     for m in s["conversation"]]
+                calls = s.get("calls") if isinstance(s.get("calls"), dict) else {}
+                s["conversation"] = [_masked_turn(m, calls) for m in s["conversation"]]
             if cfg.handles:
                 self._fingerprint_handles(s)
         return self._walk(s, "state", masked)

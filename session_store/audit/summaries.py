@@ -113,7 +113,11 @@ def parse_time(text: str | None, now: datetime | None = None) -> int | None:
     if m:
         unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[m.group(2)]
         now = now or datetime.now(timezone.utc)
-        return (now - timedelta(**{unit: float(m.group(1))}) - EPOCH) // timedelta(microseconds=1)
+        try:
+            since = now - timedelta(**{unit: float(m.group(1))})
+        except OverflowError:  # an age before year 1 (or past a timedelta): no such time
+            raise ValueError(f"not a time: {text!r} (an age too large for a date)") from None
+        return (since - EPOCH) // timedelta(microseconds=1)
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

@@ -35,7 +35,12 @@ def check_url(url: str) -> str:
     from sqlalchemy.exc import ArgumentError
 
     try:
-        driver = make_url(url).drivername
+        parsed = make_url(url)
+        # make_url takes any number as a port; the driver's connect() then fails deep
+        # inside (asyncpg: OverflowError) instead of as bad input.
+        if parsed.port is not None and not 0 < parsed.port < 65536:
+            raise ValueError("port out of range")
+        driver = parsed.drivername
     except (ArgumentError, ValueError):
         raise ValueError(f"the database URL cannot be parsed: {URL_HINT}") from None
     if driver not in ("sqlite+aiosqlite", "postgresql+asyncpg"):

@@ -344,10 +344,13 @@ def create_app(url: str, *, schema: str | None = None, token: str | None = None,
                 return viewer.page("error.html", 400, title="bad request", message=str(exc),
                                    redact=False)
             except SessionStoreError as exc:
+                # The reason may quote a stored value (a field of the wrong type): scrubbed
+                # of credentials, as every answer is.
+                message = viewer.redactors[False].scrub_text(str(exc))
                 if api:
-                    return JSONResponse({"error": str(exc)}, 500, headers=SECURITY_HEADERS)
+                    return JSONResponse({"error": message}, 500, headers=SECURITY_HEADERS)
                 return viewer.page("error.html", 500, title="cannot read the log",
-                                   message=str(exc), redact=False)
+                                   message=message, redact=False)
         return run
 
     routes = [

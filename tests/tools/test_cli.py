@@ -152,6 +152,19 @@ async def test_timeline_json_golden(loaded):
     assert "tool calls" in text.stdout and "reconnects" in text.stdout
 
 
+async def test_a_window_from_before_the_first_version_starts_at_it(loaded):
+    """`--from 0` or a negative one (a script computing "previous page") is the start of the
+    call: a window of --limit events from version 1, timed from the call's start, as
+    `--from 1` is (it was an empty window "versions 0–0" started in 1970)."""
+    first = out_json(await acli("timeline", "support-1", "--from", "1", "--limit", "3",
+                                "--json", backend=loaded))
+    for start in ("0", "-5"):
+        window = out_json(await acli("timeline", "support-1", "--from", start, "--limit", "3",
+                                     "--json", backend=loaded))
+        assert [e["version"] for e in window["entries"]] == [1, 2, 3], start
+        assert window == first, start
+
+
 async def test_state_json(loaded):
     mid = out_json(await acli("state", "support-1", "--at", "7", "--json", backend=loaded))
     assert {k: mid[k] for k in ("call", "version", "bot_speaking", "deferred", "undelivered",

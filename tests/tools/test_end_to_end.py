@@ -43,6 +43,26 @@ async def test_a_deleted_row_fails_verify(loaded):
     assert report["first_bad_version"] == 5 and "missing" in report["reason"]
 
 
+async def test_export_of_a_damaged_call_writes_every_stored_row_past_a_gap(migrated):
+    """A damaged call is exported all the same, then refused (exit 2): every stored row, also
+    those after a gap at the end of one of export's chunks of 5,000 versions (the export
+    took the short chunk for the end of the call and left the rest of it out)."""
+    from session_store.records import RecordedEvent
+
+    from .helpers import chain, write_records
+
+    timed = [(0, ev.SessionOpened("gemini-live", ["lookup"], "w1")), (0, ev.Connected(1))]
+    timed += [(i, ev.ConversationMessage("user", f"turn {i}", 1)) for i in range(5008)]
+    recs: list[RecordedEvent] = chain("gap-1", timed)
+    await write_records(migrated, {"gap-1": recs})
+    await sql(migrated, "DELETE FROM session_events WHERE stream_id = :s AND version >= 4999 "
+                        "AND version <= 5000", s="gap-1")
+    r = await acli("export", "gap-1", backend=migrated)
+    assert r.exit_code == 2 and "is damaged" in r.stderr, r.stderr
+    versions = [json.loads(x)["version"] for x in r.stdout.splitlines()]
+    assert versions == [*range(1, 4999), *range(5001, 5011)], (len(versions), versions[-3:])
+
+
 async def test_tools_read_what_the_store_writes(store, migrated):
     """The real append path (group commit, real clock): one append per decision or effect."""
     groups: list[list] = []

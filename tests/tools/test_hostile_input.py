@@ -6,9 +6,10 @@ import json
 import random
 import time
 
+import httpx
 import pytest
 
-from session_store.audit import CallFilter
+from session_store.audit import CallFilter, parse_time
 from session_store.audit.queries import (call_summary, count_calls, list_calls, overview,
                                          state_at)
 
@@ -82,3 +83,27 @@ async def test_a_call_with_a_hostile_id_round_trips(weird, migrated):
     lines = (await acli("export", WEIRD_ID, backend=migrated)).stdout.splitlines()
     assert [json.loads(x)["stream_id"] for x in lines] == [WEIRD_ID] * 3
     assert (await acli("verify", WEIRD_ID, backend=migrated)).exit_code == 0
+
+
+OUT_OF_RANGE_TIMES = ["99999999999d", "100000000d", "999999999999999999999h",
+                      "10000000000000000000000000s"]
+
+
+async def test_a_time_out_of_range_is_bad_input_not_a_crash(weird, migrated):
+    """An age too large for a date (a typo, a fuzzer) is bad input like any other that is not
+    a time: one line and exit code 2 in the CLI, a 400 from the viewer (not a traceback
+    with exit code 1, and a bare 500)."""
+    from .conftest import running_viewer
+
+    for text in OUT_OF_RANGE_TIMES:
+        with pytest.raises(ValueError, match="not a time"):
+            parse_time(text)
+        for option in ("--since", "--until"):
+            r = await acli("calls", option, text, backend=migrated)
+            assert r.exit_code == 2 and "not a time" in r.stderr, (option, text, r.output)
+    with running_viewer(migrated) as base:
+        async with httpx.AsyncClient(base_url=base) as http:
+            for text in OUT_OF_RANGE_TIMES:
+                for path in ("/", "/api/calls"):
+                    r = await http.get(path, params={"since": text})
+                    assert r.status_code == 400, (path, text, r.status_code)

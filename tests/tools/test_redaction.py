@@ -7,7 +7,8 @@ import json
 import pytest
 
 from session_store import events as ev
-from session_store.audit import MASK, Redactor, export_line, load_config, state_view
+from session_store.audit import (MASK, RedactionConfig, Redactor, export_line, load_config,
+                                 state_view)
 from session_store.projection import fold
 
 from .helpers import SECRET, chain, support_call
@@ -67,6 +68,70 @@ def test_full_redaction_masks_transcripts_settings_handles_and_configured_keys()
     assert out[2]["data"]["handle"] == out[15]["data"]["handle"] != "h-1"
     assert out[2]["data"]["handle"].startswith("handle:")
     assert out[11]["data"]["result"] == {"status": "shipped", "password": MASK}
+
+
+@pytest.mark.parametrize("key", ["phoneNumber", "PhoneNumber", "phone-number", "Phone Number",
+                                 "dateOfBirth", "date-of-birth", "cardNumber", "accountNumber",
+                                 "e-mail", "E_MAIL", "post.code"])
+def test_configured_keys_match_however_the_tool_spells_them(key):
+    """Tool schemas name their fields in camelCase as often as in snake_case (Gemini's own
+    API does): `phone_number` in the key list must mask `phoneNumber` and `phone-number`,
+    as the secret words already match whatever the separators and case."""
+    r = Redactor(load_config(redact=True, env={}))
+    args = {"customer": {key: "+44 7700 900123", "order_id": 42}}
+    out, masked = r.redact_data("tool.call_requested",
+                                {"call_id": "c1", "name": "lookup", "args": args, "generation": 1})
+    assert out["args"]["customer"] == {key: MASK, "order_id": 42}, key
+    assert masked == [f"data.args.customer.{key}"]
+
+
+def test_json_text_in_a_value_is_redacted_by_its_keys_too():
+    """A tool that returns `json.dumps(record)` (or takes JSON text as an argument) puts its
+    keys inside a string: they are keys all the same. A secret key in it goes always, a
+    configured one under --redact; the rest of the text stays readable."""
+    result = json.dumps({"status": "shipped", "customer": {"email": "bob@example.com",
+                                                           "private_key": "pk-9f8e7d6c5b"}})
+    data = {"call_id": "c1", "result": result}
+    out, masked = Redactor().redact_data("tool.call_completed", data)
+    assert "pk-9f8e7d6c5b" not in out["result"] and "bob@example.com" in out["result"]
+    assert json.loads(out["result"])["customer"]["private_key"] == MASK
+    assert masked == ["data.result"]
+    full = Redactor(load_config(redact=True, env={}))
+    out, masked = full.redact_data("tool.call_completed", data)
+    assert json.loads(out["result"]) == {"status": "shipped", "customer": {
+        "email": MASK, "private_key": MASK}}
+    args = {"query": json.dumps([{"phone": "+44 7700 900123"}])}
+    out, _ = full.redact_data("tool.call_requested", {"call_id": "c1", "name": "find",
+                                                      "args": args, "generation": 1})
+    assert "7700" not in out["args"]["query"]
+    # Text that only looks like JSON, or holds nothing to mask, is left as it was.
+    for text in ("{not json", '{"status": "shipped"}', "[1, 2]"):
+        assert Redactor().redact_data("tool.call_completed", {"call_id": "c1",
+                                                              "result": text})[0]["result"] == text
+
+
+BAD_CONFIGS = ['keys = "email"', "keys = [1, 2]", 'secret_keys = "pin"',
+               'secret_patterns = ["("]', 'enabled = "no"', "transcripts = 0",
+               'handles = "false"', 'replace_default_keys = "no"']
+
+
+@pytest.mark.parametrize("line", BAD_CONFIGS)
+def test_a_redaction_config_of_the_wrong_shape_is_refused_in_one_line(tmp_path, line):
+    """A setting of the wrong type is bad input, said with the file and the setting: never
+    a traceback (`keys = "email"` was a TypeError, an invalid pattern re.error), and never
+    read as something else (`enabled = "no"` switched redaction on, `transcripts = 0` off)."""
+    from typer.testing import CliRunner
+
+    from session_store.cli import app
+
+    cfg_file = tmp_path / "redact.toml"
+    cfg_file.write_text(f"[redaction]\n{line}\n")
+    with pytest.raises(ValueError, match=line.split()[0]):
+        Redactor(load_config(path=str(cfg_file), env={}))
+    r = CliRunner().invoke(app, ["export", "c1", "--redact-config", str(cfg_file), "--db",
+                                 f"sqlite+aiosqlite:///{tmp_path / 'none.db'}"])
+    assert r.exit_code == 2 and r.output.startswith("error: redaction config:"), r.output
+    assert line.split()[0] in r.output and "Traceback" not in r.output
 
 
 def test_keys_from_option_env_and_file(tmp_path):
@@ -135,3 +200,41 @@ def test_raw_server_text_in_anomalies_is_masked_when_redacting():
     out = export_line(recs[0], Redactor(load_config(redact=True, env={})))
     assert "555-0100" not in dumps(out)
     assert out["data"]["kind"] == "malformed_message" and out["data"]["detail"]["bytes"] == 4096
+
+
+def test_raw_text_in_anomalies_is_masked_whatever_the_config_shows():
+    """Such text is cut short, so no key in it can be matched: under full redaction it is
+    masked whole, also when the config shows transcripts (an unstorable tool result's
+    preview holds the result's personal data, which the key list exists to hide)."""
+    preview = ('{"call_id": "c1", "result": {"email": "bob@example.com", "note": "'
+               + "x" * 160 + '… (4000 chars)')
+    recs = chain("hostile-1", [(0, ev.AnomalyRecorded("unstorable_event", {
+        "type": "tool.call_completed", "error": "surrogates not allowed",
+        "preview": preview}, 1))])
+    shows_transcripts = Redactor(RedactionConfig(enabled=True, transcripts=False))
+    out = export_line(recs[0], shows_transcripts)
+    assert "bob@example.com" not in dumps(out), out["data"]["detail"]["preview"]
+    assert out["data"]["detail"]["type"] == "tool.call_completed"
+
+
+def test_a_message_logged_with_the_role_tool_is_masked_in_the_state():
+    """The state lists a call's result in the conversation as ("tool", call id), and a
+    conversation.message as (role, text): one logged with the role "tool" (other code, an
+    edited row) must not pass for a call id and keep its transcript under --redact."""
+    recs = chain("odd-1", [(0, ev.SessionOpened("m", ["lookup"], "w")), (0, ev.Connected(1)),
+                           (10, ev.ConversationMessage("tool", "I am bob@example.com", 1))]
+                 + support_call()[5:12])
+    full = Redactor(load_config(redact=True, env={})).redact_state(state_view(fold(recs)))
+    assert "bob@example.com" not in dumps(full["conversation"]), full["conversation"]
+    assert ["tool", "c1"] in full["conversation"]  # a call's result: its id stays
+
+
+def test_json_text_redacted_stays_text_every_output_can_write():
+    """JSON text in a value may escape a lone surrogate (valid JSON, not valid Unicode once
+    decoded): redacted, it is written back escaped, never as a str UTF-8 refuses."""
+    result = '{"api_key": "k-123456", "note": "\\ud800"}'
+    out, masked = Redactor().redact_data("tool.call_completed", {"call_id": "c1",
+                                                                 "result": result})
+    assert masked == ["data.result"] and "k-123456" not in out["result"]
+    out["result"].encode("utf-8")  # no UnicodeEncodeError
+    assert json.loads(out["result"]) == {"api_key": MASK, "note": "\ud800"}

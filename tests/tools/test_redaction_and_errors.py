@@ -118,6 +118,14 @@ UNINTERPRETABLE = {
                                  "transcript": f"I am {EMAIL}"})),
     "unknown_type": ("conversation.user_transcript", 1,
                      json.dumps({"generation": 1, "text": f"I am {EMAIL}"})),
+    # A known type whose field holds the wrong type (the reader refuses the row): the
+    # settings as a list of pairs, the arguments as a list. What each part is cannot be told.
+    "mistyped_settings": ("settings.changed", 1,
+                          json.dumps({"keys": ["system_instruction"], "needs_reconnect": True,
+                                      "values": [["system_instruction", f"Caller: {EMAIL}"]]})),
+    "mistyped_args": ("tool.call_requested", 1,
+                      json.dumps({"call_id": "c9", "name": "lookup_order", "generation": 1,
+                                  "args": [{"contact": EMAIL}]})),
 }
 
 
@@ -134,6 +142,29 @@ async def test_redaction_masks_rows_it_cannot_interpret(migrated, kind):
     r = await acli("export", "odd-1", "--redact", backend=migrated)
     assert r.exit_code == 0, r.output
     assert EMAIL not in r.stdout, f"export --redact ({kind}) leaks the transcript"
+
+
+async def test_an_error_that_quotes_a_stored_value_never_prints_a_secret(migrated):
+    """A field of the wrong type is named with (the start of) its value: the message goes
+    out on stderr, in verify's report and in the viewer's 500 answers, scrubbed of what
+    looks like a credential, as every output is. The row is still named."""
+    from .helpers import SECRET
+
+    await write_call(migrated, "odd-2", _opened())
+    await insert_raw_event(migrated, "odd-2", "conversation.message", 1,
+                           json.dumps({"generation": 1, "role": "user",
+                                       "text": {"note": SECRET}}))
+    for command in (["timeline", "odd-2"], ["state", "odd-2"], ["verify", "odd-2"],
+                    ["verify", "odd-2", "--json"], ["verify"]):
+        r = await acli(*command, backend=migrated)
+        assert r.exit_code in (1, 2) and "odd-2" in r.output and "text" in r.output, r.output
+        assert SECRET not in r.output and "sk-SECRET" not in r.output, (command, r.output)
+    with running_viewer(migrated) as base:
+        async with httpx.AsyncClient(base_url=base) as client:
+            for path in ("/calls/odd-2", "/api/calls/odd-2/timeline", "/api/calls/odd-2/state"):
+                r = await client.get(path)
+                assert r.status_code == 500 and "odd-2@3" in r.text, (path, r.text[:300])
+                assert "sk-SECRET" not in r.text, (path, r.text[:300])
 
 
 def test_redaction_masks_a_field_newer_code_added_at_the_same_schema():
@@ -172,6 +203,27 @@ async def test_replay_never_prints_a_secret_from_tool_arguments(migrated):
         assert r.exit_code == 1, r.output  # a divergence was found and shown
         assert "auth_token" in r.stdout
         assert TOKEN_VALUE not in r.stdout, "replay prints the auth_token argument"
+
+
+async def test_replay_obeys_the_redaction_config_as_every_output_does(migrated, tmp_path,
+                                                                       monkeypatch):
+    """A config file with `enabled = true` forces full redaction "for every output", and
+    $SESSION_STORE_REDACT_KEYS implies it: `replay`, whose divergences carry the tool
+    arguments, obeys both (and takes --redact like the other commands)."""
+    await write_call(migrated, "support-1", support_call())
+    plain = await acli("replay", "support-1", "--defer", "none", "--json", backend=migrated)
+    assert plain.exit_code == 1 and "bob@example.com" in plain.stdout  # really there
+    forced = tmp_path / "redact.toml"
+    forced.write_text("[redaction]\nenabled = true\n")
+    for env, extra in (({"SESSION_STORE_REDACT_CONFIG": str(forced)}, []),
+                       ({"SESSION_STORE_REDACT_KEYS": "order_id"}, []), ({}, ["--redact"])):
+        with monkeypatch.context() as m:
+            for k, v in env.items():
+                m.setenv(k, v)
+            r = await acli("replay", "support-1", "--defer", "none", "--json", *extra,
+                           backend=migrated)
+        assert r.exit_code == 1 and json.loads(r.stdout)["divergences"], r.output
+        assert "bob@example.com" not in r.stdout, f"replay ignores the redaction ({env, extra})"
 
 
 async def test_the_viewer_redacts_replay_too(migrated):
@@ -262,6 +314,11 @@ def test_an_unparseable_url_is_a_one_line_error(command):
     r = _invoke(*command, "--db", "postgresql+asyncpg://u:pw-in-url@h:no_port/db")
     _one_line_error(r)
     assert "pw-in-url" not in r.output
+    # A port that is a number but no port (asyncpg's OverflowError was a traceback, exit 1).
+    for port in ("99999", "65536"):
+        r = _invoke(*command, "--db", f"postgresql+asyncpg://u:pw-in-url@127.0.0.1:{port}/db")
+        _one_line_error(r)
+        assert "pw-in-url" not in r.output
 
 
 async def test_serve_on_a_database_it_cannot_open_fails_in_one_line(migrated):

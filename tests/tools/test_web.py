@@ -156,3 +156,16 @@ def test_serve_refuses_a_public_address_without_a_token(tmp_path):
 
     r = cli("serve", "--host", "0.0.0.0", "--db", f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
     assert r.exit_code == 2 and "refusing to bind to 0.0.0.0" in r.stderr
+
+
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_serve_refuses_a_port_that_is_no_port(tmp_path, port):
+    """Bad input before anything starts (it was uvicorn's OverflowError traceback, exit 1)."""
+    from typer.testing import CliRunner
+
+    from session_store.cli import app
+
+    db = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    assert CliRunner().invoke(app, ["migrate", "--db", db]).exit_code == 0
+    r = CliRunner().invoke(app, ["serve", "--port", port, "--db", db])
+    assert r.exit_code == 2 and "--port" in r.output, (r.exit_code, r.output, r.exception)
