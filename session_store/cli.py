@@ -373,7 +373,8 @@ def tail(call: Optional[str] = typer.Argument(None), redact: bool = RedactOption
 @app.command()
 def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but "
                                    "loopback needs --token."),
-          port: int = typer.Option(8765, "--port", min=1, max=65535),
+          port: int = typer.Option(8765, "--port", min=0, max=65535,
+                                   help="Port to bind; 0 picks a free one."),
           token: Optional[str] = typer.Option(None, "--token", envvar="SESSION_STORE_WEB_TOKEN",
                                               help="Require this token on every request."),
           redact: bool = RedactOption, redact_keys: Optional[str] = RedactKeysOption,
