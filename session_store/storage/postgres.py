@@ -33,6 +33,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ..schema import events, streams
+from . import SQLALCHEMY_ONLY_OPTIONS
 from .base import SqlEventStore
 from .batch import _RetryBatch, plan_batch, stored_hashes_wanted
 
@@ -163,10 +164,16 @@ class PostgresEventStore(SqlEventStore):
                                                    "timeout": connect_timeout,
                                                    "command_timeout": read_timeout})
         super().__init__(engine, attempt_timeout=attempt_timeout, **kwargs)
-        u = make_url(url)
-        self._connect_kwargs = dict(host=u.host, port=u.port, user=u.username,
-                                    password=u.password, database=u.database,
-                                    server_settings=server_settings, timeout=connect_timeout)
+        # The writers' and the listener's own connections take the URL as SQLAlchemy's pool
+        # does (its dialect's connect arguments): host, port and credentials, and the query's
+        # options too (`?ssl=require`, `?host=/run/postgresql`). Built from the URL's parts
+        # alone, they dropped the query: appends went in clear text where TLS was asked for,
+        # or to the environment's default host.
+        _args, params = engine.sync_engine.dialect.create_connect_args(make_url(url))
+        for adaptor_only in SQLALCHEMY_ONLY_OPTIONS:
+            params.pop(adaptor_only, None)
+        self._connect_kwargs = dict(params, server_settings=server_settings,
+                                    timeout=connect_timeout)
         # A writer frozen mid-batch (SIGSTOP, a paused VM) must not hold stream-head row
         # locks forever: the server ends its transaction, and waiting writers give up on a
         # lock after a bounded time instead of stalling their whole batch.
