@@ -178,6 +178,9 @@ def timeline(call: str,
 
     async def go(store):
         head = await _require_call(store, call)
+        if start > head:  # (an empty page would look like a call with nothing in it)
+            raise UserError(f"call {call} has versions 1–{head}: --from {from_version} "
+                            "is past its end")
         to = head if limit is None else min(head, start + max(limit, 1) - 1)
         recs = await store.read(call, from_version=start, to_version=to)
         first = recs[:1] if start == 1 else await store.read(call, to_version=1)
@@ -207,7 +210,9 @@ def state(call: str, at: Optional[int] = typer.Option(None, "--at", help="Fold u
     redactor = _redactor(redact, redact_keys, redact_config)
 
     async def go(store):
-        await _require_call(store, call)
+        head = await _require_call(store, call)
+        if at is not None and not 1 <= at <= head:  # (never another version than asked)
+            raise UserError(f"call {call} has versions 1–{head}: --at {at} is not one of them")
         return await state_at(store, call, at)
 
     view = redactor.redact_state(state_view(_with_store(db, schema, go), call))

@@ -10,7 +10,7 @@ from session_store.audit import MASK
 from session_store.events import canonical_json
 from session_store.records import GENESIS_HASH, chain_hash
 
-from .helpers import HOUR_US, SECRET, T0, acli, at
+from .helpers import HOUR_US, SECRET, T0, acli, at, support_call
 
 
 def out_json(result):
@@ -237,3 +237,22 @@ async def test_unknown_call_is_a_clean_not_found(migrated, command):
     assert r.exit_code == 2
     assert r.stderr.strip() == "error: call 'no-such-call' not found"
     assert r.stdout == ""
+
+
+async def test_a_version_the_call_does_not_have_is_bad_input(loaded):
+    """`timeline --from` past the last event printed an empty "versions 0–0" timeline, and
+    `state --at` past it (or before the first) silently showed another version, both with
+    exit code 0: a script paging through a call could not tell the end from an empty page.
+    Now one `error:` line naming the call's range, exit code 2."""
+    head = len(support_call())
+    r = await acli("timeline", "support-1", "--from", str(head + 1), backend=loaded)
+    assert r.exit_code == 2 and f"versions 1–{head}" in r.stderr, (r.exit_code, r.output)
+    for at in (str(head + 1), "0", "-3"):
+        r = await acli("state", "support-1", "--at", at, backend=loaded)
+        assert r.exit_code == 2 and f"versions 1–{head}" in r.stderr, (at, r.exit_code, r.output)
+    # The last version itself is still a window of one, and a state.
+    last = out_json(await acli("timeline", "support-1", "--from", str(head), "--json",
+                               backend=loaded))
+    assert [e["version"] for e in last["entries"]] == [head]
+    assert out_json(await acli("state", "support-1", "--at", str(head), "--json",
+                               backend=loaded))["version"] == head
