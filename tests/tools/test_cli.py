@@ -247,9 +247,9 @@ async def test_a_version_the_call_does_not_have_is_bad_input(loaded):
     head = len(support_call())
     r = await acli("timeline", "support-1", "--from", str(head + 1), backend=loaded)
     assert r.exit_code == 2 and f"versions 1–{head}" in r.stderr, (r.exit_code, r.output)
-    for at in (str(head + 1), "0", "-3"):
-        r = await acli("state", "support-1", "--at", at, backend=loaded)
-        assert r.exit_code == 2 and f"versions 1–{head}" in r.stderr, (at, r.exit_code, r.output)
+    for version in (str(head + 1), "0", "-3"):
+        r = await acli("state", "support-1", "--at", version, backend=loaded)
+        assert r.exit_code == 2 and f"versions 1–{head}" in r.stderr, (version, r.exit_code, r.output)
     # The last version itself is still a window of one, and a state.
     last = out_json(await acli("timeline", "support-1", "--from", str(head), "--json",
                                backend=loaded))
