@@ -154,8 +154,17 @@ def decode(event_type_name: str, schema_version: int, data: dict[str, Any], *,
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    """What a mistyped field holds, for its error: a number, bool or null as it is; text and
+    containers by their size only. Errors are printed by every reader, under --redact too,
+    and a transcript or a tool argument is where a caller's personal data lives."""
+    if value is None or isinstance(value, (bool, int, float)):
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    if isinstance(value, str):
+        return f"of {len(value)} character{'s' if len(value) != 1 else ''}"
+    if isinstance(value, (list, dict)):
+        return f"of {len(value)} item{'s' if len(value) != 1 else ''}"
+    return "(a value JSON cannot hold)"
 
 
 # --------------------------------------------------------------------------- session

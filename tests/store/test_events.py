@@ -184,6 +184,31 @@ def test_corrupt_payload(payload, why):
         rec.event
 
 
+def test_a_field_of_the_wrong_type_is_named_without_quoting_its_text():
+    """The error says which field and what it holds, but never quotes text from it: it is
+    printed by every reader (the CLI's error line, verify, the viewer), also under --redact,
+    and a transcript or a tool argument is where personal data lives. A number, a bool or
+    null is quoted: that is what tells a mistyped field apart, and holds no one's data."""
+    rec = raw_record("call-7", 5, "conversation.message", 1,
+                     '{"role":"user","text":["Bob Smith, bob@example.com, +44 7700 900123"]}',
+                     position=9)
+    with pytest.raises(CorruptEvent) as err:
+        rec.event
+    message = str(err.value)
+    assert "field 'text' holds list" in message
+    assert "bob@example.com" not in message and "Bob Smith" not in message
+    rec = raw_record("call-7", 6, "speech.bot_started", 1, '{"generation":"Bob Smith"}',
+                     position=10)
+    with pytest.raises(CorruptEvent) as err:
+        rec.event
+    assert "field 'generation' holds str" in str(err.value)
+    assert "Bob" not in str(err.value)
+    rec = raw_record("call-7", 7, "speech.bot_started", 1, '{"generation":2.5}', position=11)
+    with pytest.raises(CorruptEvent) as err:
+        rec.event
+    assert "field 'generation' holds float 2.5" in str(err.value)
+
+
 @pytest.mark.parametrize("etype,schema,payload,error", [
     ("conversation.message", 1, '{"role":"user","text":"hi"', CorruptEvent),
     ("conversation.message", 1, '"just a string"', CorruptEvent),
