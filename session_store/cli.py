@@ -341,7 +341,8 @@ def tail(call: Optional[str] = typer.Argument(None), redact: bool = RedactOption
             sys.stdout.flush()
             return
         rec = redactor.redact_record(rec)
-        console.print(f"{rec.recorded_at:%H:%M:%S.%f} {rec.stream_id}@{rec.version} "
+        # The date and the zone too: a tail runs past midnight, next to logs of other zones.
+        console.print(f"{rec.recorded_at:%Y-%m-%dT%H:%M:%S.%f}Z {rec.stream_id}@{rec.version} "
                       f"{rec.type} {rec.data_json}", markup=False, highlight=False)
 
     async def go(store):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -126,6 +127,8 @@ def test_tail_follows_new_events_with_secrets_masked(tmp_path):
     try:
         first = lines.get(timeout=20)
         assert "tailed@1 session.opened" in first and SECRET not in first
+        # When, in UTC and with its date (it was the time of day alone, no zone).
+        assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z tailed@1 ", first), first
         asyncio.run(write([ev.Connected(1)], 1))
         second = lines.get(timeout=20)
         assert "tailed@2 connection.connected" in second
