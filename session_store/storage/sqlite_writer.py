@@ -16,6 +16,12 @@ batch whose answer is lost (the child died) is recognised on its retry by those 
 `plan_batch`), as with a lost acknowledgement. A batch committed as the parent planned it is
 answered with None (the parent has the plan and its hashes).
 
+WAL checkpoints run in the child while the log is idle (`IDLE_CHECKPOINT_AFTER` commits
+waiting, no request for `IDLE_S`): SQLite's automatic checkpoint runs inside the commit that
+crosses its threshold, and that append (often a tool call's write-ahead commit) waited for the
+WAL's copy into the database and its fsync, about a millisecond, up to 7 (bench/README.md,
+stop 19). SQLite's own checkpoint stays as the backstop for a log that never idles.
+
 The child dies with its parent (PR_SET_PDEATHSIG on Linux; strictly, with the thread that
 started it, which is the event loop's): a worker killed mid-call takes its uncommitted batch
 with it, as a thread would, and never writes after its own end.
@@ -26,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import select
 import signal
 import sqlite3
 import struct
@@ -37,6 +44,10 @@ from .batch import BatchPlan, _AppendRequest
 from .sqlite_commit import Statements, checkpoint, commit_batch, connect
 
 _HEADER = struct.Struct("<I")
+#: Checkpoint the WAL once this many commits wait in it and no request has come for IDLE_S
+#: seconds (a few hundred pages: one such checkpoint takes about a millisecond here).
+IDLE_CHECKPOINT_AFTER = 32
+IDLE_S = 0.004
 
 
 def _frame(obj: Any) -> bytes:
@@ -87,14 +98,43 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(0)
 
 
-def _serve(requests, replies) -> None:
+def _read_exactly(fd: int, size: int) -> bytes:
+    """`size` bytes from the requests pipe, or fewer if the parent closed it. (Read unbuffered:
+    `_request_within` asks the pipe itself whether a request waits, which a buffered reader
+    could already have taken in.)"""
+    chunks, got = [], 0
+    while got < size:
+        chunk = os.read(fd, size - got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _request_within(fd: int, seconds: float) -> bool:
+    """Does a request come (or the pipe close) within `seconds`?"""
+    return bool(select.select([fd], [], [], seconds)[0])
+
+
+def _serve(requests: int, replies) -> None:
     path = statements = conn = None
     traced: list[str] | None = None  # statements run, while a test traces them
+    commits_since_checkpoint = 0
     while True:
-        header = requests.read(_HEADER.size)
+        if (conn is not None and commits_since_checkpoint >= IDLE_CHECKPOINT_AFTER
+                and not _request_within(requests, IDLE_S)):
+            # Idle: checkpoint now, not inside the commit that crosses SQLite's threshold
+            # (module docstring). A request that comes meanwhile waits for it.
+            commits_since_checkpoint = 0
+            try:
+                checkpoint(conn)
+            except sqlite3.Error:
+                pass  # (the next idle moment, or SQLite's own backstop, tries again)
+        header = _read_exactly(requests, _HEADER.size)
         if len(header) < _HEADER.size:
             return  # the parent closed the pipe: done
-        rid, op, args = pickle.loads(requests.read(_HEADER.unpack(header)[0]))
+        rid, op, args = pickle.loads(_read_exactly(requests, _HEADER.unpack(header)[0]))
         batch: list[_AppendRequest] = []
         try:
             if op == "open":
@@ -116,6 +156,7 @@ def _serve(requests, replies) -> None:
                         replies.flush()
 
                     plan = commit_batch(conn, statements, batch, cached, planned)
+                    commits_since_checkpoint += 1
                     if plan is cached:
                         result = None  # committed as the parent planned it
                     else:
@@ -123,6 +164,7 @@ def _serve(requests, replies) -> None:
                         result = plan
                 elif op == "checkpoint":
                     checkpoint(conn)
+                    commits_since_checkpoint = 0
                     result = None
                 elif op == "trace":  # (tests) True: record statements; False: hand them over
                     result, traced = traced, [] if args else None
@@ -147,7 +189,7 @@ def _serve(requests, replies) -> None:
 def main() -> None:
     _die_with_parent(int(sys.argv[1]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent closes us when it stops
-    _serve(sys.stdin.buffer, os.fdopen(int(sys.argv[2]), "wb"))
+    _serve(sys.stdin.fileno(), os.fdopen(int(sys.argv[2]), "wb"))
 
 
 # ---------------------------------------------------------------------- the parent's side
