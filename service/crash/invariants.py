@@ -54,6 +54,28 @@ def _check_log(scenario, records, reports) -> list[str]:
                        f"owned the call (v{rec.version})")
         if isinstance(e, ev.WorkerAttached) and e.epoch <= state.epoch:
             out.append(f"I6: worker attached with non-increasing epoch {e.epoch}")
+        # I3: an outcome comes from the run that had it. Only the worker that started a call
+        # can know its result (fencing stops it once a newer one attached); a newer worker
+        # finds the call in doubt and re-runs it (idempotent: a new start) or says "outcome
+        # unknown". A success, or a plain failure, logged by another epoch was made up.
+        # (Not checked before: a takeover telling the model an in-doubt call succeeded
+        # passed every boundary.)
+        if isinstance(e, (ev.ToolCallCompleted, ev.ToolCallFailed)) \
+                and e.call_id in state.calls:
+            call = state.calls[e.call_id]
+            made_up = (isinstance(e, ev.ToolCallCompleted) and e.reused_from is None
+                       and call.started_epoch != state.epoch) or (
+                isinstance(e, ev.ToolCallFailed) and not e.outcome_unknown
+                and call.started_epoch not in (None, state.epoch))
+            if made_up:
+                ran = f"epoch {call.started_epoch}" if call.started_epoch else "nobody"
+                out.append(f"I3: {e.call_id} ({call.name}) got an outcome from epoch "
+                           f"{state.epoch}, but {ran} ran it (v{rec.version})")
+        if isinstance(e, ev.ToolCallCompleted) and e.reused_from is not None:
+            earlier = state.calls.get(e.reused_from)
+            if earlier is None or earlier.status != "completed" or earlier.result != e.result:
+                out.append(f"I3: {e.call_id} answered from {e.reused_from}, whose recorded "
+                           f"result differs (v{rec.version})")
         fold_into(state, [rec])
     # I1: every call asked for ended delivered (result or failure) or cancelled.
     out += [f"I1: call {c.call_id} ({c.name}) is {c.status}, not delivered"

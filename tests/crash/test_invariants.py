@@ -1,0 +1,54 @@
+"""The invariant checker itself: logs that break an invariant must be reported.
+
+Each log here is right in every other respect (a complete, verified call whose results
+reached the model), so the one violation is the only thing that can be reported."""
+
+from __future__ import annotations
+
+from service.crash.invariants import check_call
+from service.crash.scenarios import SCENARIOS
+from session_store import events as ev
+
+SINGLE = SCENARIOS["single_call"]
+ARGS = {"id": 42}
+
+
+async def _check(store, call_id, events, ledger):
+    await store.append(call_id, events, 0, epoch=1)
+    records = await store.read(call_id)
+    return check_call(SINGLE, records, await store.verify(call_id), None, ledger)
+
+
+def _taken_over(outcome: ev.Event) -> list[ev.Event]:
+    """Worker 1 starts lookup_order and dies inside it; worker 2 records `outcome` for it,
+    and delivers it to a fresh session."""
+    return [
+        ev.SessionOpened("m", ["lookup_order"], "w1", 1),
+        ev.Connected(1),
+        ev.ToolCallRequested("c1", "lookup_order", ARGS, 1),
+        ev.ToolCallStarted("c1", 1, "k:c1", 1),
+        ev.WorkerAttached("w2", 2),
+        ev.Connected(2),
+        outcome,
+        ev.ToolResultSending("c1", 2, "seed"),
+        ev.ToolResultSent("c1", 2, "seed"),
+        ev.SessionClosed(),
+    ]
+
+
+RAN_ONCE = [{"tool": "lookup_order", "call_id": "c1", "args": ARGS, "idempotency_key": "k:c1"}]
+
+
+async def test_an_in_doubt_call_answered_outcome_unknown_passes(store):
+    failed = ev.ToolCallFailed("c1", "outcome unknown", outcome_unknown=True)
+    assert await _check(store, "in-doubt-ok", _taken_over(failed), RAN_ONCE) == []
+
+
+async def test_an_in_doubt_call_answered_with_a_made_up_success_is_reported(store):
+    """I3: a non-idempotent call found in doubt gets an explicit "outcome unknown". The new
+    worker did not run it, so a success it logs was made up (the dead worker's run may have
+    failed), and the model acts on it. (Mutant: ResolveInDoubt logging a completion passed
+    every boundary of the crash suite.)"""
+    made_up = ev.ToolCallCompleted("c1", {"ok": True})
+    problems = await _check(store, "in-doubt-made-up", _taken_over(made_up), RAN_ONCE)
+    assert any(p.startswith("I3:") and "c1" in p for p in problems), problems
