@@ -2,8 +2,9 @@
 
 Modes:
 - every boundary: a clean run counts the events V the first worker appends; then for each
-  v in 1..V the first worker SIGKILLs itself right after the log reaches v, and for each
-  tool it dies between the tool's side effect and the append of its outcome;
+  v in 1..V the first worker SIGKILLs itself right after the log reaches v, for each
+  tool it dies between the tool's side effect and the append of its outcome, and once it
+  dies in the commit of a tool's start (a run must wait for that commit);
 - random soak: workers are SIGKILLed from outside at random times.
 After each case a fresh worker resumes until the call completes, and I1–I7 are checked
 against the server's record, the tool ledger and the log.
@@ -59,12 +60,15 @@ class Kill:
     in_tool: str | None = None
     after_s: float | None = None  # external SIGKILL after this many seconds
     after_event: str | None = None  # right after the first append of this event type
+    before_event: str | None = None  # in the first append of this event type, before it commits
 
     def label(self) -> str:
         if self.at_version is not None:
             return f"after v{self.at_version}"
         if self.after_event:
             return f"after {self.after_event}"
+        if self.before_event:
+            return f"before {self.before_event}"
         if self.in_tool:
             return f"inside {self.in_tool}"
         return f"after {self.after_s:.2f}s" if self.after_s is not None else "none"
@@ -125,6 +129,7 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
             cfg = WorkerConfig(db_url, call_id, scenario_name, base_url, cert, str(ledger),
                                schema=schema, kill_at_version=kill.at_version,
                                kill_in_tool=kill.in_tool, kill_after_event=kill.after_event,
+                               kill_before_event=kill.before_event,
                                timeout_s=timeout_s, live=live is not None,
                                model=live.model if live else None)
             log_path = workdir / f"{call_id}.worker{workers + 1}.log"
@@ -157,7 +162,7 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
             # SIGKILL (seen under load); without a planned kill it is a failure like any other.
             died_by_kill = exitcode == -9 or (exitcode == 255 and (
                 kill.at_version is not None or kill.in_tool or kill.after_event
-                or kill.after_s is not None))
+                or kill.before_event or kill.after_s is not None))
             if not died_by_kill:
                 raise RuntimeError(f"{call_id}: worker failed with exit code {exitcode}; "
                                    f"log: {log_path}")
@@ -236,6 +241,10 @@ async def count_events(scenario: str, new_db, workdir: Path) -> int:
 def boundary_kills(scenario: str, events: int) -> list[list[Kill]]:
     cases = [[Kill(at_version=v)] for v in range(1, events + 1)]
     cases += [[Kill(in_tool=name)] for name in SCENARIOS[scenario].tool_names]
+    # Dying in the commit of a start: a kill after an append lands once it has committed,
+    # and commits are quicker than the tools, so a tool run before its start was logged
+    # (no write-ahead) went unseen. Here such a run is in the ledger, and its start is not.
+    cases.append([Kill(before_event="tool.call_started")])
     return cases
 
 

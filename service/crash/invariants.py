@@ -124,4 +124,17 @@ def _check_ledger(scenario, ledger: list[dict], records) -> list[str]:
             out.append(f"I3: non-idempotent {name} ran {len(entries)} times")
         elif len({e["idempotency_key"] for e in entries}) != 1:
             out.append(f"I3: idempotent {name} re-ran with different keys")
+    # Write-ahead: a run starts only once its start is in the log, so no call ran more often
+    # than the log started it. (A run the log does not know of is run again after a crash;
+    # for an idempotent tool the key check above cannot see it.)
+    starts: dict[str, int] = defaultdict(int)
+    for rec in records:
+        if isinstance(rec.event, ev.ToolCallStarted):
+            starts[rec.event.call_id] += 1
+    ran: dict[str, int] = defaultdict(int)
+    for entry in ledger:
+        ran[entry["call_id"]] += 1
+    out += [f"I3: {call_id} ran {n} times but its start was logged {starts[call_id]} times "
+            f"(a run ahead of its start's commit)"
+            for call_id, n in ran.items() if n > starts[call_id]]
     return out

@@ -52,3 +52,28 @@ async def test_an_in_doubt_call_answered_with_a_made_up_success_is_reported(stor
     made_up = ev.ToolCallCompleted("c1", {"ok": True})
     problems = await _check(store, "in-doubt-made-up", _taken_over(made_up), RAN_ONCE)
     assert any(p.startswith("I3:") and "c1" in p for p in problems), problems
+
+
+async def test_a_run_without_its_start_in_the_log_is_reported(store):
+    """Write-ahead (I3): every run of a tool has its own `tool.call_started` in the log. An
+    idempotent tool run ahead of its start's commit, by a worker that died in that commit,
+    and run again (same key) by the next worker, left two runs and one start; the ledger
+    check let it pass (one key). (Mutant: running the calls before committing their start.)"""
+    scenario = SCENARIOS["idempotent_tool"]
+    call_id = "run-ahead"
+    await store.append(call_id, [
+        ev.SessionOpened("m", ["send_receipt"], "w1", 1),
+        ev.Connected(1),
+        ev.ToolCallRequested("c1", "send_receipt", ARGS, 1),
+        ev.WorkerAttached("w2", 2),
+        ev.Connected(2),
+        ev.ToolCallStarted("c1", 1, "k:c1", 2),
+        ev.ToolCallCompleted("c1", {"ok": True}),
+        ev.ToolResultSending("c1", 2, "seed"),
+        ev.ToolResultSent("c1", 2, "seed"),
+        ev.SessionClosed(),
+    ], 0, epoch=1)
+    run = {"tool": "send_receipt", "call_id": "c1", "args": ARGS, "idempotency_key": "k:c1"}
+    records = await store.read(call_id)
+    problems = check_call(scenario, records, await store.verify(call_id), None, [run, run])
+    assert any(p.startswith("I3:") and "c1" in p for p in problems), problems
