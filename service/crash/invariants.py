@@ -102,6 +102,11 @@ def _check_server(scenario, server) -> list[str]:
         last = server.connections[-1]
         missing = [n for n in scenario.tool_names if n not in known_results(last)]
         out += [f"I1: the model's final state lacks the result of {n}" for n in missing]
+        # A call it issued and nobody answered leaves the model waiting (the bot silent),
+        # even if it holds a result of that tool: by name alone, a repeated call dropped
+        # without a trace in the log passed.
+        out += [f"I1: the model still waits for {cid} ({last.state.issued[cid]}) on the last "
+                f"connection" for cid in last.state.outstanding()]
         if scenario.new_prompt and last.system_instruction != scenario.new_prompt:
             out.append(f"prompt: the last session runs with {last.system_instruction!r}, "
                        f"not the new prompt")

@@ -77,3 +77,27 @@ async def test_a_run_without_its_start_in_the_log_is_reported(store):
     records = await store.read(call_id)
     problems = check_call(scenario, records, await store.verify(call_id), None, [run, run])
     assert any(p.startswith("I3:") and "c1" in p for p in problems), problems
+
+
+async def test_a_call_the_model_still_waits_for_at_the_end_is_reported(store):
+    """I1 as the model sees it: the last session asked for lookup_order again (the seed,
+    with the first answer, reached it after it asked) and nobody answered that id. The log
+    never recorded the call, and the model holds a lookup_order result, so checking by
+    name passed (mutant: a repeat of an answered call dropped unlogged), while the model
+    waited for ever."""
+    from types import SimpleNamespace
+
+    from service.local_live.record import Connection, ToolResult
+
+    last = Connection(0, "/ws", 0.0)
+    last.state.issued["lookup_order-2"] = "lookup_order"
+    last.state.history_results.append(ToolResult(0, None, "lookup_order", {"ok": True},
+                                                 "content", True, 1, 0.0))
+    server = SimpleNamespace(violations=[], errors=[], connections=[last])
+    events = _taken_over(ev.ToolCallFailed("c1", "outcome unknown", outcome_unknown=True))
+    await store.append("still-waiting", events, 0, epoch=1)
+    records = await store.read("still-waiting")
+    problems = check_call(SINGLE, records, await store.verify("still-waiting"), server,
+                          RAN_ONCE)
+    assert problems == ["I1: the model still waits for lookup_order-2 (lookup_order) on the "
+                        "last connection"], problems
