@@ -142,4 +142,11 @@ def _check_ledger(scenario, ledger: list[dict], records) -> list[str]:
     out += [f"I3: {call_id} ran {n} times but its start was logged {starts[call_id]} times "
             f"(a run ahead of its start's commit)"
             for call_id, n in ran.items() if n > starts[call_id]]
+    # And the other way: a result not reused from the record came from a run (_check_log
+    # checks that its own worker logged it), which wrote its ledger line first. A ledger
+    # missing runs (not written, or not where it is read) passed every I3 check above.
+    out += [f"I3: {rec.event.call_id} has a result, but the ledger has no run of it "
+            f"(v{rec.version})" for rec in records
+            if isinstance(rec.event, ev.ToolCallCompleted) and rec.event.reused_from is None
+            and not ran[rec.event.call_id]]
     return out

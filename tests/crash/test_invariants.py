@@ -101,3 +101,23 @@ async def test_a_call_the_model_still_waits_for_at_the_end_is_reported(store):
                           RAN_ONCE)
     assert problems == ["I1: the model still waits for lookup_order-2 (lookup_order) on the "
                         "last connection"], problems
+
+
+async def test_a_result_without_its_run_in_the_ledger_is_reported(store):
+    """I3 is checked on the ledger the tools write: a ledger missing runs (not written, or
+    written elsewhere) made every I3 check pass by default. A result the worker that ran the
+    call logged has its run in the ledger, written before the tool returned."""
+    events = [
+        ev.SessionOpened("m", ["lookup_order"], "w1", 1),
+        ev.Connected(1),
+        ev.ToolCallRequested("c1", "lookup_order", ARGS, 1),
+        ev.ToolCallStarted("c1", 1, "k:c1", 1),
+        ev.ToolCallCompleted("c1", {"ok": True}),
+        ev.ToolResultSending("c1", 1, "tool_response"),
+        ev.ToolResultSent("c1", 1, "tool_response"),
+        ev.SessionClosed(),
+    ]
+    assert await _check(store, "ran-once", events, RAN_ONCE) == []
+    problems = check_call(SINGLE, await store.read("ran-once"),
+                          await store.verify("ran-once"), None, [])
+    assert any(p.startswith("I3:") and "c1" in p and "ledger" in p for p in problems), problems
