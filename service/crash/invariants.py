@@ -20,7 +20,7 @@ def check_call(scenario, records, reports, server, ledger: list[dict]) -> list[s
     problems: list[str] = []
     problems += _check_log(scenario, records, reports)
     if server is not None:
-        problems += _check_server(scenario, server)
+        problems += _check_server(scenario, server, records)
     problems += _check_ledger(scenario, ledger, records)
     return problems
 
@@ -91,11 +91,17 @@ def _check_log(scenario, records, reports) -> list[str]:
     return out
 
 
-def _check_server(scenario, server) -> list[str]:
+def _check_server(scenario, server, records) -> list[str]:
     out = [f"I2: server flagged {v['kind']} on connection {v['connection']} for "
            f"{v.get('id')}: {v.get('detail')}" for v in server.violations
            if v["kind"] != "wait_timeout"]
     out += [f"server error: {e}" for e in server.errors]
+    # Every session the log says connected had its setup answered by this server; one it
+    # never saw (the worker talked to something else) was checked against nothing.
+    logged = sum(isinstance(r.event, ev.Connected) for r in records)
+    seen = sum(c.setup is not None for c in server.connections)
+    if logged > seen:
+        out.append(f"server: the log has {logged} connected sessions, the server saw {seen}")
     # I1 as the model sees it: the last session holds a result for every logical call.
     if server.connections:
         from .scenarios import known_results

@@ -89,11 +89,11 @@ async def test_a_call_the_model_still_waits_for_at_the_end_is_reported(store):
 
     from service.local_live.record import Connection, ToolResult
 
-    last = Connection(0, "/ws", 0.0)
+    first, last = Connection(0, "/ws", 0.0, setup={}), Connection(1, "/ws", 1.0, setup={})
     last.state.issued["lookup_order-2"] = "lookup_order"
-    last.state.history_results.append(ToolResult(0, None, "lookup_order", {"ok": True},
-                                                 "content", True, 1, 0.0))
-    server = SimpleNamespace(violations=[], errors=[], connections=[last])
+    last.state.history_results.append(ToolResult(1, None, "lookup_order", {"ok": True},
+                                                 "content", True, 1, 1.0))
+    server = SimpleNamespace(violations=[], errors=[], connections=[first, last])
     events = _taken_over(ev.ToolCallFailed("c1", "outcome unknown", outcome_unknown=True))
     await store.append("still-waiting", events, 0, epoch=1)
     records = await store.read("still-waiting")
@@ -121,3 +121,17 @@ async def test_a_result_without_its_run_in_the_ledger_is_reported(store):
     problems = check_call(SINGLE, await store.read("ran-once"),
                           await store.verify("ran-once"), None, [])
     assert any(p.startswith("I3:") and "c1" in p and "ledger" in p for p in problems), problems
+
+
+async def test_sessions_the_server_never_saw_are_reported(store):
+    """The server's record is the model's side of I1 and I2: sessions the log says were
+    connected but the server never saw (none at all here: the worker talked to something
+    else) were checked against nothing, and passed."""
+    from types import SimpleNamespace
+
+    server = SimpleNamespace(violations=[], errors=[], connections=[])
+    events = _taken_over(ev.ToolCallFailed("c1", "outcome unknown", outcome_unknown=True))
+    await store.append("unseen", events, 0, epoch=1)
+    problems = check_call(SINGLE, await store.read("unseen"), await store.verify("unseen"),
+                          server, RAN_ONCE)
+    assert problems == ["server: the log has 2 connected sessions, the server saw 0"], problems
