@@ -2,8 +2,9 @@
 
 Modes:
 - every boundary: a clean run counts the events V the first worker appends; then for each
-  v in 1..V the first worker SIGKILLs itself right after the log reaches v, and for each
-  tool it dies between the tool's side effect and the append of its outcome;
+  v in 1..V the first worker SIGKILLs itself right after the log reaches v, for each
+  tool it dies between the tool's side effect and the append of its outcome, and once it
+  dies in the commit of a tool's start (a run must wait for that commit);
 - random soak: workers are SIGKILLed from outside at random times.
 After each case a fresh worker resumes until the call completes, and I1–I7 are checked
 against the server's record, the tool ledger and the log.
@@ -59,15 +60,24 @@ class Kill:
     in_tool: str | None = None
     after_s: float | None = None  # external SIGKILL after this many seconds
     after_event: str | None = None  # right after the first append of this event type
+    before_event: str | None = None  # in the first append of this event type, before it commits
 
     def label(self) -> str:
         if self.at_version is not None:
             return f"after v{self.at_version}"
         if self.after_event:
             return f"after {self.after_event}"
+        if self.before_event:
+            return f"before {self.before_event}"
         if self.in_tool:
             return f"inside {self.in_tool}"
         return f"after {self.after_s:.2f}s" if self.after_s is not None else "none"
+
+    @property
+    def by_worker(self) -> bool:
+        """The worker kills itself at a point of its own (and records where it died)."""
+        return bool(self.at_version is not None or self.in_tool or self.after_event
+                    or self.before_event)
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,7 @@ class CaseResult:
     violations: list[str]
     takeover_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
+    kills_fired: list[str] = field(default_factory=list)  # where each worker really died
 
     @property
     def ok(self) -> bool:
@@ -113,7 +124,7 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
     started = time.monotonic()
     planned = [k.label() for k in kills]
     kills = list(kills)
-    killed, workers, takeovers = 0, 0, []
+    killed, workers, takeovers, fired_at, unfired = 0, 0, [], [], []
     local = contextlib.nullcontext() if live else LocalLiveServer(plan.script)
     async with local as server:
         while True:
@@ -125,6 +136,8 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
             cfg = WorkerConfig(db_url, call_id, scenario_name, base_url, cert, str(ledger),
                                schema=schema, kill_at_version=kill.at_version,
                                kill_in_tool=kill.in_tool, kill_after_event=kill.after_event,
+                               kill_before_event=kill.before_event,
+                               kill_record=str(workdir / f"{call_id}.worker{workers + 1}.killed"),
                                timeout_s=timeout_s, live=live is not None,
                                model=live.model if live else None)
             log_path = workdir / f"{call_id}.worker{workers + 1}.log"
@@ -133,10 +146,12 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
             t0, seen = time.time(), len(server.connections) if server else 0
             proc.start()
             workers += 1
+            outside = False
             if kill.after_s is not None:
                 await asyncio.to_thread(proc.join, kill.after_s)
                 if proc.exitcode is None:
                     proc.kill()
+                    outside = True
             await asyncio.to_thread(proc.join, timeout_s + 10)
             if proc.exitcode is None:
                 proc.kill()
@@ -147,21 +162,28 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
                 if first is not None:
                     takeovers.append(first)
             exitcode = proc.exitcode
-            if exitcode == 255 and await _call_closed(db_url, schema, call_id):
+            # Where the worker says it died, right before its planned SIGKILL (None: it did
+            # not kill itself). A case used to count any -9 as its kill, and a planned kill
+            # that never fired left a clean run that passed as a crash case.
+            record = Path(cfg.kill_record)
+            fired = record.read_text() if record.exists() else None
+            if exitcode == 255 and fired is None \
+                    and await _call_closed(db_url, schema, call_id):
                 # The fork server sometimes loses a child's status and reports 255 (seen under
                 # load); the log says whether the worker finished the call.
                 exitcode = 0
             if exitcode == 0:
+                if kill.by_worker:
+                    unfired.append(kill)
                 break
             # 255: the fork server could not read the status of a worker that died by our
-            # SIGKILL (seen under load); without a planned kill it is a failure like any other.
-            died_by_kill = exitcode == -9 or (exitcode == 255 and (
-                kill.at_version is not None or kill.in_tool or kill.after_event
-                or kill.after_s is not None))
+            # SIGKILL (seen under load); a SIGKILL nobody planned is a failure like any other.
+            died_by_kill = exitcode in (-9, 255) and (fired is not None or outside)
             if not died_by_kill:
                 raise RuntimeError(f"{call_id}: worker failed with exit code {exitcode}; "
                                    f"log: {log_path}")
             killed += 1
+            fired_at.append(f"{kill.label()}: {fired or 'killed from outside'}")
         store = await open_store(db_url, **({"schema": schema} if schema else {}))
         try:
             records = await store.read(call_id)
@@ -171,10 +193,15 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
         entries = [json.loads(line) for line in ledger.read_text().splitlines()] \
             if ledger.exists() else []
         problems = check_call(scenario, records, reports, server, entries)
+        # A kill point the worker never reached is not a crash case. Only a kill after a
+        # version the call never got to may not fire (runs differ in length).
+        problems += [f"harness: kill {k.label()} never fired (the call ended at "
+                     f"v{len(records)})" for k in unfired
+                     if k.at_version is None or len(records) >= k.at_version]
         if problems and server:  # keep what the server saw, next to the worker logs
             server.dump(workdir / f"{call_id}.server.json")
     return CaseResult(scenario_name, call_id, planned, killed, workers, len(records),
-                      problems, takeovers, time.monotonic() - started)
+                      problems, takeovers, time.monotonic() - started, fired_at)
 
 
 async def _call_closed(db_url: str, schema: str | None, call_id: str) -> bool:
@@ -236,6 +263,10 @@ async def count_events(scenario: str, new_db, workdir: Path) -> int:
 def boundary_kills(scenario: str, events: int) -> list[list[Kill]]:
     cases = [[Kill(at_version=v)] for v in range(1, events + 1)]
     cases += [[Kill(in_tool=name)] for name in SCENARIOS[scenario].tool_names]
+    # Dying in the commit of a start: a kill after an append lands once it has committed,
+    # and commits are quicker than the tools, so a tool run before its start was logged
+    # (no write-ahead) went unseen. Here such a run is in the ledger, and its start is not.
+    cases.append([Kill(before_event="tool.call_started")])
     return cases
 
 

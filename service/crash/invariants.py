@@ -20,7 +20,7 @@ def check_call(scenario, records, reports, server, ledger: list[dict]) -> list[s
     problems: list[str] = []
     problems += _check_log(scenario, records, reports)
     if server is not None:
-        problems += _check_server(scenario, server)
+        problems += _check_server(scenario, server, records)
     problems += _check_ledger(scenario, ledger, records)
     return problems
 
@@ -54,6 +54,28 @@ def _check_log(scenario, records, reports) -> list[str]:
                        f"owned the call (v{rec.version})")
         if isinstance(e, ev.WorkerAttached) and e.epoch <= state.epoch:
             out.append(f"I6: worker attached with non-increasing epoch {e.epoch}")
+        # I3: an outcome comes from the run that had it. Only the worker that started a call
+        # can know its result (fencing stops it once a newer one attached); a newer worker
+        # finds the call in doubt and re-runs it (idempotent: a new start) or says "outcome
+        # unknown". A success, or a plain failure, logged by another epoch was made up.
+        # (Not checked before: a takeover telling the model an in-doubt call succeeded
+        # passed every boundary.)
+        if isinstance(e, (ev.ToolCallCompleted, ev.ToolCallFailed)) \
+                and e.call_id in state.calls:
+            call = state.calls[e.call_id]
+            made_up = (isinstance(e, ev.ToolCallCompleted) and e.reused_from is None
+                       and call.started_epoch != state.epoch) or (
+                isinstance(e, ev.ToolCallFailed) and not e.outcome_unknown
+                and call.started_epoch not in (None, state.epoch))
+            if made_up:
+                ran = f"epoch {call.started_epoch}" if call.started_epoch else "nobody"
+                out.append(f"I3: {e.call_id} ({call.name}) got an outcome from epoch "
+                           f"{state.epoch}, but {ran} ran it (v{rec.version})")
+        if isinstance(e, ev.ToolCallCompleted) and e.reused_from is not None:
+            earlier = state.calls.get(e.reused_from)
+            if earlier is None or earlier.status != "completed" or earlier.result != e.result:
+                out.append(f"I3: {e.call_id} answered from {e.reused_from}, whose recorded "
+                           f"result differs (v{rec.version})")
         fold_into(state, [rec])
     # I1: every call asked for ended delivered (result or failure) or cancelled.
     out += [f"I1: call {c.call_id} ({c.name}) is {c.status}, not delivered"
@@ -69,17 +91,28 @@ def _check_log(scenario, records, reports) -> list[str]:
     return out
 
 
-def _check_server(scenario, server) -> list[str]:
+def _check_server(scenario, server, records) -> list[str]:
     out = [f"I2: server flagged {v['kind']} on connection {v['connection']} for "
            f"{v.get('id')}: {v.get('detail')}" for v in server.violations
            if v["kind"] != "wait_timeout"]
     out += [f"server error: {e}" for e in server.errors]
+    # Every session the log says connected had its setup answered by this server; one it
+    # never saw (the worker talked to something else) was checked against nothing.
+    logged = sum(isinstance(r.event, ev.Connected) for r in records)
+    seen = sum(c.setup is not None for c in server.connections)
+    if logged > seen:
+        out.append(f"server: the log has {logged} connected sessions, the server saw {seen}")
     # I1 as the model sees it: the last session holds a result for every logical call.
     if server.connections:
         from .scenarios import known_results
         last = server.connections[-1]
         missing = [n for n in scenario.tool_names if n not in known_results(last)]
         out += [f"I1: the model's final state lacks the result of {n}" for n in missing]
+        # A call it issued and nobody answered leaves the model waiting (the bot silent),
+        # even if it holds a result of that tool: by name alone, a repeated call dropped
+        # without a trace in the log passed.
+        out += [f"I1: the model still waits for {cid} ({last.state.issued[cid]}) on the last "
+                f"connection" for cid in last.state.outstanding()]
         if scenario.new_prompt and last.system_instruction != scenario.new_prompt:
             out.append(f"prompt: the last session runs with {last.system_instruction!r}, "
                        f"not the new prompt")
@@ -102,4 +135,24 @@ def _check_ledger(scenario, ledger: list[dict], records) -> list[str]:
             out.append(f"I3: non-idempotent {name} ran {len(entries)} times")
         elif len({e["idempotency_key"] for e in entries}) != 1:
             out.append(f"I3: idempotent {name} re-ran with different keys")
+    # Write-ahead: a run starts only once its start is in the log, so no call ran more often
+    # than the log started it. (A run the log does not know of is run again after a crash;
+    # for an idempotent tool the key check above cannot see it.)
+    starts: dict[str, int] = defaultdict(int)
+    for rec in records:
+        if isinstance(rec.event, ev.ToolCallStarted):
+            starts[rec.event.call_id] += 1
+    ran: dict[str, int] = defaultdict(int)
+    for entry in ledger:
+        ran[entry["call_id"]] += 1
+    out += [f"I3: {call_id} ran {n} times but its start was logged {starts[call_id]} times "
+            f"(a run ahead of its start's commit)"
+            for call_id, n in ran.items() if n > starts[call_id]]
+    # And the other way: a result not reused from the record came from a run (_check_log
+    # checks that its own worker logged it), which wrote its ledger line first. A ledger
+    # missing runs (not written, or not where it is read) passed every I3 check above.
+    out += [f"I3: {rec.event.call_id} has a result, but the ledger has no run of it "
+            f"(v{rec.version})" for rec in records
+            if isinstance(rec.event, ev.ToolCallCompleted) and rec.event.reused_from is None
+            and not ran[rec.event.call_id]]
     return out

@@ -27,6 +27,8 @@ from session_store import Policy, open_store
 
 # How long the call must stay complete, as the log says, before the worker ends it.
 COMPLETE_FOR_S = 0.25
+# How long a worker dying in a commit (`kill_before_event`) lets the rest of it run first.
+BEFORE_COMMIT_S = 0.3
 
 
 @dataclass
@@ -41,6 +43,12 @@ class WorkerConfig:
     kill_at_version: int | None = None  # SIGKILL right after the log reaches this version
     kill_in_tool: str | None = None  # SIGKILL after this tool's side effect, before its outcome
     kill_after_event: str | None = None  # SIGKILL right after appending an event of this type
+    # SIGKILL while the first append holding an event of this type commits, before it does:
+    # anything done ahead of its commit (a tool run before its start is logged) shows then.
+    kill_before_event: str | None = None
+    # Where the worker writes, right before a planned SIGKILL, where it died: the harness
+    # checks that the kill it planned really fired (and where).
+    kill_record: str | None = None
     timeout_s: float = 60.0
     # Live mode: the key is read from GOOGLE_API_KEY in the worker (never put in a config,
     # a file or the log), the model decides which tools to call, and the call is complete
@@ -52,22 +60,31 @@ class WorkerConfig:
     snapshot_every: int = 6
 
 
-def _die() -> None:
+def _die(cfg: WorkerConfig, where: str) -> None:
+    if cfg.kill_record:
+        with open(cfg.kill_record, "w", encoding="utf-8") as f:
+            f.write(where)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def run_worker(cfg: WorkerConfig) -> None:
     scenario = SCENARIOS[cfg.scenario]
     store = await open_store(cfg.db_url, **({"schema": cfg.schema} if cfg.schema else {}))
-    if cfg.kill_at_version is not None or cfg.kill_after_event is not None:
+    if cfg.kill_at_version is not None or cfg.kill_after_event is not None \
+            or cfg.kill_before_event is not None:
         append = store.append
 
         async def append_then_maybe_die(stream_id, events, expected_version, **kw):
+            types = ", ".join(e.TYPE for e in events)
+            if any(e.TYPE == cfg.kill_before_event for e in events):
+                # A commit takes a few ms (the worker may die in it): give what wrongly ran
+                # ahead of it the time to leave its trace (a ledger line, a send).
+                await asyncio.sleep(BEFORE_COMMIT_S)
+                _die(cfg, f"died at v{expected_version}, committing {types}")
             version = await append(stream_id, events, expected_version, **kw)
-            if cfg.kill_at_version is not None and version >= cfg.kill_at_version:
-                _die()
-            if any(e.TYPE == cfg.kill_after_event for e in events):
-                _die()
+            if (cfg.kill_at_version is not None and version >= cfg.kill_at_version) \
+                    or any(e.TYPE == cfg.kill_after_event for e in events):
+                _die(cfg, f"died at v{version}, after {types}")
             return version
 
         store.append = append_then_maybe_die
@@ -91,7 +108,7 @@ async def run_worker(cfg: WorkerConfig) -> None:
                           "idempotency_key": llm.idempotency_key(params.tool_call_id),
                           "pid": os.getpid(), "at": time.time()})
             if cfg.kill_in_tool == name:
-                _die()
+                _die(cfg, f"died in {name} ({params.tool_call_id}), after its side effect")
             await asyncio.sleep(scenario.tool_delay_s)
             await params.result_callback({"ok": True, "tool": name, "args": params.arguments,
                                           **scenario.tool_results.get(name, {})})
