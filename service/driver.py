@@ -22,7 +22,7 @@ import uuid
 from session_store import Policy, SessionState, choose_resumption, decide, due, load_state
 from session_store import events as ev
 from session_store.decide import Effect, Observation
-from session_store.errors import ConcurrencyConflict, Fenced, StreamDamaged
+from session_store.errors import CallClosed, ConcurrencyConflict, Fenced, StreamDamaged
 from session_store.events import canonical_json
 from session_store.loading import snapshot_of
 from session_store.projection import HistoryNeeded, fold_into
@@ -109,6 +109,10 @@ class CallDriver:
                 # dead worker's last state — "connected, all delivered" — as this worker's
                 # (seen: a takeover ended the call before it ever reconnected).
                 state = await load_state(self.store, self.call_id, **self._compaction)
+                if state.closed:
+                    # Nobody is on an ended call: taking it over would append after its end
+                    # and open a Gemini session for no one.
+                    raise CallClosed(self.call_id, state.version)
                 if conflict is not None and conflict.actual is not None \
                         and state.version < conflict.actual:
                     # Read after the append that told us the head is at `actual`: fewer

@@ -37,6 +37,15 @@ class Fenced(ConcurrencyConflict):
         return (self.__class__, (self.stream_id, self.epoch, self.current_epoch))
 
 
+class CallClosed(SessionStoreError):
+    """The call's log says it ended: a worker does not take it over (nor open a session)."""
+
+    def __init__(self, stream_id: str, version: int):
+        self.stream_id, self.version = stream_id, version
+        super().__init__(f"call {stream_id!r} ended (session.closed, at or before version "
+                         f"{version}): nothing to take over; give a new call a new id")
+
+
 class EventDecodeError(SessionStoreError):
     """A stored event cannot be turned back into a typed event. Never skipped silently."""
 

@@ -370,7 +370,9 @@ async def _main() -> int:
     parser.add_argument("--mode", choices=["boundary", "soak"], default="boundary")
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--scenario", action="append", choices=sorted(SCRIPTED))
-    parser.add_argument("--kills", type=int, default=20, help="soak: total kills")
+    parser.add_argument("--kills", type=int, default=20,
+                        help="soak: run cases until at least this many kills (the cases "
+                             "under way then may add a few)")
     parser.add_argument("--parallel", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir", help="keep databases, ledgers and worker logs here")

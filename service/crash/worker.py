@@ -23,7 +23,7 @@ from service.crash.scenarios import PROMPT, SCENARIOS, live_complete, scenario_c
 from service.gemini_live import DurableGeminiLiveLLMService
 from service.local_live.server import http_options
 from service.testing.pipeline import MODEL, ToolLedger, run_pipeline, tools_schema
-from session_store import Policy, open_store
+from session_store import Policy, load_state, open_store
 
 # How long the call must stay complete, as the log says, before the worker ends it.
 COMPLETE_FOR_S = 0.25
@@ -70,6 +70,11 @@ def _die(cfg: WorkerConfig, where: str) -> None:
 async def run_worker(cfg: WorkerConfig) -> None:
     scenario = SCENARIOS[cfg.scenario]
     store = await open_store(cfg.db_url, **({"schema": cfg.schema} if cfg.schema else {}))
+    if (await load_state(store, cfg.call_id)).closed:
+        # The worker before died after the call ended: nothing left to do (the service would
+        # refuse the call at setup with CallClosed, and open no session).
+        await store.close()
+        return
     if cfg.kill_at_version is not None or cfg.kill_after_event is not None \
             or cfg.kill_before_event is not None:
         append = store.append

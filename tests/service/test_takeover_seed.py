@@ -21,6 +21,7 @@ from service.local_live import Audio, Script, TurnComplete
 from session_store import Policy
 from session_store import events as ev
 from session_store.decide import FunctionCall, StartCall, ToolCallsArrived, due
+from session_store.errors import CallClosed
 
 from .helpers import (Ctl, assert_answered_once, assert_log_settled, assert_server_clean,
                       run_call)
@@ -77,3 +78,30 @@ async def test_a_takeover_sends_an_undelivered_result_once_in_its_seed(flavour):
     assert_server_clean(run)
     assert [e.data["via"] for e in run.find("tool.result_sent", call_id="c1")] == ["seed"]
     assert_log_settled(run)
+
+
+async def test_a_worker_given_an_ended_call_opens_no_session_and_says_so(flavour):
+    """A worker started for a call whose log says it ended (its worker died after
+    `session.closed`, and the app started another) attached, appended after the end, and
+    opened a Gemini session for a call nobody was on, whose end it then never logged. It
+    now refuses at setup, before writing anything: CallClosed, which pipecat reports as the
+    service's setup error (the service can no longer do its job), and no connection."""
+    if not flavour.durable:
+        pytest.skip("an ended call is the log's")
+    call_id = f"call-{uuid.uuid4().hex[:10]}"
+    await dead_workers_log(flavour.store, call_id)
+    ended = CallDriver(flavour.store, call_id, Policy(), worker_id="ending-worker")
+    await ended.attach(model="m", tools=[ORDER], settings={})
+    await ended.record(ev.SessionClosed("ended"))
+    before = await flavour.store.read(call_id)
+
+    async def drive(ctl: Ctl):
+        await ctl.settle(1.0)
+
+    run = await run_call(flavour, Script([]), drive, call_id=call_id, run_first=False)
+    assert run.events == before, (
+        f"a worker wrote after the end: {[e.type for e in run.events[len(before):]]}")
+    assert len(run.connections) == 0, "a Gemini session was opened for an ended call"
+    with pytest.raises(CallClosed, match=f"call '{call_id}' ended"):
+        await CallDriver(flavour.store, call_id, Policy(), worker_id="w3").attach(
+            model="m", tools=[ORDER], settings={})
