@@ -6,9 +6,9 @@ Pure core (events, projection, decide) plus storage; it never imports pipecat.
 import importlib
 
 from .decide import Policy, choose_resumption, decide, due, seed_history
-from .errors import (CannotOpen, ConcurrencyConflict, CorruptEvent, EventDecodeError, Fenced,
-                     SchemaMismatch, SchemaVersionTooNew, SessionStoreError, StoreClosed,
-                     StoreUnavailable, StreamDamaged, UnknownEventType)
+from .errors import (CallClosed, CannotOpen, ConcurrencyConflict, CorruptEvent, EventDecodeError,
+                     Fenced, SchemaMismatch, SchemaVersionTooNew, SessionStoreError,
+                     StoreClosed, StoreUnavailable, StreamDamaged, UnknownEventType)
 from .events import Event
 from .projection import CallState, SessionState, evolve, fold
 from .records import RecordedEvent
@@ -35,5 +35,5 @@ __all__ = [
     "Policy", "decide", "due", "choose_resumption", "seed_history",
     "SessionStoreError", "ConcurrencyConflict", "Fenced", "EventDecodeError", "UnknownEventType",
     "SchemaVersionTooNew", "CorruptEvent", "SchemaMismatch", "StoreClosed", "StoreUnavailable",
-    "StreamDamaged", "CannotOpen",
+    "StreamDamaged", "CannotOpen", "CallClosed",
 ]
