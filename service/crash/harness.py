@@ -267,6 +267,10 @@ def boundary_kills(scenario: str, events: int) -> list[list[Kill]]:
     # and commits are quicker than the tools, so a tool run before its start was logged
     # (no write-ahead) went unseen. Here such a run is in the ledger, and its start is not.
     cases.append([Kill(before_event="tool.call_started")])
+    # Dying after a result went out and before the log took its confirmation (noted, and
+    # committed with the next append): the send is in doubt, the model may hold the result,
+    # and the next worker must deliver it exactly once. No kill after an append lands there.
+    cases.append([Kill(before_event="tool.result_sent")])
     return cases
 
 
