@@ -72,6 +72,11 @@ class RecordedEvent:
         except (ValueError, TypeError) as exc:
             raise CorruptEvent(f"payload is not valid JSON ({exc})", event_type=self.type,
                                **self.where) from None
+        except RecursionError:
+            # Valid JSON nested deeper than Python decodes (canonical_json could not have
+            # encoded it either): a row named as corrupt, not a traceback from every reader.
+            raise CorruptEvent("payload is nested too deeply to decode", event_type=self.type,
+                               **self.where) from None
         if _SURROGATE_ESCAPE.search(self.data_json) and not _valid_unicode(data):
             # An escaped lone surrogate decodes to a str no output can encode (UTF-8
             # refuses it): canonical_json never writes one, the store refuses such text.

@@ -184,6 +184,19 @@ def test_corrupt_payload(payload, why):
         rec.event
 
 
+def test_a_payload_nested_deeper_than_python_decodes_is_corrupt():
+    """Valid JSON nested 100,000 deep (no writer of ours makes it: the encoder has the same
+    limit) raised RecursionError from every reader, a traceback instead of a row named as
+    corrupt."""
+    deep = "[" * 100_000 + "]" * 100_000
+    rec = raw_record("call-7", 5, "conversation.message", 1,
+                     '{"role":"user","text":' + deep + "}", position=9)
+    with pytest.raises(CorruptEvent) as err:
+        rec.event
+    _names_the_event(err.value, rec, "conversation.message")
+    assert "nested too deeply" in str(err.value)
+
+
 def test_a_field_of_the_wrong_type_is_named_without_quoting_its_text():
     """The error says which field and what it holds, but never quotes text from it: it is
     printed by every reader (the CLI's error line, verify, the viewer), also under --redact,
