@@ -254,7 +254,7 @@ def verify(call: Optional[str] = typer.Argument(None, help="Call id (all calls i
            db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
            as_json: bool = JsonOption) -> None:
     """Recompute hash chains; exit 1 and name the first bad event if anything was altered."""
-    from .audit.queries import valid_id
+    from .schema import valid_id
 
     async def go(store):
         if call is not None and not valid_id(call):

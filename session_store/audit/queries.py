@@ -19,7 +19,7 @@ from ..errors import StreamDamaged
 from ..loading import snapshot_state
 from ..projection import SessionState, fold
 from ..records import RecordedEvent
-from ..schema import events, streams, valid_id  # noqa: F401 (used here and by cli, web)
+from ..schema import events, streams, valid_id
 from .summaries import (COUNTED_TYPES, STALE_AFTER_US, CallFilter, CallSummary, like_pattern,
                         summarise)
 from .timeline import LANES, lane_of

@@ -33,10 +33,11 @@ from starlette.routing import Route
 from ..audit import (CallFilter, RedactionConfig, Redactor, build_timeline, export_line,
                      parse_policy, parse_time, replay, state_view)
 from ..audit.queries import (StateCache, call_summary, complete_head, count_calls,
-                             iter_records, list_calls, overview, state_at, valid_id)
+                             iter_records, list_calls, overview, state_at)
 from ..audit.summaries import STATUSES
 from ..errors import SessionStoreError
 from ..projection import fold
+from ..schema import valid_id
 from .svg import lanes_svg, overview_svg
 
 HERE = Path(__file__).resolve().parent

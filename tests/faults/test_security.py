@@ -27,7 +27,7 @@ from service.local_live import (Audio, Call, LocalLiveServer, Script, ToolCall, 
 from service.testing.pipeline import MODEL, tools_schema
 from session_store import events as ev
 from session_store.audit.fmt import iso
-from session_store.audit.queries import valid_id
+from session_store.schema import valid_id
 from tests.service.helpers import Ctl, Flavour, run_call
 from tests.store.helpers import sql
 from tests.tools.helpers import HOUR_US, T0, cli, support_call, write_call
