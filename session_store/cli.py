@@ -151,7 +151,10 @@ def calls(since: Optional[str] = typer.Option(None, "--since", help="Started at 
         flt = CallFilter(parse_time(since), parse_time(until), status, search, after, limit)
     except ValueError as exc:
         _fail(str(exc))
-    page = _with_store(db, schema, lambda store: list_calls(store, flt, _now_us()))
+    try:
+        page = _with_store(db, schema, lambda store: list_calls(store, flt, _now_us()))
+    except ValueError as exc:  # --after names no call
+        _fail(str(exc))
     if as_json:
         _print_json(page.to_json())
     else:

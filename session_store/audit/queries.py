@@ -84,20 +84,25 @@ async def _counts(conn, ids: list[str]) -> dict[str, dict[str, int]]:
 
 async def list_calls(store, flt: CallFilter, now_us: int, *,
                      stale_after_us: int = STALE_AFTER_US) -> CallPage:
-    """One page of calls, newest first (ties by call id), with their counts."""
-    if ((flt.search is not None and not valid_id(flt.search, 10_000))
-            or (flt.after is not None and not valid_id(flt.after))):
-        return CallPage([], None)
+    """One page of calls, newest first (ties by call id), with their counts. ValueError when
+    `after` names no call: its page would be empty, read as the end of the list."""
     stmt = (select(*_HEAD).where(*_where(flt, now_us, stale_after_us))
             .order_by(streams.c.created_at_us.desc(), streams.c.stream_id.desc())
             .limit(flt.limit + 1))
-    if flt.after is not None:
-        after_start = (select(streams.c.created_at_us)
-                       .where(streams.c.stream_id == flt.after).scalar_subquery())
-        stmt = stmt.where(or_(
-            streams.c.created_at_us < after_start,
-            and_(streams.c.created_at_us == after_start, streams.c.stream_id < flt.after)))
     async with engine_of(store).connect() as conn:
+        if flt.after is not None:
+            after_start = None
+            if valid_id(flt.after):
+                after_start = (await conn.execute(select(streams.c.created_at_us).where(
+                    streams.c.stream_id == flt.after))).scalar()
+            if after_start is None:
+                raise ValueError(f"after: there is no call {flt.after!r} (give the last call "
+                                 "id of the previous page)")
+            stmt = stmt.where(or_(
+                streams.c.created_at_us < after_start,
+                and_(streams.c.created_at_us == after_start, streams.c.stream_id < flt.after)))
+        if flt.search is not None and not valid_id(flt.search, 10_000):
+            return CallPage([], None)  # no call id holds it
         rows = [tuple(r) for r in await conn.execute(stmt)]
         more = len(rows) > flt.limit
         rows = rows[:flt.limit]

@@ -200,10 +200,16 @@ class Viewer:
         except ValueError as exc:
             raise _BadRequest(str(exc)) from None
 
+    async def _list_calls(self, flt: CallFilter, now_us: int):
+        try:
+            return await list_calls(self.store, flt, now_us)
+        except ValueError as exc:  # `after` names no call
+            raise _BadRequest(str(exc)) from None
+
     async def calls_page(self, request: Request) -> Response:
         flt = self._filter(request)
         now = time.time_ns() // 1000
-        page = await list_calls(self.store, flt, now)
+        page = await self._list_calls(flt, now)
         total = await count_calls(self.store, CallFilter(flt.since_us, flt.until_us, flt.status,
                                                          flt.search), now)
         params = {k: v for k, v in request.query_params.items() if k not in ("after", "token")}
@@ -213,7 +219,7 @@ class Viewer:
                                     if page.next_after else None))
 
     async def calls_api(self, request: Request) -> Response:
-        page = await list_calls(self.store, self._filter(request), time.time_ns() // 1000)
+        page = await self._list_calls(self._filter(request), time.time_ns() // 1000)
         return JSONResponse(page.to_json(), headers=SECURITY_HEADERS)
 
     # -------------------------------------------------------------- one call

@@ -60,6 +60,9 @@ async def test_calls_filters_and_paging(loaded):
     assert await ids("--search", "ail") == (["failing-1"], None)
     assert await ids("--limit", "2") == (["live-1", "failing-1"], "failing-1")
     assert await ids("--limit", "2", "--after", "failing-1") == (["support-1"], None)
+    # A page after a call that is not there is an error, not an empty page (read as the end).
+    gone = await acli("calls", "--after", "failing-2", backend=loaded)
+    assert gone.exit_code == 2 and "there is no call 'failing-2'" in gone.stderr, gone.output
     table = await acli("calls", backend=loaded)
     assert table.exit_code == 0 and "support-1" in table.stdout and "stale" in table.stdout
     bad = await acli("calls", "--status", "crashed", backend=loaded)

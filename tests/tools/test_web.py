@@ -81,8 +81,11 @@ async def test_not_found_and_hostile_ids_over_http(loaded):
                     r = await http.get(f"/api/calls/{q}/{api}")
                     assert r.status_code == 404 and r.json()["error"] == "not found", (s, api)
                 assert (await http.get(f"/calls/{q}/export.jsonl")).status_code == 404
-                listing = await http.get(f"/?q={q}&after={q}")
+                listing = await http.get(f"/?q={q}")
                 assert listing.status_code == 200 and "<script>alert" not in listing.text
+                paged = await http.get(f"/?q={q}&after={q}")  # no such call: not an empty page
+                assert paged.status_code == 400 and "<script>alert" not in paged.text, repr(s)
+                assert (await http.get(f"/api/calls?after={q}")).status_code == 400
                 assert (await http.get(f"/api/calls?since={q}")).status_code == 400
                 assert (await http.get(f"/?status={q}")).status_code == 400
             bad = await http.get("/api/calls/support-1/state", params={"at": "1; DROP"})
