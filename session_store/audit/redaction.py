@@ -38,6 +38,9 @@ from ..events import canonical_json, catalogue
 from ..records import RecordedEvent
 
 MASK = "[REDACTED]"
+# pydantic's quote of a refused value in a validation error: up to its `input_type`, or to
+# the end of the line when the error was cut short before it.
+_QUOTED_INPUT = re.compile(r"input_value=.*?(?=, input_type=|$)", re.MULTILINE)
 
 #: Key names containing any of these (normalised: lower case, no `_ - . space`) are always masked.
 ALWAYS_SECRET_KEY_PARTS: tuple[str, ...] = (
@@ -395,6 +398,15 @@ class Redactor:
             if isinstance(detail.get(key), str) and (key != "error" or cfg.transcripts
                                                      or cfg.tool_args == "all"):
                 detail[key] = self._mask(detail[key], f"{path}.{key}", masked)
+        error = detail.get("error")
+        if isinstance(error, str) and error != MASK:
+            # Kept as the diagnostic, but the SDK's validation errors quote the value they
+            # refused (`input_value='bob@example.com order 42'`: a malformed toolCall's
+            # arguments, a transcript): the value goes, where and why it failed stays.
+            scrubbed = _QUOTED_INPUT.sub(f"input_value={MASK}", error)
+            if scrubbed != error:
+                detail["error"] = scrubbed
+                masked.append(f"{path}.error")
         handle = detail.get("handle")
         if cfg.handles and isinstance(handle, str) and handle:
             # A refused resumption (handshake_failed): fingerprinted as connection events

@@ -363,3 +363,29 @@ async def test_a_secret_inside_a_settings_object_never_reaches_the_log(store):
     changed, = [r for r in await store.read("settings-1") if r.type == "settings.changed"]
     assert changed.data["values"]["vendor"] == {"api_key": "***"}
     assert secret not in changed.data_json, changed.data_json
+
+
+def test_a_refused_value_quoted_in_an_sdk_error_is_masked_with_transcripts_shown():
+    """A malformed toolCall's anomaly keeps the SDK's error as the diagnostic when the
+    config shows transcripts, but pydantic quotes the refused value in it (the call's
+    arguments here; a transcript elsewhere): that value is masked, the rest stays."""
+    from google.genai import types
+
+    frame = {"toolCall": {"functionCalls": [{"id": "c1", "name": "lookup",
+                                              "args": f"order 42 for {EMAIL}"}]}}
+    try:
+        types.LiveServerMessage.model_validate(frame)
+    except Exception as exc:  # noqa: BLE001 - the SDK's own error, as the service logs it
+        error = f"{type(exc).__name__}: {str(exc)[:200]}"
+    assert EMAIL in error  # the SDK really quotes it
+    for cut in (error, error[:error.index(EMAIL) + 5]):  # whole, and cut inside the value
+        rec = chain("bad-frame", [(0, ev.AnomalyRecorded("malformed_message", {
+            "bytes": 120, "frame": "{...}", "error": cut, "fields": ["toolCall"]}, 1))])[0]
+        r = Redactor(dataclasses.replace(load_config(redact=True, env={}), transcripts=False))
+        line = export_line(rec, r)
+        detail = line["data"]["detail"]
+        assert EMAIL not in json.dumps(line) and EMAIL[:5] not in detail["error"], detail
+        assert "toolCall.functionCalls.0.args" in detail["error"]  # the diagnostic stays
+        assert f"input_value={MASK}" in detail["error"]
+        assert "data.detail.error" in line["redacted"]
+        assert export_line(rec, Redactor())["data"]["detail"]["error"] == cut  # not redacting
