@@ -13,7 +13,9 @@ import json
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 import os
+import reprlib
 import random
 import socket
 import time
@@ -56,15 +58,33 @@ def storable(events: list[ev.Event], generation: int) -> list[ev.Event]:
     canonical JSON refuses them). Without this, such a fact would fail its append, be noted
     again, and fail every append after it: one hostile frame would stop the call's log."""
     for e in events:
-        try:
-            canonical_json(e.to_data()).encode()
-        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
-            preview = json.dumps(e.to_data(), ensure_ascii=True, default=repr)
-            return [ev.AnomalyRecorded("unstorable_event", {
-                "type": e.TYPE, "error": str(exc)[:200],
-                "preview": preview[:200] + (f"… ({len(preview)} chars)"
-                                            if len(preview) > 200 else "")}, generation)]
+        problem = why_unstorable(e)
+        if problem is not None:
+            return [unstorable_anomaly(e.TYPE, e.to_data(), problem, generation)]
     return events
+
+
+def why_unstorable(e: ev.Event) -> str | None:
+    """Why the log cannot store this event (NaN, a lone surrogate, nesting too deep), or None."""
+    try:
+        canonical_json(e.to_data()).encode()
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        return str(exc)[:200]
+    return None
+
+
+def unstorable_anomaly(event_type: str, data: Any, problem: str,
+                       generation: int) -> ev.AnomalyRecorded:
+    """The anomaly logged in place of what the log cannot store: its type, the problem and
+    the start of the value (masked whole by --redact: it may hold anything)."""
+    try:
+        preview = json.dumps(data, ensure_ascii=True, default=repr)
+    except (ValueError, RecursionError):  # a cycle, or nested past Python's own limit
+        preview = reprlib.repr(data)
+    return ev.AnomalyRecorded("unstorable_event", {
+        "type": event_type, "error": problem,
+        "preview": preview[:200] + (f"… ({len(preview)} chars)" if len(preview) > 200 else "")},
+        generation)
 
 
 class CallDriver:

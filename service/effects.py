@@ -26,7 +26,7 @@ from session_store.decide import (OUTCOME_UNKNOWN, Reconnect, ResolveInDoubt, Se
                                   waits_for_silence)
 from session_store.errors import Fenced, StoreUnavailable
 
-from .driver import now_us
+from .driver import now_us, unstorable_anomaly, why_unstorable
 
 
 def jsonable(value: Any) -> Any:
@@ -413,21 +413,20 @@ class DueEffects:
                     "second_result", {"call_id": call.call_id, "name": call.name}))
             else:
                 # The result and the intent to send it (if it can go now): one commit.
-                value = jsonable(frame.result)
+                outcome = self._outcome_of(call.call_id, frame.result)
                 async with self._due_lock:
                     try:
-                        sending = await self._driver.record(
-                            ev.ToolCallCompleted(call.call_id, value), then=self._sends_now)
+                        sending = await self._driver.record(*outcome, then=self._sends_now)
                     except Fenced:
                         raise
                     except asyncio.CancelledError as exc:
                         # This runs in the call's own task, which the app may cancel
                         # (cancel_function_calls) while the result commits: the tool ran,
                         # and its result must not go down with the task.
-                        self._keep_result(call.call_id, value, exc)
+                        self._keep_result(call.call_id, outcome, exc)
                         raise
                     except Exception as exc:  # noqa: BLE001 - the log is down: keep the result
-                        self._keep_result(call.call_id, value, exc)
+                        self._keep_result(call.call_id, outcome, exc)
                         return
                     await self._deliver([e for e in sending
                                          if isinstance(e, ev.ToolResultSending)])
@@ -482,7 +481,29 @@ class DueEffects:
             return
         await self._perform_due()
 
-    def _keep_result(self, call_id: str, value: Any, exc: BaseException) -> None:
+    def _outcome_of(self, call_id: str, result: Any) -> list[ev.Event]:
+        """The events that log a tool's result. A result the
+        log cannot store (NaN, a lone surrogate, a cycle, nesting too deep) is answered as
+        the call's failure, with an anomaly holding its start: logged as it was, it failed
+        its append and every retry of it, and the model never got an answer (seen)."""
+        try:
+            value = jsonable(result)
+        except (TypeError, ValueError, RecursionError) as exc:  # a cycle, too deep to encode
+            problem = f"{type(exc).__name__}: {exc}"[:200]
+        else:
+            completed = ev.ToolCallCompleted(call_id, value)
+            problem = why_unstorable(completed)
+            if problem is None:
+                return [completed]
+        logger.error(f"{self}: call {self.call_id}: the result of {call_id} cannot be stored "
+                     f"in the log ({problem}); the call is answered as failed")
+        failed = ev.ToolCallFailed(call_id, f"the tool's result cannot be stored in the "
+                                            f"call's log ({problem}), so it was not sent")
+        return [unstorable_anomaly(ev.ToolCallCompleted.TYPE,
+                                   {"call_id": call_id, "result": result}, problem,
+                                   self._driver.state.generation), failed]
+
+    def _keep_result(self, call_id: str, outcome: list[ev.Event], exc: BaseException) -> None:
         """The log did not take a tool's result (StoreUnavailable: the database is down; or
         the call's task was cancelled mid-commit). The tool ran and the model waits for its
         answer, so the result must not go down with the exception (seen: it did, and the
@@ -495,7 +516,7 @@ class DueEffects:
         def completion(state) -> list[ev.Event]:
             call = state.calls.get(call_id)
             done = call is None or call.has_outcome
-            return [] if done else [ev.ToolCallCompleted(call_id, value)]
+            return [] if done else outcome
 
         self._note(completion)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -271,7 +272,10 @@ def _preview(value: Any) -> str:
     try:
         text = ev.canonical_json(value)
     except (TypeError, ValueError):
-        text = repr(value)
+        try:
+            text = repr(value)
+        except RecursionError:  # nested past Python's limit: the start of it will do
+            text = reprlib.repr(value)
     text = _clean(text)
     return text if len(text) <= PREVIEW_CHARS else f"{text[:PREVIEW_CHARS]}… ({len(text)} chars)"
 

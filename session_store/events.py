@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -111,9 +112,44 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
                               allow_nan=False)
 
 
+#: The deepest nesting of arrays and objects an event may hold. Every reader walks payloads
+#: recursively (redaction, the viewer's templates, rich): one a few hundred levels deep
+#: stored fine and then broke every reader with a RecursionError. No tool result or message
+#: of a call comes near it.
+MAX_NESTING = 100
+
+# A JSON string (skipped: brackets inside it do not nest) or one bracket.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def nested_too_deeply(text: str) -> bool:
+    """Do arrays and objects nest more than MAX_NESTING levels deep in this JSON text?"""
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return False  # (every payload but a big one: two counts, no scan)
+    depth = 0
+    for token in _JSON_TOKEN.finditer(text):
+        bracket = token.group()
+        if bracket in ("[", "{"):
+            depth += 1
+            if depth > MAX_NESTING:
+                return True
+        elif bracket in ("]", "}"):
+            depth -= 1
+    return False
+
+
 def canonical_json(data: Any) -> str:
-    """The one JSON spelling of a value: hashed, stored and compared byte for byte."""
-    return _CANONICAL.encode(data)
+    """The one JSON spelling of a value: hashed, stored and compared byte for byte.
+    ValueError for what the log cannot store: NaN or infinities, a value nested deeper than
+    MAX_NESTING levels (TypeError: not JSON at all)."""
+    try:
+        text = _CANONICAL.encode(data)
+    except RecursionError:
+        raise ValueError(f"nested deeper than the {MAX_NESTING} levels the log takes") \
+            from None
+    if nested_too_deeply(text):
+        raise ValueError(f"nested deeper than the {MAX_NESTING} levels the log takes")
+    return text
 
 
 def decode(event_type_name: str, schema_version: int, data: dict[str, Any], *,

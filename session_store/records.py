@@ -11,7 +11,7 @@ from functools import cached_property
 from typing import Any
 
 from .errors import CorruptEvent
-from .events import Event, canonical_json, decode
+from .events import MAX_NESTING, Event, canonical_json, decode, nested_too_deeply
 
 GENESIS_HASH = ""
 
@@ -77,6 +77,11 @@ class RecordedEvent:
             # encoded it either): a row named as corrupt, not a traceback from every reader.
             raise CorruptEvent("payload is nested too deeply to decode", event_type=self.type,
                                **self.where) from None
+        if nested_too_deeply(self.data_json):
+            # Decoded, but deeper than the store takes (canonical_json refuses it): every
+            # reader after this would walk it recursively and fail with a traceback.
+            raise CorruptEvent(f"payload is nested deeper than the {MAX_NESTING} levels the "
+                               "log takes", event_type=self.type, **self.where)
         if _SURROGATE_ESCAPE.search(self.data_json) and not _valid_unicode(data):
             # An escaped lone surrogate decodes to a str no output can encode (UTF-8
             # refuses it): canonical_json never writes one, the store refuses such text.

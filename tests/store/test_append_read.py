@@ -14,6 +14,7 @@ import pytest
 
 from session_store import events as ev
 from session_store.errors import ConcurrencyConflict, Fenced, StoreClosed
+from session_store.events import MAX_NESTING
 
 from .helpers import msg, opened
 
@@ -265,6 +266,28 @@ async def test_an_unstorable_append_fails_alone_not_the_batch_it_shares(store, b
     assert [r.event.text for r in await store.read("good")] == ["turn 0", "turn 1"]
     assert [r.event.text for r in await store.read("other")] == ["turn 2", "turn 3"]
     assert {h.stream_id for h in await store.list_streams()} == {"good", "other"}
+    assert all(rep.ok for rep in await store.verify())
+
+
+def _nested(depth: int):
+    value: object = "leaf"
+    for i in range(depth):
+        value = {"k": value} if i % 2 else [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [MAX_NESTING - 1, 900, 5000])
+async def test_a_payload_nested_deeper_than_the_log_takes_is_refused(store, depth):
+    """Nested a few hundred levels deep, a tool result was stored and then broke every reader
+    (RecursionError); past Python's own limit the append raised RecursionError. Now both are
+    a ValueError saying why, nothing written. MAX_NESTING levels are taken, the event's own
+    objects counted (here two: the event's and its detail's)."""
+    with pytest.raises(ValueError, match=f"nested deeper than the {MAX_NESTING} levels"):
+        await store.append("s", [ev.AnomalyRecorded("x", {"v": _nested(depth)}, 1)], 0)
+    assert await store.read("s") == [] and await store.list_streams() == []
+    deepest = _nested(MAX_NESTING - 2)
+    assert await store.append("s", [ev.AnomalyRecorded("x", {"v": deepest}, 1)], 0) == 1
+    assert (await store.read("s"))[0].event.detail == {"v": deepest}
     assert all(rep.ok for rep in await store.verify())
 
 

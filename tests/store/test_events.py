@@ -250,3 +250,17 @@ async def test_unreadable_row_in_the_log_is_never_skipped(store, migrated, etype
     assert before.version == 2 and before.conversation == [("user", "turn 1")]
     everything = await store.read_all()
     assert any(r.version == 3 and r.stream_id == "call" for r in everything)
+
+
+def test_nesting_is_counted_on_brackets_outside_strings():
+    from session_store.events import MAX_NESTING, nested_too_deeply
+
+    n = MAX_NESTING
+    assert not nested_too_deeply("[" * n + "]" * n)
+    assert nested_too_deeply("[" * (n + 1) + "]" * (n + 1))
+    assert nested_too_deeply('{"a":' * (n + 1) + "1" + "}" * (n + 1))
+    # Brackets in strings, escaped quotes included, do not nest; many siblings do not either.
+    assert not nested_too_deeply(json.dumps(["[" * 500, '\\"[[[' * 100, "{" * 300]))
+    assert not nested_too_deeply(json.dumps([[[i]] for i in range(1000)]))
+    assert nested_too_deeply(json.dumps({"s": "]" * 200, "v": json.loads("[" * (n + 1) +
+                                                                         "]" * (n + 1))}))

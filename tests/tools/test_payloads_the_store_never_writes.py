@@ -1,5 +1,5 @@
-"""Stored payloads the store never writes (NaN or Infinity; a lone surrogate), through every
-tool: corrupt rows.
+"""Stored payloads the store never writes (NaN or Infinity; a lone surrogate; nesting deeper
+than MAX_NESTING), through every tool: corrupt rows.
 
 The store's canonical JSON refuses non-finite numbers and text that is not valid Unicode,
 but Python's JSON reader takes `NaN`, `Infinity` and an escaped lone surrogate (`\\ud800`),
@@ -30,6 +30,10 @@ PAYLOADS = {
                    '"call_id":"c9","generation":3,"name":"lookup_order"}'),
     "lone_surrogate": ("conversation.message",
                        '{"generation":3,"role":"user","text":"caf\\u00e9 \\ud800 ok"}'),
+    # Python decodes it, and every reader then walked it recursively (timeline, state,
+    # export, --redact: RecursionError tracebacks); the store refuses it (MAX_NESTING).
+    "too_deep": ("tool.call_completed",
+                 '{"call_id":"c1","result":' + "[" * 900 + "]" * 900 + "}"),
 }
 
 
