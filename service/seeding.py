@@ -15,6 +15,8 @@ from loguru import logger
 from session_store import events as ev
 from session_store.decide import seed_history
 
+from .driver import storable
+
 
 class SessionSeeding:
     """Seeds fresh sessions from the log, once each (uses the service's driver and session)."""
@@ -106,8 +108,12 @@ class SessionSeeding:
             role = message.get("role") if isinstance(message, dict) else None
             text = _message_text(message) if role in ("user", "developer", "assistant") else None
             if text:
-                events.append(ev.ConversationMessage("assistant" if role == "assistant" else "user",
-                                                     text, self._driver.state.generation))
+                # One by one: a message the log cannot store (a lone surrogate from text
+                # decoded with surrogateescape) becomes an anomaly and the rest are kept;
+                # recorded as it was, it failed every connection attempt of the call.
+                events += storable([ev.ConversationMessage(
+                    "assistant" if role == "assistant" else "user", text,
+                    self._driver.state.generation)], self._driver.state.generation)
         if events:
             await self._driver.record(*events)
 

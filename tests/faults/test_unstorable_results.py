@@ -1,6 +1,7 @@
 """A tool may return what JSON allows but the log cannot store: NaN (json.dumps writes it), a
 lone surrogate (a str Python holds, UTF-8 refuses), a value nested deeper than the readers
-walk. The call must still be answered once, the log must go on, every reader must read it."""
+walk. The call must still be answered once, the log must go on, every reader must read it.
+The same for the app's opening context messages, which the service logs to seed from."""
 
 from __future__ import annotations
 
@@ -71,3 +72,20 @@ async def test_a_result_the_log_cannot_store_is_answered_as_a_failure(flavour, k
     await assert_chain_ok(run)
     for e in run.events:  # every reader can take every row
         json.dumps(e.data)
+
+
+async def test_an_opening_message_the_log_cannot_store_is_an_anomaly_not_a_dead_call(flavour):
+    """Text decoded with surrogateescape (a file name, a subprocess's output) holds lone
+    surrogates: one such opening message must not keep the others, or the call, from the
+    log."""
+    messages = [{"role": "user", "content": "Hello, I am caf\udce9"},
+                {"role": "user", "content": "Where is my order?"}]
+    run = await run_call(flavour, [Script(alive_steps(), reply=())], drive_until_alive,
+                         messages=messages)
+    assert [e.data["text"] for e in run.find("conversation.message")][:1] == [
+        "Where is my order?"]
+    (unstorable,) = run.find("anomaly.recorded", kind="unstorable_event")
+    assert unstorable.data["detail"]["type"] == "conversation.message"
+    assert_answered_once(run, ALIVE, "get_weather")
+    assert_log_settled(run, Counter({"unstorable_event": 1}))
+    await assert_chain_ok(run)
