@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections import deque
-from collections.abc import Callable
-from typing import Any
 import os
-import reprlib
 import random
+import reprlib
 import socket
 import time
 import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 from session_store import Policy, SessionState, choose_resumption, decide, due, load_state
 from session_store import events as ev
@@ -29,6 +29,7 @@ from session_store.events import canonical_json
 from session_store.loading import snapshot_of
 from session_store.projection import HistoryNeeded, fold_into
 from session_store.records import RecordedEvent
+from session_store.schema import STREAM_ID_MAX, valid_id
 from session_store.storage import Snapshot, SqlEventStore
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,23 @@ class CallDriver:
 
     def __init__(self, store: SqlEventStore, call_id: str, policy: Policy | None = None,
                  worker_id: str | None = None, snapshot_every: int = 500):
+        # Refused here, at construction, rather than by the first append (at the pipeline's
+        # start, reported as a connection error) or never (a policy of another type).
+        if not isinstance(store, SqlEventStore):
+            hint = (" (await session_store.open_store(url) first)"
+                    if asyncio.iscoroutine(store) else "")
+            raise TypeError(f"store must be an open session store{hint}, not "
+                            f"{type(store).__name__}")
+        if not isinstance(call_id, str) or not call_id or not valid_id(call_id):
+            raise ValueError(f"call_id must be text of 1 to {STREAM_ID_MAX} characters "
+                             f"without NUL, valid UTF-8, not {call_id!r:.80}")
+        if policy is not None and not isinstance(policy, Policy):
+            raise TypeError(f"policy must be a session_store.Policy, not "
+                            f"{type(policy).__name__}")
+        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int) \
+                or snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be a whole number >= 1, not "
+                             f"{snapshot_every!r}")
         self.store, self.call_id = store, call_id
         self.policy = policy or Policy()
         # How far back this policy's decisions look: what snapshots keep and must have kept.

@@ -95,6 +95,15 @@ class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding
                  speaking_timeout_s: float = 4.0, snapshot_every: int = 500,
                  max_frame_bytes: int = MAX_FRAME_BYTES,
                  reconnect_window_s: float = RECONNECT_WINDOW_S, **kwargs):
+        if speaking_signal not in ("transport", "model"):
+            raise ValueError(f"speaking_signal must be 'transport' or 'model', not "
+                             f"{speaking_signal!r}")
+        _check_seconds("speaking_timeout_s", speaking_timeout_s, zero_ok=False)
+        _check_seconds("reconnect_window_s", reconnect_window_s, zero_ok=True)
+        if isinstance(max_frame_bytes, bool) or not isinstance(max_frame_bytes, int) \
+                or max_frame_bytes <= 0:
+            raise ValueError(f"max_frame_bytes must be a whole number > 0, not "
+                             f"{max_frame_bytes!r}")
         kwargs["http_options"] = with_frame_limit(kwargs.get("http_options"), max_frame_bytes)
         super().__init__(*args, **kwargs)
         self._max_frame_bytes = max_frame_bytes
@@ -465,6 +474,13 @@ class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding
         return changed
 
     # ------------------------------------------------------------------ decide and act
+def _check_seconds(name: str, value: Any, *, zero_ok: bool) -> None:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok)):
+        raise ValueError(f"{name} must be a number of seconds {'>=' if zero_ok else '>'} 0, "
+                         f"not {value!r}")
+
+
 def _plain(value: Any) -> Any:
     """A setting as plain JSON. Mappings, lists and models stay structured, so that
     redact_settings can still mask a secret nested in them by its key: str() of a dict, or

@@ -305,7 +305,10 @@ def replay(call: str,
     from .audit import replay as run_replay
     from .audit.text import replay_text
 
-    policy = parse_policy(defer, idempotent, reuse, go_away_margin)
+    try:
+        policy = parse_policy(defer, idempotent, reuse, go_away_margin)
+    except ValueError as exc:  # a margin < 0
+        _fail(str(exc))
     redactor = _redactor(redact, redact_keys, redact_config)
 
     async def go(store):

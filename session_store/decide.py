@@ -40,6 +40,24 @@ class Policy:
     #: ran anything larger; a 1 MB event appends in ~10-50 ms (bench/huge_args.py).
     max_args_bytes: int = 1 << 20
 
+    def __post_init__(self) -> None:
+        # Checked here, once: a typo (defer="lookup_order", a string, not a set of names)
+        # otherwise deferred nothing, silently, and idempotent="lookup_order" matched
+        # every tool whose name is a substring of it.
+        for name in ("defer", "reuse_equivalent", "idempotent"):
+            object.__setattr__(self, name, _tool_names(name, getattr(self, name),
+                                                       modes=name != "idempotent"))
+        for name in ("crossing_window_s", "go_away_margin_s"):
+            value = getattr(self, name)
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value < 0):
+                raise ValueError(f"Policy.{name} must be a number of seconds >= 0, "
+                                 f"not {value!r}")
+        for name in ("handle_ttl_us", "max_args_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Policy.{name} must be a whole number > 0, not {value!r}")
+
     def defers(self, name: str) -> bool:
         return self.defer == "all" or (not isinstance(self.defer, str) and name in self.defer)
 
@@ -49,6 +67,23 @@ class Policy:
 
     def is_idempotent(self, name: str) -> bool:
         return name in self.idempotent
+
+
+def _tool_names(field_name: str, value: Any, *, modes: bool) -> Any:
+    """"all", "none" (where `modes`) or a frozenset of tool names, from any collection."""
+    choices = "'all', 'none' or a set of tool names" if modes else "a set of tool names"
+    if isinstance(value, str):
+        if modes and value in ("all", "none"):
+            return value
+        raise ValueError(f"Policy.{field_name} must be {choices}, not the string {value!r} "
+                         f"(for one tool: {{{value!r}}})")
+    try:
+        names = frozenset(value)
+    except TypeError:
+        names = None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"Policy.{field_name} must be {choices}, not {value!r:.80}")
+    return names
 
 
 # --------------------------------------------------------------------------- observations

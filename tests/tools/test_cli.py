@@ -67,6 +67,9 @@ async def test_calls_filters_and_paging(loaded):
     assert table.exit_code == 0 and "support-1" in table.stdout and "stale" in table.stdout
     bad = await acli("calls", "--status", "crashed", backend=loaded)
     assert bad.exit_code == 2 and "unknown status" in bad.stderr
+    margin = await acli("replay", "support-1", "--go-away-margin", "-5", backend=loaded)
+    assert margin.exit_code == 2 and "go_away_margin_s must be" in margin.stderr, margin.output
+    assert "Traceback" not in margin.output
 
 
 SUPPORT_ENTRIES = [
