@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from ..schema import events, streams
 from . import SQLALCHEMY_ONLY_OPTIONS
-from .base import SqlEventStore
+from .base import SqlEventStore, check_count, check_seconds
 from .batch import _RetryBatch, plan_batch, stored_hashes_wanted
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,9 @@ class PostgresEventStore(SqlEventStore):
         abandoned as an outage and retried (a host behind a dead network never answers:
         TCP would let it wait for minutes); `read_timeout`: the same for a read, which then
         raises StoreUnavailable."""
+        check_count("pool_size", pool_size)
+        check_seconds("attempt_timeout", attempt_timeout, none_ok=True)
+        check_seconds("read_timeout", read_timeout, none_ok=True)
         server_settings = {"synchronous_commit": "on", "application_name": "session_store"}
         if schema:
             server_settings["search_path"] = check_schema_name(schema)

@@ -51,7 +51,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from ..errors import SchemaMismatch
 from ..schema import events, streams
 from . import sqlite_commit
-from .base import SqlEventStore
+from .base import SqlEventStore, check_seconds
 from .sqlite_commit import APPEND_COLUMNS, APPEND_VIEW, HEAD_MOVED, Statements, commit_batch
 from .sqlite_writer import WriterProcess
 
@@ -161,6 +161,7 @@ class SqliteEventStore(SqlEventStore):
         suits a local SSD); 0 turns them off."""
         if inline not in ("urgent", "always", "never"):
             raise ValueError(f"inline must be 'urgent', 'always' or 'never', not {inline!r}")
+        check_seconds("inline_budget", inline_budget, zero_ok=True)
         if inline == "never":
             inline_budget = 0.0
         self._path = make_url(url).database

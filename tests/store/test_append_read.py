@@ -337,6 +337,27 @@ async def test_empty_append_is_rejected(store):
     assert await store.stream_version("s") == 0 and await store.list_streams() == []
 
 
+@pytest.mark.parametrize("option, value, says", [
+    ("append_timeout", -1, "append_timeout must be a number of seconds > 0"),
+    ("append_timeout", 0, "append_timeout must be a number of seconds > 0"),
+    ("append_timeout", float("inf"), "append_timeout"),
+    ("attempt_timeout", -0.5, "attempt_timeout must be a number of seconds > 0 or None"),
+    ("max_batch_events", 0, "max_batch_events must be a whole number >= 1"),
+    ("max_batch_events", 2.5, "max_batch_events"),
+    ("writers", -2, "writers must be a whole number >= 1 or None"),
+])
+async def test_an_option_read_wrong_is_refused_at_open(migrated, option, value, says):
+    """A negative timeout failed every append at once; max_batch_events=0 took batches of
+    one, silently: refused when the store is opened, naming the option."""
+    with pytest.raises(ValueError) as err:
+        store = await migrated.open(**{option: value})
+        await store.close()
+    assert says in str(err.value)
+    store = await migrated.open(**{option: None if option in ("attempt_timeout", "writers")
+                                   else 1})  # the control: a good value opens
+    await store.close()
+
+
 async def test_closed_store_raises_store_closed(migrated):
     s = await migrated.open()
     await s.append("s", [msg(1)], 0)
