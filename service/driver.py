@@ -23,6 +23,7 @@ from typing import Any
 
 from session_store import Policy, SessionState, choose_resumption, decide, due, load_state
 from session_store import events as ev
+from session_store.checks import check_count
 from session_store.decide import Effect, Observation
 from session_store.errors import CallClosed, ConcurrencyConflict, Fenced, StreamDamaged
 from session_store.events import canonical_json
@@ -111,10 +112,7 @@ class CallDriver:
         if policy is not None and not isinstance(policy, Policy):
             raise TypeError(f"policy must be a session_store.Policy, not "
                             f"{type(policy).__name__}")
-        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int) \
-                or snapshot_every < 1:
-            raise ValueError(f"snapshot_every must be a whole number >= 1, not "
-                             f"{snapshot_every!r}")
+        check_count("snapshot_every", snapshot_every)
         self.store, self.call_id = store, call_id
         self.policy = policy or Policy()
         # How far back this policy's decisions look: what snapshots keep and must have kept.

@@ -32,6 +32,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSet
 from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 from session_store import Policy
+from session_store.checks import check_count, check_seconds
 from session_store import events as ev
 from session_store.decide import (CancellationArrived, FunctionCall, GoAway,
                                   InterruptionObserved, ResolveInDoubt, ServerMessageRejected,
@@ -98,12 +99,9 @@ class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding
         if speaking_signal not in ("transport", "model"):
             raise ValueError(f"speaking_signal must be 'transport' or 'model', not "
                              f"{speaking_signal!r}")
-        _check_seconds("speaking_timeout_s", speaking_timeout_s, zero_ok=False)
-        _check_seconds("reconnect_window_s", reconnect_window_s, zero_ok=True)
-        if isinstance(max_frame_bytes, bool) or not isinstance(max_frame_bytes, int) \
-                or max_frame_bytes <= 0:
-            raise ValueError(f"max_frame_bytes must be a whole number > 0, not "
-                             f"{max_frame_bytes!r}")
+        check_seconds("speaking_timeout_s", speaking_timeout_s)
+        check_seconds("reconnect_window_s", reconnect_window_s, zero_ok=True)
+        check_count("max_frame_bytes", max_frame_bytes)
         kwargs["http_options"] = with_frame_limit(kwargs.get("http_options"), max_frame_bytes)
         super().__init__(*args, **kwargs)
         self._max_frame_bytes = max_frame_bytes
@@ -472,13 +470,6 @@ class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding
             # needs a new one (buffered while the bot speaks).
             await self._observe(SettingsUpdate(keys, values, needs_reconnect=True))
         return changed
-
-    # ------------------------------------------------------------------ decide and act
-def _check_seconds(name: str, value: Any, *, zero_ok: bool) -> None:
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok)):
-        raise ValueError(f"{name} must be a number of seconds {'>=' if zero_ok else '>'} 0, "
-                         f"not {value!r}")
 
 
 def _plain(value: Any) -> Any:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import events as ev
+from .checks import check_count, check_seconds
 from .projection import HANDLE_TTL_US, CallState, SessionState
 
 
@@ -48,15 +49,9 @@ class Policy:
             object.__setattr__(self, name, _tool_names(name, getattr(self, name),
                                                        modes=name != "idempotent"))
         for name in ("crossing_window_s", "go_away_margin_s"):
-            value = getattr(self, name)
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not math.isfinite(value) or value < 0):
-                raise ValueError(f"Policy.{name} must be a number of seconds >= 0, "
-                                 f"not {value!r}")
+            check_seconds(f"Policy.{name}", getattr(self, name), zero_ok=True)
         for name in ("handle_ttl_us", "max_args_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"Policy.{name} must be a whole number > 0, not {value!r}")
+            check_count(f"Policy.{name}", getattr(self, name))
 
     def defers(self, name: str) -> bool:
         return self.defer == "all" or (not isinstance(self.defer, str) and name in self.defer)

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from sqlalchemy import func, literal_column, null, select, text, tuple_, union_a
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ..checks import check_count, check_seconds
 from ..errors import SchemaMismatch, StoreClosed, StoreUnavailable, refused
 from ..events import Event, canonical_json
 from ..records import RecordedEvent
@@ -85,28 +85,6 @@ def _check_storable(stream_id: str, rows: list[tuple[str, int, str]]) -> None:
             data_json.encode()  # (canonical JSON escapes NUL; a lone surrogate stays)
     except UnicodeEncodeError as exc:
         raise ValueError(f"the append cannot be stored: it is not valid UTF-8 ({exc})") from None
-
-
-def check_seconds(name: str, value: Any, *, none_ok: bool = False,
-                  zero_ok: bool = False) -> None:
-    """ValueError unless `value` is a finite number of seconds > 0 (or None / 0 if allowed):
-    a store option read wrong (a negative timeout failed every append at once) is refused
-    when the store is opened."""
-    if value is None and none_ok:
-        return
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok)):
-        raise ValueError(f"{name} must be a number of seconds {'>=' if zero_ok else '>'} 0"
-                         f"{' or None' if none_ok else ''}, not {value!r:.40}")
-
-
-def check_count(name: str, value: Any, *, none_ok: bool = False) -> None:
-    """ValueError unless `value` is a whole number >= 1 (or None if allowed)."""
-    if value is None and none_ok:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a whole number >= 1{' or None' if none_ok else ''}, "
-                         f"not {value!r:.40}")
 
 
 def _is_bigint(value: Any) -> bool:

@@ -34,7 +34,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from ..schema import events, streams
 from . import SQLALCHEMY_ONLY_OPTIONS
-from .base import SqlEventStore, check_count, check_seconds
+from ..checks import check_count, check_seconds
+from .base import SqlEventStore
 from .batch import _RetryBatch, plan_batch, stored_hashes_wanted
 
 log = logging.getLogger(__name__)

@@ -51,7 +51,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from ..errors import SchemaMismatch
 from ..schema import events, streams
 from . import sqlite_commit
-from .base import SqlEventStore, check_seconds
+from ..checks import check_seconds
+from .base import SqlEventStore
 from .sqlite_commit import APPEND_COLUMNS, APPEND_VIEW, HEAD_MOVED, Statements, commit_batch
 from .sqlite_writer import WriterProcess
 

@@ -27,7 +27,7 @@ from session_store.projection import SessionState
     ({"go_away_margin_s": -1}, "Policy.go_away_margin_s must be a number of seconds >= 0"),
     ({"crossing_window_s": float("nan")}, "Policy.crossing_window_s"),
     ({"crossing_window_s": "10"}, "Policy.crossing_window_s"),
-    ({"max_args_bytes": 0}, "Policy.max_args_bytes must be a whole number > 0"),
+    ({"max_args_bytes": 0}, "Policy.max_args_bytes must be a whole number >= 1"),
     ({"handle_ttl_us": 1.5}, "Policy.handle_ttl_us"),
 ])
 def test_a_policy_refuses_what_it_would_misread(kwargs, says):
@@ -65,7 +65,7 @@ async def test_the_service_refuses_bad_arguments_at_construction(store):
         ({"speaking_timeout_s": 0}, ValueError, "speaking_timeout_s must be a number of "
                                                 "seconds > 0"),
         ({"reconnect_window_s": -5}, ValueError, "reconnect_window_s must be"),
-        ({"max_frame_bytes": 0}, ValueError, "max_frame_bytes must be a whole number > 0"),
+        ({"max_frame_bytes": 0}, ValueError, "max_frame_bytes must be a whole number >= 1"),
     ]
     for change, error, says in bad:
         with pytest.raises(error) as err:
