@@ -283,3 +283,24 @@ def test_an_equal_request_long_after_a_content_answer_is_a_request_of_its_own():
     assert out == [ev.ToolCallRequested("c3", "lookup", {"order": 7}, 2)], out
     s = log.state()
     assert [e.call_id for e in due(s, ALL, log.now_us) if isinstance(e, StartCall)] == ["c3"]
+
+
+def test_a_call_re_asked_twice_is_answered_through_the_newest_id():
+    """Generation 1 asks for c1 and it starts; a fresh session (2) re-asks for it as c2
+    (linked, awaiting), and another fresh session (3) re-asks again as c3 (linked to c2).
+    When c1 completes, the outcome passes down the whole chain: c3, the only id the live
+    session knows, is answered. (Passed only one link down, c3 stayed "awaiting" for ever:
+    I1.)"""
+    log = live()
+    observe(log, ToolCallsArrived((FunctionCall("c1", "lookup", {"q": 1}),), 1))
+    log.add(ev.ToolCallStarted("c1", 1, "call-1:c1", 1))
+    for gen, cid in ((2, "c2"), (3, "c3")):
+        log.add(ev.Disconnected(gen - 1, "error"), ev.Connected(gen))
+        assert observe(log, ToolCallsArrived((FunctionCall(cid, "lookup", {"q": 1}),), gen)) \
+            == [ev.ToolCallRequested(cid, "lookup", {"q": 1}, gen),
+                ev.ToolCallReissued(cid, f"c{gen - 1}")]
+    log.add(ev.ToolCallCompleted("c1", {"answer": 42}))
+    s = log.state()
+    assert (s.calls["c3"].status, s.calls["c3"].result) == ("completed", {"answer": 42})
+    assert sends(due(s, ALL, log.now_us)) == [SendResult("c3", "tool_response")]
+    assert [c.call_id for c in s.unanswered()] == ["c1", "c2", "c3"]
