@@ -126,6 +126,21 @@ def test_settings_reconnect_waits_for_turn_end_and_for_deferred_calls_to_start()
     assert due(s, ALL, log.now_us) == []
 
 
+def test_settings_buffered_in_one_turn_accumulate_the_keys_the_reconnect_is_for():
+    """Two changes needing a reconnect in one turn: the one buffered reconnect is for both
+    (what the state, and the audit export, says it is waiting for)."""
+    log = live(speaking=True)
+    observe(log, SettingsUpdate(("system_instruction",), {"system_instruction": "new"},
+                                needs_reconnect=True))
+    observe(log, SettingsUpdate(("voice",), {"voice": "Puck"}, needs_reconnect=True))
+    s = log.state()
+    assert s.reconnect_pending == "settings"
+    assert s.reconnect_keys == ["system_instruction", "voice"]
+    observe(log, SpeechStopped(1))
+    assert due(log.state(), ALL, log.now_us) == [Reconnect("settings")]
+    log.add(ev.Disconnected(1, "settings"), ev.Connected(2))
+    assert log.state().reconnect_keys == []
+
 def test_waits_for_silence_while_a_call_or_a_reconnect_waits_for_the_bot_to_stop():
     """What makes the shell log a stop at once rather than lazily."""
     log = live(speaking=True)
