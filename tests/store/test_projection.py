@@ -181,6 +181,19 @@ def test_go_away_reconnects_at_turn_end_or_before_the_deadline():
     assert due(log.state(), ALL, t + 1_000_000) == [Reconnect("go_away")]
 
 
+def test_a_go_away_during_a_buffered_settings_reconnect_keeps_its_reason():
+    """A settings reconnect is buffered mid-turn, then a goAway comes: one reconnect is due,
+    still for the settings (the reason it is logged and paced under); the goAway only adds
+    its deadline."""
+    log = live(speaking=True)
+    observe(log, SettingsUpdate(("system_instruction",), {"system_instruction": "new"},
+                                needs_reconnect=True))
+    observe(log, GoAway(1, 60.0))
+    s = log.state()
+    assert s.reconnect_pending == "settings"
+    assert s.go_away_deadline_us == log.times[-1] + 60_000_000
+    assert reconnects(due(s, ALL, log.now_us + 56_000_000)) == [Reconnect("settings")]
+
 def test_lost_connection_reconnects_at_once():
     log = live(speaking=True)
     log.add(ev.Disconnected(1, "error", "1011"))
