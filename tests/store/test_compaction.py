@@ -219,6 +219,29 @@ def test_a_long_calls_snapshot_stays_small():
     assert sizes[1000] < 1.1 * sizes[100], sizes
 
 
+def test_a_call_answered_exactly_one_crossing_window_ago_is_kept():
+    """c1's answer went into a fresh session as its seed; the last event is exactly one
+    crossing window later. A re-ask now may still have crossed the answer (the window is
+    inclusive), so it is answered from the record, and the compacted state must still hold
+    c1 to decide the same. (Archived at the boundary, c1 would be run again: I3.)"""
+    window_us = int(Policy().crossing_window_s * 1e6)
+    seeded_at = T0_US + 10_000_000
+    events = [ev.SessionOpened("m", ["lookup"], "w1", 1), ev.Connected(1),
+              ev.ToolCallRequested("c1", "lookup", {"order": 7}, 1),
+              ev.ToolCallStarted("c1", 1, "k", 1), ev.Disconnected(1, "error"),
+              ev.ToolCallCompleted("c1", {"status": "shipped"}), ev.Connected(2),
+              ev.ToolResultSending("c1", 2, "seed"), ev.ToolResultSent("c1", 2, "seed"),
+              ev.ConversationMessage("user", "and?", 2)]
+    times = [T0_US + i for i in range(7)] + [seeded_at - 1, seeded_at, seeded_at + window_us]
+    full = fold(record("call", events, recorded_at_us=times))
+    re_ask = ToolCallsArrived((FunctionCall("c2", "lookup", {"order": 7}),), 2)
+    want = [ev.ToolCallRequested("c2", "lookup", {"order": 7}, 2),
+            ev.ToolCallCompleted("c2", {"status": "shipped"}, reused_from="c1")]
+    assert decide(full, re_ask, Policy()) == want
+    small = compacted(full)
+    assert "c1" in small.calls
+    assert decide(small, re_ask, Policy()) == want
+
 def test_a_fresh_session_on_a_compacted_state_needs_the_whole_history():
     recs = long_call(30)
     state = compacted(fold(recs))
