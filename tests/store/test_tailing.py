@@ -87,6 +87,20 @@ async def test_subscribe_from_position_and_stream_filter(store):
 
 
 @pytest.mark.timeout(30)
+async def test_a_stream_filter_moves_past_full_batches_of_other_streams(store):
+    """A follower of one stream reads the whole log: it moves past the other streams' events
+    too. (Advancing only on its own stream's events, it read the same full batch of others
+    again and again, and never got to "b".)"""
+    await store.append("a", [msg(i) for i in range(5)], 0)
+    await store.append("b", [msg(5)], 0)
+    async with following(store, stream_id="b", batch_size=2) as got:
+        await wait_for_count(got, 1, timeout=10)
+        await store.append("a", [msg(6), msg(7)], 5)
+        await store.append("b", [msg(8)], 1)
+        await wait_for_count(got, 2, timeout=10)
+    assert [(r.stream_id, r.version) for r in got] == [("b", 1), ("b", 2)]
+
+@pytest.mark.timeout(30)
 async def test_subscribe_is_woken_by_another_process_on_postgres(migrated):
     """Another store instance (as another process would) commits: NOTIFY wakes the follower
     long before its poll interval."""
