@@ -304,3 +304,21 @@ def test_a_call_re_asked_twice_is_answered_through_the_newest_id():
     assert (s.calls["c3"].status, s.calls["c3"].result) == ("completed", {"answer": 42})
     assert sends(due(s, ALL, log.now_us)) == [SendResult("c3", "tool_response")]
     assert [c.call_id for c in s.unanswered()] == ["c1", "c2", "c3"]
+
+
+def test_a_re_ask_for_a_failed_call_is_answered_with_its_failure():
+    """c1 failed (the tool raised) and the session was lost before the failure reached the
+    model; the fresh session re-asks (c2). The tool does not run again, and c2 gets c1's
+    failure, not a success with no result."""
+    log = live()
+    observe(log, ToolCallsArrived((FunctionCall("c1", "lookup", {"order": 7}),), 1))
+    log.add(ev.ToolCallStarted("c1", 1, "k", 1), ev.ToolCallFailed("c1", "boom"),
+            ev.Disconnected(1, "error"), ev.Connected(2))
+    out = observe(log, ToolCallsArrived((FunctionCall("c2", "lookup", {"order": 7}),), 2))
+    assert out == [ev.ToolCallRequested("c2", "lookup", {"order": 7}, 2),
+                   ev.ToolCallReissued("c2", "c1")], out
+    c2 = log.state().calls["c2"]
+    assert (c2.status, c2.error, c2.result) == ("failed", "boom", None)
+    effects = due(log.state(), ALL, log.now_us)
+    assert [e for e in effects if isinstance(e, StartCall)] == []
+    assert sends(effects) == [SendResult("c2", "tool_response")]
