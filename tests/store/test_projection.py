@@ -91,6 +91,18 @@ def test_a_call_requested_while_silent_does_not_start_once_the_bot_speaks():
     assert starts(due(log.state(), ALL, log.now_us)) == ["c1"]
 
 
+def test_a_deferred_call_waits_for_silence_under_any_policy():
+    """I4 across a policy change (a worker taking the call over with another configuration):
+    a call the log says was deferred still waits for the bot to stop speaking, though the
+    new policy would not defer its tool."""
+    log = live(speaking=True)
+    observe(log, calls(("c1", "lookup", {})))
+    assert log.state().calls["c1"].status == "deferred"
+    none = Policy(defer="none")
+    assert starts(due(log.state(), none, log.now_us)) == []
+    observe(log, SpeechStopped(1))
+    assert starts(due(log.state(), none, log.now_us)) == ["c1"]
+
 def test_speech_observations_are_idempotent_and_interruption_stops_speaking():
     log = live()
     assert observe(log, SpeechStopped(1)) == []
