@@ -322,3 +322,21 @@ def test_a_re_ask_for_a_failed_call_is_answered_with_its_failure():
     effects = due(log.state(), ALL, log.now_us)
     assert [e for e in effects if isinstance(e, StartCall)] == []
     assert sends(effects) == [SendResult("c2", "tool_response")]
+
+
+def test_cancelling_a_re_ask_leaves_its_answered_original_alone():
+    """c1 was running when a fresh session re-asked for it (c2, linked); c1 then completed and
+    c2 took its result. Gemini now cancels c2: only c2 is cancelled. c1 keeps its result (it
+    ran; the log says so, and a later fresh session's history holds it once), instead of
+    being recorded as cancelled ("reissue_cancelled") after it finished."""
+    log = live()
+    observe(log, ToolCallsArrived((FunctionCall("c1", "lookup", {"order": 7}),), 1))
+    log.add(ev.ToolCallStarted("c1", 1, "k", 1), ev.Disconnected(1, "error"), ev.Connected(2))
+    assert observe(log, ToolCallsArrived((FunctionCall("c2", "lookup", {"order": 7}),), 2))[1] \
+        == ev.ToolCallReissued("c2", "c1")
+    log.add(ev.ToolCallCompleted("c1", {"status": "shipped"}))
+    assert log.state().calls["c2"].status == "completed"
+    assert observe(log, CancellationArrived(("c2",), 2)) == [ev.ToolCallCancelled("c2", "server")]
+    s = log.state()
+    assert (s.calls["c1"].status, s.calls["c1"].result) == ("completed", {"status": "shipped"})
+    assert sends(due(s, ALL, log.now_us)) == [] and s.unanswered() == []
