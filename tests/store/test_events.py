@@ -222,6 +222,21 @@ def test_a_field_of_the_wrong_type_is_named_without_quoting_its_text():
     assert "field 'generation' holds float 2.5" in str(err.value)
 
 
+@pytest.mark.parametrize("etype,payload,field", [
+    ("speech.bot_started", '{"generation":true}', "generation"),
+    ("session.worker_attached", '{"worker":"w2","epoch":true}', "epoch"),
+    ("connection.go_away", '{"generation":1,"time_left_s":false}', "time_left_s"),
+])
+def test_a_bool_is_not_a_number(etype, payload, field):
+    """JSON true is not the integer 1 (though Python's bool is an int): an epoch or a
+    generation stored as a bool does not fit its type. Folded, it compared equal to 1."""
+    rec = raw_record("call-7", 5, etype, 1, payload, position=9)
+    with pytest.raises(CorruptEvent) as err:
+        rec.event
+    _names_the_event(err.value, rec, etype)
+    assert f"field '{field}' holds bool" in str(err.value)
+
+
 @pytest.mark.parametrize("etype,schema,payload,error", [
     ("conversation.message", 1, '{"role":"user","text":"hi"', CorruptEvent),
     ("conversation.message", 1, '"just a string"', CorruptEvent),
