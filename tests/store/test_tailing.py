@@ -231,6 +231,54 @@ async def test_reader_never_skips_an_event_committed_later_with_lower_position(m
 
 
 @pytest.mark.timeout(60)
+async def test_a_reader_continuing_one_event_at_a_time_follows_the_commit_order(migrated):
+    """Deterministic: transaction A takes its id first (as a writer does when it locks its
+    stream heads) but inserts its event after B has committed, so A's event sorts first in
+    the order readers see (transaction order) but has the higher position. A reader that
+    continues from each event it read, one at a time, gets both, each once: the cursor is
+    the event's place in that order, not its position alone (by position, the reader
+    continuing from A's event skipped B's for good)."""
+    if migrated.name != "postgres":
+        pytest.skip("SQLite has one writer: positions commit in order")
+    store = await migrated.open()
+    raw = await asyncpg.connect(PG_DSN, server_settings={"search_path":
+                                                          migrated.options["schema"]})
+    try:
+        await store.append("warm", [msg(0)], 0)
+        last = (await store.read_all())[-1].position
+        tx = raw.transaction()
+        await tx.start()
+        try:
+            await raw.fetchval("SELECT pg_current_xact_id()")  # A's id, taken first
+            assert await store.append("b", [msg(1)], 0) == 1  # B commits
+            await raw.execute(
+                "INSERT INTO session_events (tx_order, stream_id, version, type, "
+                "schema_version, data, recorded_at_us, hash) VALUES "
+                "(pg_current_xact_id()::text::bigint, 'a', 1, 'conversation.message', 1, "
+                "'{\"generation\":0,\"role\":\"user\",\"text\":\"a\"}', 0, 'x')")
+        finally:
+            await tx.commit()
+        p_a = await raw.fetchval("SELECT position FROM session_events WHERE stream_id = 'a'")
+        p_b = (await store.read("b"))[0].position
+        assert p_b < p_a, "the scenario needs B's position below A's"
+        deadline = time.monotonic() + 20  # (another transaction in the cluster holds readers)
+        while len(await store.read_all(last)) < 2:
+            assert time.monotonic() < deadline, "the events never became visible"
+            await asyncio.sleep(0.05)
+        assert [r.stream_id for r in await store.read_all(last)] == ["a", "b"]
+        seen, cursor = [], last
+        for _ in range(4):
+            page = await store.read_all(cursor, limit=1)
+            if not page:
+                break
+            seen.append((page[0].stream_id, page[0].position))
+            cursor = page[0].position
+        assert seen == [("a", p_a), ("b", p_b)]
+    finally:
+        await raw.close()
+        await store.close()
+
+@pytest.mark.timeout(60)
 async def test_an_open_older_transaction_holds_tailing_readers_back(migrated):
     """Any transaction that already has an id may still write a row that sorts first, so a
     commit behind it is not shown to tailing readers until it ends (nothing is lost; readers
