@@ -20,10 +20,11 @@ from session_store.decide import (CancellationArrived, FunctionCall, Policy, Res
                                   SendResult, SpeechStarted, SpeechStopped, StartCall,
                                   ToolCallsArrived, choose_resumption, decide, due, seed_history)
 from session_store.loading import load_state, save_snapshot
-from session_store.projection import (HistoryNeeded, SessionState, compact, fold, fold_into,
-                                      from_snapshot, to_snapshot)
+from session_store.projection import (PROJECTION_VERSION, HistoryNeeded, SessionState, compact,
+                                      fold, fold_into, from_snapshot, to_snapshot)
+from session_store.storage import Snapshot
 
-from .helpers import T0_US, record
+from .helpers import T0_US, record, sql
 from .test_projection_properties import _records, streams
 
 HOUR_US = 3600 * 1_000_000
@@ -297,3 +298,21 @@ async def test_a_snapshot_compacted_for_a_shorter_policy_is_not_started_from(sto
     assert loaded.calls.keys() >= wide.calls.keys()
     # A state compacted twice remembers the narrower of the two.
     assert compact(compact(full, crossing_window_us=narrow)).compacted_with[1] == narrow
+
+
+async def test_a_snapshot_of_another_projection_version_is_never_started_from(store, migrated):
+    """A snapshot saved by code whose fold meant something else (another PROJECTION_VERSION,
+    older or newer) is not this code's state: it is ignored and the log folded, so the answer
+    is always the fold from zero."""
+    recs = long_call(5)
+    for r in recs:
+        await store.append("long", [r.event], r.version - 1, recorded_at_us=r.recorded_at_us)
+    full = await load_state(store, "long", use_snapshot=False)
+    other = compact(full)
+    other.model, other.bot_speaking = "what-another-fold-made-of-it", not full.bot_speaking
+    for version in (PROJECTION_VERSION - 1, PROJECTION_VERSION + 1):
+        await sql(migrated, "DELETE FROM session_snapshots")
+        await store.save_snapshot(Snapshot("long", full.version, version, to_snapshot(other)))
+        loaded = await load_state(store, "long")
+        assert loaded.history_complete  # folded from zero, not started from the snapshot
+        assert loaded.to_json() == full.to_json()
