@@ -187,6 +187,9 @@ def test_go_away_reconnects_at_turn_end_or_before_the_deadline():
     assert s.go_away_deadline_us == log.times[-1] + 60_000_000
     assert reconnects(due(s, ALL, t + 10_000_000)) == []  # speaking, deadline far
     assert reconnects(due(s, ALL, t + 56_000_000)) == [Reconnect("go_away")]  # margin 5 s
+    at_margin = s.go_away_deadline_us - 5_000_000  # the margin's first instant counts
+    assert reconnects(due(s, ALL, at_margin - 1)) == []
+    assert reconnects(due(s, ALL, at_margin)) == [Reconnect("go_away")]
     wide = Policy(go_away_margin_s=30)
     assert reconnects(due(s, wide, t + 31_000_000)) == [Reconnect("go_away")]
     observe(log, SpeechStopped(1))
