@@ -420,6 +420,44 @@ async def test_an_append_to_an_idle_store_commits_from_its_caller(store):
     assert all(r.ok for r in await store.verify())
 
 
+async def test_an_append_handed_back_by_a_failed_direct_commit_still_goes_first(migrated):
+    """A commits from its caller; meanwhile B, chained onto it (expected version 1), queues
+    and the writer task takes it, then waits for A's direct commit. That commit fails and A
+    is handed to the writer, behind B in the batch: the batch commits in acceptance order,
+    so A gets version 1 and B version 2 (in B-then-A order, B was refused as a conflict)."""
+    store = await migrated.open(writers=1)
+    real, gate, tries = store._run_batch, asyncio.Event(), []
+
+    async def first_try_fails(batch):
+        tries.append([r.expected_version for r in batch])
+        if len(tries) == 1:
+            await gate.wait()
+            raise RuntimeError("the direct commit failed")  # not an outage: handed over
+        return await real(batch)
+
+    store._run_batch = first_try_fails
+    try:
+        a = asyncio.ensure_future(store.append("s", [msg(0)], 0, urgent=True))
+        for _ in range(100):
+            if tries:
+                break
+            await asyncio.sleep(0)
+        assert tries == [[0]] and store._direct == 1  # A is committing from its caller
+        b = asyncio.ensure_future(store.append("s", [msg(1)], 1))
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if store._inflight == 2 and store._queue.empty():
+                break
+        assert store._inflight == 2 and store._queue.empty()  # B taken by the writer task
+        gate.set()
+        assert await asyncio.wait_for(a, 10) == 1
+        assert await asyncio.wait_for(b, 10) == 2
+        assert tries == [[0], [0, 1]]
+        assert [r.event.text for r in await store.read("s")] == ["turn 0", "turn 1"]
+    finally:
+        gate.set()
+        await store.close()
+
 async def test_closing_waits_for_a_direct_append_under_way(migrated):
     store = await migrated.open()
     appending = asyncio.ensure_future(store.append("w", [msg(0)], 0, urgent=True))
