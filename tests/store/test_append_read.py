@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from session_store import events as ev
-from session_store.errors import ConcurrencyConflict, Fenced, StoreClosed
+from session_store.errors import ConcurrencyConflict, Fenced, StoreClosed, StoreUnavailable
 
 from .helpers import msg, opened
 
@@ -267,6 +267,21 @@ async def test_an_unstorable_append_fails_alone_not_the_batch_it_shares(store, b
     assert {h.stream_id for h in await store.list_streams()} == {"good", "other"}
     assert all(rep.ok for rep in await store.verify())
 
+
+async def test_an_append_the_database_refuses_in_a_shared_commit_fails_alone(store):
+    """An epoch beyond 64 bits passes the checks made before queueing, and the database
+    refuses it inside the group commit it shares with another caller's append: the batch is
+    committed again request by request, so only that append fails, with its own error (not
+    as an outage), and the other commits."""
+    retries = store.stats["retries"]
+    results = await asyncio.gather(store.append("a", [msg(0)], 0, epoch=2 ** 63),
+                                   store.append("b", [msg(1)], 0), return_exceptions=True)
+    assert isinstance(results[0], Exception), results
+    assert not isinstance(results[0], (StoreUnavailable, ConcurrencyConflict)), results
+    assert results[1] == 1, results
+    assert store.stats["retries"] > retries  # they shared a commit, then went alone
+    assert await store.stream_version("a") == 0
+    assert [r.event.text for r in await store.read("b")] == ["turn 1"]
 
 @pytest.mark.parametrize("at", [1_750_000_000_000_000.0, "1750000000000000", True, 2 ** 63])
 async def test_a_recorded_time_that_is_not_a_64_bit_integer_is_refused(store, at):
