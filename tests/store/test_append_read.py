@@ -283,6 +283,7 @@ async def test_an_append_the_database_refuses_in_a_shared_commit_fails_alone(sto
     assert await store.stream_version("a") == 0
     assert [r.event.text for r in await store.read("b")] == ["turn 1"]
 
+
 @pytest.mark.parametrize("at", [1_750_000_000_000_000.0, "1750000000000000", True, 2 ** 63])
 async def test_a_recorded_time_that_is_not_a_64_bit_integer_is_refused(store, at):
     """The hash covers str(recorded_at_us), the column stores an integer: a float time was
@@ -294,6 +295,18 @@ async def test_a_recorded_time_that_is_not_a_64_bit_integer_is_refused(store, at
     assert await store.append("s", [msg(1)], 0, recorded_at_us=1_750_000_000_000_000) == 1
     assert all(rep.ok for rep in await store.verify())
 
+
+
+@pytest.mark.parametrize("epoch", [1.5, True, "2"])
+async def test_an_epoch_that_is_not_an_integer_is_refused(store, epoch):
+    """A fencing epoch is an integer on both databases: SQLite stored 1.5 in the head row
+    and fenced with it, where PostgreSQL refused the append (the same rule on both, said
+    before the append shares a commit with others)."""
+    with pytest.raises(TypeError):
+        await store.append("s", [msg(0)], 0, epoch=epoch)
+    assert await store.read("s") == [] and await store.list_streams() == []
+    assert await store.append("s", [msg(1)], 0, epoch=2) == 1
+    assert (await store.list_streams())[0].epoch == 2
 
 # --------------------------------------------------------------------------- fencing (I6)
 
