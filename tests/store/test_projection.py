@@ -209,6 +209,21 @@ def test_a_go_away_during_a_buffered_settings_reconnect_keeps_its_reason():
     assert s.go_away_deadline_us == log.times[-1] + 60_000_000
     assert reconnects(due(s, ALL, log.now_us + 56_000_000)) == [Reconnect("settings")]
 
+def test_a_go_away_deadline_ends_with_its_session():
+    """After the goAway reconnect, the old session's deadline is gone: a settings change on
+    the new session, mid-turn and long after that deadline, is still buffered until the turn
+    ends (I5), not rushed through as if the new session were about to be closed."""
+    log = live()
+    observe(log, GoAway(1, 60.0))
+    log.add(ev.Disconnected(1, "go_away"), ev.Connected(2))
+    assert log.state().go_away_deadline_us is None
+    log.add(ev.BotStartedSpeaking(2), at_us=log.now_us + 120_000_000)
+    observe(log, SettingsUpdate(("system_instruction",), {"system_instruction": "new"},
+                                needs_reconnect=True))
+    assert reconnects(due(log.state(), ALL, log.now_us)) == []
+    observe(log, SpeechStopped(2))
+    assert reconnects(due(log.state(), ALL, log.now_us)) == [Reconnect("settings")]
+
 def test_lost_connection_reconnects_at_once():
     log = live(speaking=True)
     log.add(ev.Disconnected(1, "error", "1011"))
