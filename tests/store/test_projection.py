@@ -277,6 +277,13 @@ def test_cancellation_of_unknown_or_delivered_calls():
     assert log.state().anomalies == 1
 
 
+
+def test_an_id_repeated_in_one_cancellation_is_cancelled_once():
+    log = live(speaking=True)
+    observe(log, calls(("c1", "lookup", {}), ("c2", "book", {})))
+    assert observe(log, CancellationArrived(("c1", "c2", "c1"), 1)) == [
+        ev.ToolCallCancelled("c1", "server"), ev.ToolCallCancelled("c2", "server")]
+
 # --------------------------------------------------------------------------- in doubt (I3)
 
 def _in_doubt_log(key: str = "call-1:c1") -> Log:
