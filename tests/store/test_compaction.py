@@ -316,3 +316,18 @@ async def test_a_snapshot_of_another_projection_version_is_never_started_from(st
         loaded = await load_state(store, "long")
         assert loaded.history_complete  # folded from zero, not started from the snapshot
         assert loaded.to_json() == full.to_json()
+
+
+async def test_an_event_naming_an_archived_call_loads_from_the_whole_log(store):
+    """After the snapshot, an event names a call the snapshot archived (here a late
+    confirmation of its send): the compacted state cannot apply it, so load_state folds the
+    whole log, and the state is the fold from zero, not an error."""
+    recs = long_call(20)
+    for r in recs:
+        await store.append("long", [r.event], r.version - 1, recorded_at_us=r.recorded_at_us)
+    await save_snapshot(store, await load_state(store, "long", use_snapshot=False))
+    assert "c1" in (await load_state(store, "long")).archived
+    await store.append("long", [ev.ToolResultSent("c1", 1, "tool_response")], len(recs))
+    loaded = await load_state(store, "long")
+    assert loaded.history_complete and loaded.version == len(recs) + 1
+    assert loaded.to_json() == (await load_state(store, "long", use_snapshot=False)).to_json()
