@@ -130,6 +130,16 @@ def test_tolerant_reader_ignores_unknown_fields():
     assert rec.event == ev.ToolCallRequested("c1", "n", {}, 1)
 
 
+
+def test_a_field_with_a_default_may_be_absent_from_a_row():
+    """Fields with a default (a value or a factory) were added after rows were written
+    without them: such rows load with the default, they are not "lacking" a field."""
+    assert decode("session.opened", 1, {"model": "m", "tools": [], "worker": "w"}) == \
+        ev.SessionOpened("m", [], "w", 1, {})
+    assert decode("connection.reconnect_requested", 1, {"reason": "settings"}) == \
+        ev.ReconnectRequested("settings", [])
+    assert decode("anomaly.recorded", 1, {"kind": "k"}) == ev.AnomalyRecorded("k", {}, 0)
+
 async def test_tolerant_reader_in_the_log(store, migrated):
     await insert_raw_event(migrated, "s", "session.closed", 1,
                            '{"reason":"done","future_field":[1,2]}')
