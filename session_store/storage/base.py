@@ -301,6 +301,11 @@ class SqlEventStore:
             # acknowledged stream failed `verify` for good.
             raise TypeError(f"recorded_at_us must be a 64-bit int (microseconds), not "
                             f"{recorded_at_us!r:.40}")
+        if epoch is not None and type(epoch) is not int:
+            # The same rule on both databases, said before the append shares a commit:
+            # SQLite stored a float (or a bool) epoch in the head row and fenced with it,
+            # PostgreSQL refused the append. (Its range is the database's to refuse.)
+            raise TypeError(f"epoch must be an int, not {epoch!r:.40}")
         loop = asyncio.get_running_loop()
         request = _AppendRequest(
             stream_id, rows, expected_version, epoch,

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from session_store import events as ev
-from session_store.errors import ConcurrencyConflict, Fenced, StoreClosed
+from session_store.errors import ConcurrencyConflict, Fenced, StoreClosed, StoreUnavailable
 from session_store.events import MAX_NESTING
 
 from .helpers import msg, opened
@@ -291,6 +291,22 @@ async def test_a_payload_nested_deeper_than_the_log_takes_is_refused(store, dept
     assert all(rep.ok for rep in await store.verify())
 
 
+async def test_an_append_the_database_refuses_in_a_shared_commit_fails_alone(store):
+    """An epoch beyond 64 bits passes the checks made before queueing, and the database
+    refuses it inside the group commit it shares with another caller's append: the batch is
+    committed again request by request, so only that append fails, with its own error (not
+    as an outage), and the other commits."""
+    retries = store.stats["retries"]
+    results = await asyncio.gather(store.append("a", [msg(0)], 0, epoch=2 ** 63),
+                                   store.append("b", [msg(1)], 0), return_exceptions=True)
+    assert isinstance(results[0], Exception), results
+    assert not isinstance(results[0], (StoreUnavailable, ConcurrencyConflict)), results
+    assert results[1] == 1, results
+    assert store.stats["retries"] > retries  # they shared a commit, then went alone
+    assert await store.stream_version("a") == 0
+    assert [r.event.text for r in await store.read("b")] == ["turn 1"]
+
+
 @pytest.mark.parametrize("at", [1_750_000_000_000_000.0, "1750000000000000", True, 2 ** 63])
 async def test_a_recorded_time_that_is_not_a_64_bit_integer_is_refused(store, at):
     """The hash covers str(recorded_at_us), the column stores an integer: a float time was
@@ -302,6 +318,18 @@ async def test_a_recorded_time_that_is_not_a_64_bit_integer_is_refused(store, at
     assert await store.append("s", [msg(1)], 0, recorded_at_us=1_750_000_000_000_000) == 1
     assert all(rep.ok for rep in await store.verify())
 
+
+
+@pytest.mark.parametrize("epoch", [1.5, True, "2"])
+async def test_an_epoch_that_is_not_an_integer_is_refused(store, epoch):
+    """A fencing epoch is an integer on both databases: SQLite stored 1.5 in the head row
+    and fenced with it, where PostgreSQL refused the append (the same rule on both, said
+    before the append shares a commit with others)."""
+    with pytest.raises(TypeError):
+        await store.append("s", [msg(0)], 0, epoch=epoch)
+    assert await store.read("s") == [] and await store.list_streams() == []
+    assert await store.append("s", [msg(1)], 0, epoch=2) == 1
+    assert (await store.list_streams())[0].epoch == 2
 
 # --------------------------------------------------------------------------- fencing (I6)
 
@@ -463,6 +491,44 @@ async def test_an_append_to_an_idle_store_commits_from_its_caller(store):
         await store.append("u", [msg(3)], 3, epoch=2, urgent=True)
     assert all(r.ok for r in await store.verify())
 
+
+async def test_an_append_handed_back_by_a_failed_direct_commit_still_goes_first(migrated):
+    """A commits from its caller; meanwhile B, chained onto it (expected version 1), queues
+    and the writer task takes it, then waits for A's direct commit. That commit fails and A
+    is handed to the writer, behind B in the batch: the batch commits in acceptance order,
+    so A gets version 1 and B version 2 (in B-then-A order, B was refused as a conflict)."""
+    store = await migrated.open(writers=1)
+    real, gate, tries = store._run_batch, asyncio.Event(), []
+
+    async def first_try_fails(batch):
+        tries.append([r.expected_version for r in batch])
+        if len(tries) == 1:
+            await gate.wait()
+            raise RuntimeError("the direct commit failed")  # not an outage: handed over
+        return await real(batch)
+
+    store._run_batch = first_try_fails
+    try:
+        a = asyncio.ensure_future(store.append("s", [msg(0)], 0, urgent=True))
+        for _ in range(100):
+            if tries:
+                break
+            await asyncio.sleep(0)
+        assert tries == [[0]] and store._direct == 1  # A is committing from its caller
+        b = asyncio.ensure_future(store.append("s", [msg(1)], 1))
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if store._inflight == 2 and store._queue.empty():
+                break
+        assert store._inflight == 2 and store._queue.empty()  # B taken by the writer task
+        gate.set()
+        assert await asyncio.wait_for(a, 10) == 1
+        assert await asyncio.wait_for(b, 10) == 2
+        assert tries == [[0], [0, 1]]
+        assert [r.event.text for r in await store.read("s")] == ["turn 0", "turn 1"]
+    finally:
+        gate.set()
+        await store.close()
 
 async def test_closing_waits_for_a_direct_append_under_way(migrated):
     store = await migrated.open()

@@ -20,10 +20,11 @@ from session_store.decide import (CancellationArrived, FunctionCall, Policy, Res
                                   SendResult, SpeechStarted, SpeechStopped, StartCall,
                                   ToolCallsArrived, choose_resumption, decide, due, seed_history)
 from session_store.loading import load_state, save_snapshot
-from session_store.projection import (HistoryNeeded, SessionState, compact, fold, fold_into,
-                                      from_snapshot, to_snapshot)
+from session_store.projection import (PROJECTION_VERSION, HistoryNeeded, SessionState, compact,
+                                      fold, fold_into, from_snapshot, to_snapshot)
+from session_store.storage import Snapshot
 
-from .helpers import T0_US, record
+from .helpers import T0_US, record, sql
 from .test_projection_properties import _records, streams
 
 HOUR_US = 3600 * 1_000_000
@@ -219,6 +220,29 @@ def test_a_long_calls_snapshot_stays_small():
     assert sizes[1000] < 1.1 * sizes[100], sizes
 
 
+def test_a_call_answered_exactly_one_crossing_window_ago_is_kept():
+    """c1's answer went into a fresh session as its seed; the last event is exactly one
+    crossing window later. A re-ask now may still have crossed the answer (the window is
+    inclusive), so it is answered from the record, and the compacted state must still hold
+    c1 to decide the same. (Archived at the boundary, c1 would be run again: I3.)"""
+    window_us = int(Policy().crossing_window_s * 1e6)
+    seeded_at = T0_US + 10_000_000
+    events = [ev.SessionOpened("m", ["lookup"], "w1", 1), ev.Connected(1),
+              ev.ToolCallRequested("c1", "lookup", {"order": 7}, 1),
+              ev.ToolCallStarted("c1", 1, "k", 1), ev.Disconnected(1, "error"),
+              ev.ToolCallCompleted("c1", {"status": "shipped"}), ev.Connected(2),
+              ev.ToolResultSending("c1", 2, "seed"), ev.ToolResultSent("c1", 2, "seed"),
+              ev.ConversationMessage("user", "and?", 2)]
+    times = [T0_US + i for i in range(7)] + [seeded_at - 1, seeded_at, seeded_at + window_us]
+    full = fold(record("call", events, recorded_at_us=times))
+    re_ask = ToolCallsArrived((FunctionCall("c2", "lookup", {"order": 7}),), 2)
+    want = [ev.ToolCallRequested("c2", "lookup", {"order": 7}, 2),
+            ev.ToolCallCompleted("c2", {"status": "shipped"}, reused_from="c1")]
+    assert decide(full, re_ask, Policy()) == want
+    small = compacted(full)
+    assert "c1" in small.calls
+    assert decide(small, re_ask, Policy()) == want
+
 def test_a_fresh_session_on_a_compacted_state_needs_the_whole_history():
     recs = long_call(30)
     state = compacted(fold(recs))
@@ -274,3 +298,54 @@ async def test_a_snapshot_compacted_for_a_shorter_policy_is_not_started_from(sto
     assert loaded.calls.keys() >= wide.calls.keys()
     # A state compacted twice remembers the narrower of the two.
     assert compact(compact(full, crossing_window_us=narrow)).compacted_with[1] == narrow
+
+
+async def test_a_snapshot_of_another_projection_version_is_never_started_from(store, migrated):
+    """A snapshot saved by code whose fold meant something else (another PROJECTION_VERSION,
+    older or newer) is not this code's state: it is ignored and the log folded, so the answer
+    is always the fold from zero."""
+    recs = long_call(5)
+    for r in recs:
+        await store.append("long", [r.event], r.version - 1, recorded_at_us=r.recorded_at_us)
+    full = await load_state(store, "long", use_snapshot=False)
+    other = compact(full)
+    other.model, other.bot_speaking = "what-another-fold-made-of-it", not full.bot_speaking
+    for version in (PROJECTION_VERSION - 1, PROJECTION_VERSION + 1):
+        await sql(migrated, "DELETE FROM session_snapshots")
+        await store.save_snapshot(Snapshot("long", full.version, version, to_snapshot(other)))
+        loaded = await load_state(store, "long")
+        assert loaded.history_complete  # folded from zero, not started from the snapshot
+        assert loaded.to_json() == full.to_json()
+
+
+async def test_an_event_naming_an_archived_call_loads_from_the_whole_log(store):
+    """After the snapshot, an event names a call the snapshot archived (here a late
+    confirmation of its send): the compacted state cannot apply it, so load_state folds the
+    whole log, and the state is the fold from zero, not an error."""
+    recs = long_call(20)
+    for r in recs:
+        await store.append("long", [r.event], r.version - 1, recorded_at_us=r.recorded_at_us)
+    await save_snapshot(store, await load_state(store, "long", use_snapshot=False))
+    assert "c1" in (await load_state(store, "long")).archived
+    await store.append("long", [ev.ToolResultSent("c1", 1, "tool_response")], len(recs))
+    loaded = await load_state(store, "long")
+    assert loaded.history_complete and loaded.version == len(recs) + 1
+    assert loaded.to_json() == (await load_state(store, "long", use_snapshot=False)).to_json()
+
+
+async def test_a_session_resumed_from_a_handle_compaction_left_out_loads_the_whole_log(store):
+    """After the snapshot a session resumes from an old handle (one compaction left out: a
+    newer one could be chosen). Its model state lacks results the snapshot archived as
+    delivered, so only the whole log can say what to send again: load_state folds it."""
+    recs = long_call(20)
+    for r in recs:
+        await store.append("long", [r.event], r.version - 1, recorded_at_us=r.recorded_at_us)
+    full = await load_state(store, "long", use_snapshot=False)
+    await save_snapshot(store, full)
+    assert "h2" not in (await load_state(store, "long")).handles
+    await store.append("long", [ev.Disconnected(full.generation, "error"),
+                                ev.Connected(full.generation + 1, "h2")], len(recs))
+    loaded = await load_state(store, "long")
+    assert loaded.history_complete
+    assert loaded.to_json() == (await load_state(store, "long", use_snapshot=False)).to_json()
+    assert {c.call_id for c in loaded.undelivered()} >= {f"c{t}" for t in range(3, 9)}

@@ -130,6 +130,16 @@ def test_tolerant_reader_ignores_unknown_fields():
     assert rec.event == ev.ToolCallRequested("c1", "n", {}, 1)
 
 
+
+def test_a_field_with_a_default_may_be_absent_from_a_row():
+    """Fields with a default (a value or a factory) were added after rows were written
+    without them: such rows load with the default, they are not "lacking" a field."""
+    assert decode("session.opened", 1, {"model": "m", "tools": [], "worker": "w"}) == \
+        ev.SessionOpened("m", [], "w", 1, {})
+    assert decode("connection.reconnect_requested", 1, {"reason": "settings"}) == \
+        ev.ReconnectRequested("settings", [])
+    assert decode("anomaly.recorded", 1, {"kind": "k"}) == ev.AnomalyRecorded("k", {}, 0)
+
 async def test_tolerant_reader_in_the_log(store, migrated):
     await insert_raw_event(migrated, "s", "session.closed", 1,
                            '{"reason":"done","future_field":[1,2]}')
@@ -220,6 +230,21 @@ def test_a_field_of_the_wrong_type_is_named_without_quoting_its_text():
     with pytest.raises(CorruptEvent) as err:
         rec.event
     assert "field 'generation' holds float 2.5" in str(err.value)
+
+
+@pytest.mark.parametrize("etype,payload,field", [
+    ("speech.bot_started", '{"generation":true}', "generation"),
+    ("session.worker_attached", '{"worker":"w2","epoch":true}', "epoch"),
+    ("connection.go_away", '{"generation":1,"time_left_s":false}', "time_left_s"),
+])
+def test_a_bool_is_not_a_number(etype, payload, field):
+    """JSON true is not the integer 1 (though Python's bool is an int): an epoch or a
+    generation stored as a bool does not fit its type. Folded, it compared equal to 1."""
+    rec = raw_record("call-7", 5, etype, 1, payload, position=9)
+    with pytest.raises(CorruptEvent) as err:
+        rec.event
+    _names_the_event(err.value, rec, etype)
+    assert f"field '{field}' holds bool" in str(err.value)
 
 
 @pytest.mark.parametrize("etype,schema,payload,error", [

@@ -131,6 +131,40 @@ async def test_one_moved_stream_in_a_batch_fails_only_its_own_request(migrated):
         await b.close()
 
 
+async def test_heads_changed_behind_a_batch_of_several_streams_are_not_trusted(migrated):
+    """As the two tests above, in batches of several streams (on PostgreSQL the cached path
+    for several heads is its own statement): z rewritten to its cached version with another
+    hash is chained onto what is really stored, and y's epoch raised in place still fences,
+    while x commits each time. Nothing is written on the cached heads' word alone."""
+    a, b = await migrated.open(), await migrated.open()
+
+    async def batch(version: int, *sids: str):
+        return await asyncio.gather(*(a.append(sid, [msg(version)], version, epoch=1)
+                                      for sid in sids), return_exceptions=True)
+
+    try:
+        for sid in ("x", "y", "z"):
+            await a.append(sid, [msg(0)], 0, epoch=1)
+        await sql(migrated, "DELETE FROM session_events WHERE stream_id = 'z'")
+        await sql(migrated, "DELETE FROM session_streams WHERE stream_id = 'z'")
+        await b.append("z", [msg(9)], 0, epoch=1)  # version 1 again, another hash
+        assert await batch(1, "x", "z") == [2, 2]
+        assert a.stats["stale_heads"] == 1
+        assert await _texts(b, "z") == ["turn 9", "turn 1"]
+
+        await a.append("y", [msg(1)], 1, epoch=1)
+        await sql(migrated, "UPDATE session_streams SET epoch = 5 WHERE stream_id = 'y'")
+        results = await batch(2, "x", "y")
+        assert results[0] == 3 and type(results[1]) is Fenced, results
+        assert results[1].current_epoch == 5 and a.stats["stale_heads"] == 2
+        assert await _texts(b, "y") == ["turn 0", "turn 1"]
+        assert {h.stream_id: (h.version, h.epoch) for h in await b.list_streams()} == {
+            "x": (3, 1), "y": (2, 5), "z": (2, 1)}
+        assert all(r.ok for r in await b.verify())
+    finally:
+        await a.close()
+        await b.close()
+
 async def test_cache_is_bounded_and_evicted_streams_are_read_again(store):
     store.max_cached_heads = 3
     for i in range(6):

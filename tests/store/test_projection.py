@@ -91,6 +91,18 @@ def test_a_call_requested_while_silent_does_not_start_once_the_bot_speaks():
     assert starts(due(log.state(), ALL, log.now_us)) == ["c1"]
 
 
+def test_a_deferred_call_waits_for_silence_under_any_policy():
+    """I4 across a policy change (a worker taking the call over with another configuration):
+    a call the log says was deferred still waits for the bot to stop speaking, though the
+    new policy would not defer its tool."""
+    log = live(speaking=True)
+    observe(log, calls(("c1", "lookup", {})))
+    assert log.state().calls["c1"].status == "deferred"
+    none = Policy(defer="none")
+    assert starts(due(log.state(), none, log.now_us)) == []
+    observe(log, SpeechStopped(1))
+    assert starts(due(log.state(), none, log.now_us)) == ["c1"]
+
 def test_speech_observations_are_idempotent_and_interruption_stops_speaking():
     log = live()
     assert observe(log, SpeechStopped(1)) == []
@@ -126,6 +138,21 @@ def test_settings_reconnect_waits_for_turn_end_and_for_deferred_calls_to_start()
     assert due(s, ALL, log.now_us) == []
 
 
+def test_settings_buffered_in_one_turn_accumulate_the_keys_the_reconnect_is_for():
+    """Two changes needing a reconnect in one turn: the one buffered reconnect is for both
+    (what the state, and the audit export, says it is waiting for)."""
+    log = live(speaking=True)
+    observe(log, SettingsUpdate(("system_instruction",), {"system_instruction": "new"},
+                                needs_reconnect=True))
+    observe(log, SettingsUpdate(("voice",), {"voice": "Puck"}, needs_reconnect=True))
+    s = log.state()
+    assert s.reconnect_pending == "settings"
+    assert s.reconnect_keys == ["system_instruction", "voice"]
+    observe(log, SpeechStopped(1))
+    assert due(log.state(), ALL, log.now_us) == [Reconnect("settings")]
+    log.add(ev.Disconnected(1, "settings"), ev.Connected(2))
+    assert log.state().reconnect_keys == []
+
 def test_waits_for_silence_while_a_call_or_a_reconnect_waits_for_the_bot_to_stop():
     """What makes the shell log a stop at once rather than lazily."""
     log = live(speaking=True)
@@ -160,11 +187,42 @@ def test_go_away_reconnects_at_turn_end_or_before_the_deadline():
     assert s.go_away_deadline_us == log.times[-1] + 60_000_000
     assert reconnects(due(s, ALL, t + 10_000_000)) == []  # speaking, deadline far
     assert reconnects(due(s, ALL, t + 56_000_000)) == [Reconnect("go_away")]  # margin 5 s
+    at_margin = s.go_away_deadline_us - 5_000_000  # the margin's first instant counts
+    assert reconnects(due(s, ALL, at_margin - 1)) == []
+    assert reconnects(due(s, ALL, at_margin)) == [Reconnect("go_away")]
     wide = Policy(go_away_margin_s=30)
     assert reconnects(due(s, wide, t + 31_000_000)) == [Reconnect("go_away")]
     observe(log, SpeechStopped(1))
     assert due(log.state(), ALL, t + 1_000_000) == [Reconnect("go_away")]
 
+
+def test_a_go_away_during_a_buffered_settings_reconnect_keeps_its_reason():
+    """A settings reconnect is buffered mid-turn, then a goAway comes: one reconnect is due,
+    still for the settings (the reason it is logged and paced under); the goAway only adds
+    its deadline."""
+    log = live(speaking=True)
+    observe(log, SettingsUpdate(("system_instruction",), {"system_instruction": "new"},
+                                needs_reconnect=True))
+    observe(log, GoAway(1, 60.0))
+    s = log.state()
+    assert s.reconnect_pending == "settings"
+    assert s.go_away_deadline_us == log.times[-1] + 60_000_000
+    assert reconnects(due(s, ALL, log.now_us + 56_000_000)) == [Reconnect("settings")]
+
+def test_a_go_away_deadline_ends_with_its_session():
+    """After the goAway reconnect, the old session's deadline is gone: a settings change on
+    the new session, mid-turn and long after that deadline, is still buffered until the turn
+    ends (I5), not rushed through as if the new session were about to be closed."""
+    log = live()
+    observe(log, GoAway(1, 60.0))
+    log.add(ev.Disconnected(1, "go_away"), ev.Connected(2))
+    assert log.state().go_away_deadline_us is None
+    log.add(ev.BotStartedSpeaking(2), at_us=log.now_us + 120_000_000)
+    observe(log, SettingsUpdate(("system_instruction",), {"system_instruction": "new"},
+                                needs_reconnect=True))
+    assert reconnects(due(log.state(), ALL, log.now_us)) == []
+    observe(log, SpeechStopped(2))
+    assert reconnects(due(log.state(), ALL, log.now_us)) == [Reconnect("settings")]
 
 def test_lost_connection_reconnects_at_once():
     log = live(speaking=True)
@@ -218,6 +276,13 @@ def test_cancellation_of_unknown_or_delivered_calls():
     assert observe(log, CancellationArrived(("c1",), 1)) == []  # the answer is already in
     assert log.state().anomalies == 1
 
+
+
+def test_an_id_repeated_in_one_cancellation_is_cancelled_once():
+    log = live(speaking=True)
+    observe(log, calls(("c1", "lookup", {}), ("c2", "book", {})))
+    assert observe(log, CancellationArrived(("c1", "c2", "c1"), 1)) == [
+        ev.ToolCallCancelled("c1", "server"), ev.ToolCallCancelled("c2", "server")]
 
 # --------------------------------------------------------------------------- in doubt (I3)
 

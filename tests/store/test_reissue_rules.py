@@ -283,3 +283,60 @@ def test_an_equal_request_long_after_a_content_answer_is_a_request_of_its_own():
     assert out == [ev.ToolCallRequested("c3", "lookup", {"order": 7}, 2)], out
     s = log.state()
     assert [e.call_id for e in due(s, ALL, log.now_us) if isinstance(e, StartCall)] == ["c3"]
+
+
+def test_a_call_re_asked_twice_is_answered_through_the_newest_id():
+    """Generation 1 asks for c1 and it starts; a fresh session (2) re-asks for it as c2
+    (linked, awaiting), and another fresh session (3) re-asks again as c3 (linked to c2).
+    When c1 completes, the outcome passes down the whole chain: c3, the only id the live
+    session knows, is answered. (Passed only one link down, c3 stayed "awaiting" for ever:
+    I1.)"""
+    log = live()
+    observe(log, ToolCallsArrived((FunctionCall("c1", "lookup", {"q": 1}),), 1))
+    log.add(ev.ToolCallStarted("c1", 1, "call-1:c1", 1))
+    for gen, cid in ((2, "c2"), (3, "c3")):
+        log.add(ev.Disconnected(gen - 1, "error"), ev.Connected(gen))
+        assert observe(log, ToolCallsArrived((FunctionCall(cid, "lookup", {"q": 1}),), gen)) \
+            == [ev.ToolCallRequested(cid, "lookup", {"q": 1}, gen),
+                ev.ToolCallReissued(cid, f"c{gen - 1}")]
+    log.add(ev.ToolCallCompleted("c1", {"answer": 42}))
+    s = log.state()
+    assert (s.calls["c3"].status, s.calls["c3"].result) == ("completed", {"answer": 42})
+    assert sends(due(s, ALL, log.now_us)) == [SendResult("c3", "tool_response")]
+    assert [c.call_id for c in s.unanswered()] == ["c1", "c2", "c3"]
+
+
+def test_a_re_ask_for_a_failed_call_is_answered_with_its_failure():
+    """c1 failed (the tool raised) and the session was lost before the failure reached the
+    model; the fresh session re-asks (c2). The tool does not run again, and c2 gets c1's
+    failure, not a success with no result."""
+    log = live()
+    observe(log, ToolCallsArrived((FunctionCall("c1", "lookup", {"order": 7}),), 1))
+    log.add(ev.ToolCallStarted("c1", 1, "k", 1), ev.ToolCallFailed("c1", "boom"),
+            ev.Disconnected(1, "error"), ev.Connected(2))
+    out = observe(log, ToolCallsArrived((FunctionCall("c2", "lookup", {"order": 7}),), 2))
+    assert out == [ev.ToolCallRequested("c2", "lookup", {"order": 7}, 2),
+                   ev.ToolCallReissued("c2", "c1")], out
+    c2 = log.state().calls["c2"]
+    assert (c2.status, c2.error, c2.result) == ("failed", "boom", None)
+    effects = due(log.state(), ALL, log.now_us)
+    assert [e for e in effects if isinstance(e, StartCall)] == []
+    assert sends(effects) == [SendResult("c2", "tool_response")]
+
+
+def test_cancelling_a_re_ask_leaves_its_answered_original_alone():
+    """c1 was running when a fresh session re-asked for it (c2, linked); c1 then completed and
+    c2 took its result. Gemini now cancels c2: only c2 is cancelled. c1 keeps its result (it
+    ran; the log says so, and a later fresh session's history holds it once), instead of
+    being recorded as cancelled ("reissue_cancelled") after it finished."""
+    log = live()
+    observe(log, ToolCallsArrived((FunctionCall("c1", "lookup", {"order": 7}),), 1))
+    log.add(ev.ToolCallStarted("c1", 1, "k", 1), ev.Disconnected(1, "error"), ev.Connected(2))
+    assert observe(log, ToolCallsArrived((FunctionCall("c2", "lookup", {"order": 7}),), 2))[1] \
+        == ev.ToolCallReissued("c2", "c1")
+    log.add(ev.ToolCallCompleted("c1", {"status": "shipped"}))
+    assert log.state().calls["c2"].status == "completed"
+    assert observe(log, CancellationArrived(("c2",), 2)) == [ev.ToolCallCancelled("c2", "server")]
+    s = log.state()
+    assert (s.calls["c1"].status, s.calls["c1"].result) == ("completed", {"status": "shipped"})
+    assert sends(due(s, ALL, log.now_us)) == [] and s.unanswered() == []

@@ -87,6 +87,20 @@ async def test_subscribe_from_position_and_stream_filter(store):
 
 
 @pytest.mark.timeout(30)
+async def test_a_stream_filter_moves_past_full_batches_of_other_streams(store):
+    """A follower of one stream reads the whole log: it moves past the other streams' events
+    too. (Advancing only on its own stream's events, it read the same full batch of others
+    again and again, and never got to "b".)"""
+    await store.append("a", [msg(i) for i in range(5)], 0)
+    await store.append("b", [msg(5)], 0)
+    async with following(store, stream_id="b", batch_size=2) as got:
+        await wait_for_count(got, 1, timeout=10)
+        await store.append("a", [msg(6), msg(7)], 5)
+        await store.append("b", [msg(8)], 1)
+        await wait_for_count(got, 2, timeout=10)
+    assert [(r.stream_id, r.version) for r in got] == [("b", 1), ("b", 2)]
+
+@pytest.mark.timeout(30)
 async def test_subscribe_is_woken_by_another_process_on_postgres(migrated):
     """Another store instance (as another process would) commits: NOTIFY wakes the follower
     long before its poll interval."""
@@ -215,6 +229,54 @@ async def test_reader_never_skips_an_event_committed_later_with_lower_position(m
         await slow.close()
         await fast.close()
 
+
+@pytest.mark.timeout(60)
+async def test_a_reader_continuing_one_event_at_a_time_follows_the_commit_order(migrated):
+    """Deterministic: transaction A takes its id first (as a writer does when it locks its
+    stream heads) but inserts its event after B has committed, so A's event sorts first in
+    the order readers see (transaction order) but has the higher position. A reader that
+    continues from each event it read, one at a time, gets both, each once: the cursor is
+    the event's place in that order, not its position alone (by position, the reader
+    continuing from A's event skipped B's for good)."""
+    if migrated.name != "postgres":
+        pytest.skip("SQLite has one writer: positions commit in order")
+    store = await migrated.open()
+    raw = await asyncpg.connect(PG_DSN, server_settings={"search_path":
+                                                          migrated.options["schema"]})
+    try:
+        await store.append("warm", [msg(0)], 0)
+        last = (await store.read_all())[-1].position
+        tx = raw.transaction()
+        await tx.start()
+        try:
+            await raw.fetchval("SELECT pg_current_xact_id()")  # A's id, taken first
+            assert await store.append("b", [msg(1)], 0) == 1  # B commits
+            await raw.execute(
+                "INSERT INTO session_events (tx_order, stream_id, version, type, "
+                "schema_version, data, recorded_at_us, hash) VALUES "
+                "(pg_current_xact_id()::text::bigint, 'a', 1, 'conversation.message', 1, "
+                "'{\"generation\":0,\"role\":\"user\",\"text\":\"a\"}', 0, 'x')")
+        finally:
+            await tx.commit()
+        p_a = await raw.fetchval("SELECT position FROM session_events WHERE stream_id = 'a'")
+        p_b = (await store.read("b"))[0].position
+        assert p_b < p_a, "the scenario needs B's position below A's"
+        deadline = time.monotonic() + 20  # (another transaction in the cluster holds readers)
+        while len(await store.read_all(last)) < 2:
+            assert time.monotonic() < deadline, "the events never became visible"
+            await asyncio.sleep(0.05)
+        assert [r.stream_id for r in await store.read_all(last)] == ["a", "b"]
+        seen, cursor = [], last
+        for _ in range(4):
+            page = await store.read_all(cursor, limit=1)
+            if not page:
+                break
+            seen.append((page[0].stream_id, page[0].position))
+            cursor = page[0].position
+        assert seen == [("a", p_a), ("b", p_b)]
+    finally:
+        await raw.close()
+        await store.close()
 
 @pytest.mark.timeout(60)
 async def test_an_open_older_transaction_holds_tailing_readers_back(migrated):

@@ -87,6 +87,15 @@ async def swap_versions(backend, rows):
     return 2, _pos(rows, 4), "hash mismatch"
 
 
+async def swap_positions(backend, rows):
+    """Give versions 2 and 3 each other's global positions (no hash covers a position): the
+    global order now puts version 3 before version 2."""
+    p2, p3 = _pos(rows, 2), _pos(rows, 3)
+    for old, new in ((p2, -1), (p3, p2), (-1, p3)):
+        await sql(backend, "UPDATE session_events SET position = :n WHERE position = :o",
+                  n=new, o=old)
+    return 3, p2, "position goes backwards"
+
 async def append_behind_the_back(backend, rows):
     """A well-chained extra event inserted without moving the head."""
     last = rows[-1]
@@ -106,8 +115,8 @@ async def drop_head_row(backend, rows):
 
 
 SCENARIOS = [edit_data, edit_recorded_at, edit_type, delete_middle, delete_last,
-             delete_last_and_fix_head, swap_payloads, swap_versions, append_behind_the_back,
-             drop_head_row]
+             delete_last_and_fix_head, swap_payloads, swap_versions, swap_positions,
+             append_behind_the_back, drop_head_row]
 
 
 @pytest.mark.parametrize("tamper", SCENARIOS, ids=[f.__name__ for f in SCENARIOS])
@@ -143,6 +152,18 @@ async def test_verify_detects_rewritten_hash_of_one_row(log, migrated):
     assert (report.ok, report.first_bad_version, report.events_checked) == (False, 4, 3)
     assert "altered, or the one before it" in report.reason
 
+
+async def test_verify_detects_a_stream_renamed_as_a_whole(log, migrated):
+    """Events and head moved to another stream id, all else intact: the hashes cover the
+    stream id, so the chain breaks at the first event (one call's log passed off as
+    another's)."""
+    rows = await log.read("u")
+    for table in ("session_events", "session_streams"):
+        await sql(migrated, f"UPDATE {table} SET stream_id = 'v' WHERE stream_id = 'u'")
+    report, = await log.verify("v")
+    assert (report.ok, report.first_bad_version, report.first_bad_position) == (
+        False, 1, rows[0].position)
+    assert "hash mismatch" in report.reason
 
 async def test_untampered_stream_verifies_and_empty_store_has_no_reports(store):
     assert await store.verify() == []
