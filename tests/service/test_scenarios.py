@@ -317,10 +317,18 @@ async def test_go_away_while_the_bot_keeps_speaking_reconnects_before_the_deadli
     ran = assert_ran_once(run, "c1")
     stop = run.tap.first_stop_after(issued_at)
     assert stop is not None and ran["t"] >= stop, "the deferred call ran mid-speech"
+    # (The transport stops and starts again between the first turns: the stop above may be
+    # that of a turn before the call's. The call's own turn plays on across the reconnect.)
+    assert not run.tap.speaking_at(ran["t"]), (
+        f"the deferred call ran at {ran['t']:.3f}, while the old session's audio still "
+        f"played: {run.tap.intervals()}")
     assert ran["t"] > first.closed_at
     assert_answered_once(run, "c1", ORDER, via="content", connection=1)
     if flavour.durable:
         assert run.find("connection.disconnected", generation=1)[0].data["reason"] == "go_away"
+        started = run.at("tool.call_started", call_id="c1")
+        stopped = [e for e in run.find("speech.bot_stopped") if e.version < started]
+        assert stopped and stopped[-1].data["source"] == "transport", run.timeline()
         assert_log_settled(run)
 
 
