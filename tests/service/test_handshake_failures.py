@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from service.connections import HANDLE_ATTEMPTS
 from service.local_live import (DROP_SETUP, HANDLE_REFUSED, Audio, Call, Close,
                                 OutputTranscript, Script, ToolCall, TurnComplete,
                                 WaitToolResponse)
@@ -84,6 +85,43 @@ async def test_a_transient_handshake_failure_resumes_from_the_same_newest_handle
         await assert_chain_ok(run)
         report = replay(run.events)  # today's code makes the same choice of handle
         assert report.ok, [d.message for d in report.divergences]
+
+
+@pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
+async def test_a_handle_failing_transiently_twice_in_a_row_is_passed_over(flavour):
+    """A server that fails every resumption from one handle (1011 each time) may be unable
+    to restore it: after HANDLE_ATTEMPTS (2) transient failures in a row the handle is
+    passed over for the older one, before pipecat's own limit of three would end the call."""
+    assert HANDLE_ATTEMPTS == 2
+    failing = Script(refuse_setup=1011, refuse_reason="Internal error encountered.")
+    scripts = _first_session_then(failing)
+    scripts[1:2] = [failing, failing]
+
+    async def drive(ctl: Ctl):
+        await ctl.wait(lambda: ctl.script_done(3) and not ctl.tap.speaking, timeout=15)
+        await ctl.settle()
+
+    run = await run_call(flavour, scripts, drive)
+
+    first, newest = handles_of(run.server, 0)[0], handles_of(run.server, 0)[-1]
+    asked = [c.resumption_handle for c in run.connections]
+    assert asked == [None, newest, newest, first], (
+        f"two transient failures with {newest!r} must pass it over for {first!r}; "
+        f"handles asked for: {asked}")
+    # The older state lacks c1: its result goes in again, as content, once.
+    got = [(r.connection, r.via, r.accepted) for r in run.results("c1")]
+    assert got == [(0, "tool_response", True), (3, "content", True)], got
+    assert_ran_once(run, "c1")
+    assert_server_clean(run)
+
+    failed = run.find("anomaly.recorded", kind="handshake_failed")
+    assert [(a.data["detail"]["handle"], a.data["detail"]["failures"],
+             a.data["detail"]["passed_over"]) for a in failed] == [
+        (newest, 1, False), (newest, 2, True)], run.timeline()
+    assert run.find("connection.connected", generation=2)[0].data["handle"] == first
+    assert not run.find("anomaly.recorded", kind="connection_given_up"), run.timeline()
+    assert_log_settled(run, anomalies=2)
+    await assert_chain_ok(run)
 
 
 @pytest.mark.stock_bug("a failure before setupComplete is not caught: the connection task "
