@@ -167,6 +167,11 @@ class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding
                 setattr(self._settings, key, state.settings[key])
         if isinstance(state.settings.get("system_instruction"), str):
             self._system_instruction_from_init = state.settings["system_instruction"]
+            # pipecat rebuilds `_settings.system_instruction` from the base prompt it took at
+            # construction (`_compose_system_instruction`, on the first context's tool sync):
+            # without this the constructed prompt came back there, and the first reconnect
+            # after a takeover sent it (tests/service/test_takeover_seed.py).
+            self._base_system_instruction = state.settings["system_instruction"]
         # Calls a dead worker left in doubt are settled before the new session is seeded, so
         # the model learns their outcome with its history instead of asking again. (Re-runs
         # of idempotent ones wait for the pipeline: no tool runs before it has started.)

@@ -71,6 +71,7 @@ ATTRIBUTES = {
     "_connection_task": None,
     "_disconnecting": False,
     "_system_instruction_from_init": "Be brief.",
+    "_base_system_instruction": "Be brief.",  # what pipecat recomposes the prompt from
     "_session_resumption_handle": None,
     "_run_llm_when_session_ready": False,
     "_ready_for_realtime_input": False,
@@ -96,6 +97,8 @@ WIRING = [
     ("_reconnect", "_disconnect"),
     ("_reconnect", "_connect"),
     ("_connect", "_system_instruction_from_init"),  # the new prompt travels through it
+    # The prompt pipecat keeps in `_settings` is rebuilt from this base (a takeover sets it).
+    ("_compose_system_instruction", "_base_system_instruction"),
     ("_connect", "_connection_task_handler"),
     ("setup", "_connect"),
     # A call pipecat stops without a result (its timeout) reaches our push_frame as a

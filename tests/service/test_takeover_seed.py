@@ -12,12 +12,13 @@ until the session is ready and has had time to send.
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
 
 from service.driver import CallDriver
-from service.local_live import Audio, Script, TurnComplete
+from service.local_live import Audio, Close, Script, TurnComplete
 from session_store import Policy
 from session_store import events as ev
 from session_store.decide import FunctionCall, StartCall, ToolCallsArrived, due
@@ -105,3 +106,41 @@ async def test_a_worker_given_an_ended_call_opens_no_session_and_says_so(flavour
     with pytest.raises(CallClosed, match=f"call '{call_id}' ended"):
         await CallDriver(flavour.store, call_id, Policy(), worker_id="w3").attach(
             model="m", tools=[ORDER], settings={})
+
+
+@pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
+async def test_a_takeover_opens_its_session_with_the_prompt_the_log_holds(flavour):
+    """The app changed the prompt (and the voice) before its worker died (the change and its reconnect are
+    in the log). A new worker is constructed with the app's original settings, as a
+    restarted process would be: its first session must carry the prompt as the log says it
+    is now, not the one it was constructed with; and so must every later session."""
+    call_id = f"call-{uuid.uuid4().hex[:10]}"
+    driver = CallDriver(flavour.store, call_id, Policy(), worker_id="dead-worker")
+    await driver.attach(model="m", tools=[ORDER], settings={"system_instruction": "Be brief."})
+    await driver.record(ev.Connected(1, None, "x"),
+                        ev.ConversationMessage("user", "Hello", 1),
+                        ev.SettingsChanged(["system_instruction", "voice"],
+                                           {"system_instruction": "Speak French.",
+                                            "voice": "Kore"}, True),
+                        ev.ReconnectRequested("settings", ["system_instruction", "voice"]),
+                        ev.Disconnected(1, "settings"),
+                        ev.Connected(2, None, "y"))
+
+    async def drive(ctl: Ctl):
+        assert await ctl.wait(lambda: ctl.script_done(1) and not ctl.tap.speaking, timeout=10)
+        await ctl.settle()
+
+    # The first session dies after a turn: the one that replaces it keeps the prompt too.
+    scripts = [Script([Audio(chunks=2), TurnComplete(), Close(1011, "internal error")],
+                      reply=()),
+               Script([Audio(chunks=2), TurnComplete()], reply=())]
+    run = await run_call(flavour, scripts, drive, call_id=call_id)
+
+    assert [c.system_instruction for c in run.connections] == ["Speak French."] * 2, (
+        f"prompts the takeover's sessions carried: "
+        f"{[c.system_instruction for c in run.connections]}")
+    voices = [json.dumps(c.setup).count('"Kore"') for c in run.connections]
+    assert voices == [1, 1], f"the log's voice in each session's setup: {voices}"
+    assert_server_clean(run)
+    assert run.find("session.worker_attached"), run.timeline()
+    assert_log_settled(run)
