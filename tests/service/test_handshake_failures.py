@@ -11,9 +11,11 @@ Real pipeline, real google-genai client, the local server.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
-from service.connections import HANDLE_ATTEMPTS
+from service.connections import HANDLE_ATTEMPTS, HANDSHAKE_BACKOFF_MAX_S, HANDSHAKE_BACKOFF_S
 from service.local_live import (DROP_SETUP, HANDLE_REFUSED, Audio, Call, Close,
                                 OutputTranscript, Script, ToolCall, TurnComplete,
                                 WaitToolResponse)
@@ -176,6 +178,13 @@ async def test_a_gemini_outage_of_several_handshakes_does_not_give_the_service_u
     run = await run_call(flavour, scripts, drive)
 
     assert len(run.connections) == 8, [c.resumption_handle for c in run.connections]
+    if flavour.durable:
+        # Backed off, not retried at handshake speed: each failure in a row doubles the wait
+        # before the next handshake (HANDSHAKE_BACKOFF_S, capped at HANDSHAKE_BACKOFF_MAX_S).
+        gaps = [b.opened_at - a.opened_at for a, b in itertools.pairwise(run.connections[1:])]
+        waits = [min(HANDSHAKE_BACKOFF_S * 2 ** n, HANDSHAKE_BACKOFF_MAX_S) for n in range(6)]
+        assert all(gap >= wait - 0.02 for gap, wait in zip(gaps, waits)), (
+            f"handshakes {[round(g, 2) for g in gaps]} s apart; the backoff is {waits}")
     back = run.connections[7]
     assert back.setup is not None and back.sent and back.closed_by != "server", back
     # The model state the call came back to holds c1's result, once (as a toolResponse in the
