@@ -144,3 +144,30 @@ async def test_a_takeover_opens_its_session_with_the_prompt_the_log_holds(flavou
     assert_server_clean(run)
     assert run.find("session.worker_attached"), run.timeline()
     assert_log_settled(run)
+
+
+@pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
+async def test_a_seed_carrying_a_new_result_asks_the_model_to_act_on_it(flavour):
+    """An app that does not want a first response to its opening context
+    (`inference_on_context_initialization=False`): its seed normally leaves the turn open.
+    A takeover's seed that carries a result the model never got must close the turn
+    anyway: Gemini acts on content only with turnComplete, and the model is waiting for
+    that answer (left open, the bot stays silent)."""
+    call_id = f"call-{uuid.uuid4().hex[:10]}"
+    await dead_workers_log(flavour.store, call_id)
+
+    async def drive(ctl: Ctl):
+        await ctl.wait(lambda: ctl.server.connections
+                       and ctl.server.connections[0].state.acted_on("c1"), timeout=8)
+        await ctl.wait(lambda: ctl.script_done(0) and not ctl.tap.speaking, timeout=5)
+        await ctl.settle()
+
+    run = await run_call(flavour, Script([], reply=(Audio(chunks=2), TurnComplete())), drive,
+                         call_id=call_id, inference_on_context_initialization=False)
+
+    (seed,) = run.connections[0].messages("client_content")
+    assert seed.body.get("turn_complete") is True, seed.body
+    assert run.connections[0].state.acted_on("c1"), run.connections[0].state.to_json()
+    assert_answered_once(run, "c1", ORDER, via="content", connection=0)
+    assert_server_clean(run)
+    assert_log_settled(run)
