@@ -10,6 +10,7 @@ from pipecat.services.llm_service import FunctionCallParams
 from service.local_live import (Audio, Call, Close, GoAway, Script, Sleep, ToolCall,
                                 TurnComplete, WaitFor, WaitSignal, WaitToolResponse)
 from session_store import Policy
+from session_store.audit import replay
 
 from .helpers import (Ctl, assert_answered_once, assert_log_settled, assert_ran_once,
                       assert_server_clean, run_call)
@@ -87,8 +88,8 @@ async def test_a_deferred_call_waits_for_the_old_audio_through_the_reconnect_han
         await ctl.wait(lambda: ctl.script_done(1) and not ctl.tap.speaking, timeout=15)
         await ctl.settle()
 
-    run = await run_call(flavour, scripts, drive,
-                         policy=Policy(defer=frozenset({ORDER}), go_away_margin_s=1.0))
+    policy = Policy(defer=frozenset({ORDER}), go_away_margin_s=1.0)
+    run = await run_call(flavour, scripts, drive, policy=policy)
 
     assert handshaking.is_set()
     assert len(run.connections) == 2
@@ -103,7 +104,13 @@ async def test_a_deferred_call_waits_for_the_old_audio_through_the_reconnect_han
     issued_at = next(s.at for s in run.connections[0].sent if "c1" in str(s.message))
     stop = run.tap.first_stop_after(issued_at)
     assert stop is not None and ran["t"] >= stop
-    assert_answered_once(run, "c0", WEATHER, via="content", connection=1)
+    answered = assert_answered_once(run, "c0", WEATHER, via="content", connection=1)
+    # Content cuts the model's generation under way: it too waits for the old audio to end.
+    assert not run.tap.speaking_at(answered.at), (
+        f"c0's result went in as content at {answered.at:.3f}, while the old session's "
+        f"audio still played: {run.tap.intervals()}\n{run.timeline()}")
     assert_answered_once(run, "c1", ORDER, via="content", connection=1)
     assert_server_clean(run)
     assert_log_settled(run)
+    report = replay(run.events, policy)  # every send in the log is one today's decisions make
+    assert report.ok, [d.message for d in report.divergences]
