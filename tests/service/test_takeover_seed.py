@@ -171,3 +171,43 @@ async def test_a_seed_carrying_a_new_result_asks_the_model_to_act_on_it(flavour)
     assert_answered_once(run, "c1", ORDER, via="content", connection=0)
     assert_server_clean(run)
     assert_log_settled(run)
+
+
+@pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
+async def test_a_call_left_in_doubt_is_settled_in_the_takeovers_seed(flavour):
+    """The dead worker had started c1 (not idempotent) and died before it returned: the call
+    is in doubt. The takeover settles it ("outcome unknown") before its first session is
+    seeded, so the model learns it with its history, in the seed, not as a separate
+    message after it (nor by the tool running again)."""
+    call_id = f"call-{uuid.uuid4().hex[:10]}"
+    driver = CallDriver(flavour.store, call_id, Policy(defer="none"), worker_id="dead-worker")
+    await driver.attach(model="m", tools=[ORDER], settings={})
+    await driver.record(ev.Connected(1, None, "x"),
+                        ev.ConversationMessage("user", "Where is order 48213?", 1))
+
+    def start(state):
+        return [ev.ToolCallStarted(e.call_id, e.attempt, e.idempotency_key, driver.epoch)
+                for e in due(state, driver.policy, 0) if isinstance(e, StartCall)]
+
+    await driver.observe(ToolCallsArrived((FunctionCall("c1", ORDER, {"id": 48213}),), 1),
+                         then=start)
+
+    async def drive(ctl: Ctl):
+        assert await ctl.wait(lambda: ctl.results("c1") and not ctl.tap.speaking
+                              and ctl.script_done(0), timeout=10)
+        await ctl.settle()
+
+    # A slow handshake: the pipeline's first context is there before the session is ready,
+    # so pipecat seeds it first thing when it is (before anything else is performed).
+    run = await run_call(flavour, Script([], reply=(Audio(chunks=2), TurnComplete()),
+                                         setup_delay=1.0), drive, call_id=call_id)
+
+    assert run.runs() == [], "a non-idempotent call in doubt ran again"
+    result = assert_answered_once(run, "c1", ORDER, via="content", connection=0)
+    assert result.response.get("outcome_unknown") is True, result.response
+    assert [e.data["via"] for e in run.find("tool.result_sent", call_id="c1")] == ["seed"], (
+        run.timeline())
+    assert run.at("tool.call_failed", call_id="c1") < run.at("connection.connected",
+                                                              generation=2)
+    assert_server_clean(run)
+    assert_log_settled(run)
