@@ -288,11 +288,15 @@ class DueEffects:
             await self._run_started(await self._driver.record(
                 then=lambda state: [e for e in self._starts_now(state) if e.call_id in starts]))
             acted = True
-        sends = [e for e in effects if isinstance(e, SendResult)]
+        sends = {e.call_id for e in effects if isinstance(e, SendResult)}
         if sends and not (self._session is None or self._disconnecting or self._link_busy()):
-            generation = self._driver.state.generation
-            sending = await self._driver.record(*(
-                ev.ToolResultSending(e.call_id, generation, e.via) for e in sends))
+            # Decided again under the driver's lock, as starts are: the record logs what was
+            # noted first, and a note may change the answer (the transport still playing
+            # the old session's audio when a new one is ready: content then waits for
+            # silence). Decided before the notes, a result went in as content mid-speech
+            # (tests/service/test_turn_cut_by_reconnect.py).
+            sending = await self._driver.record(
+                then=lambda state: [e for e in self._sends_now(state) if e.call_id in sends])
             acted |= await self._deliver(sending)
         for effect in effects:
             if isinstance(effect, Reconnect) and not self._link_busy():

@@ -169,11 +169,20 @@ class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding
                     f"epoch {self._driver.epoch}")
         # A takeover continues with the settings the log says are current, not the ones this
         # worker was constructed with (the app may have changed the prompt before the crash).
+        composed = self._settings.system_instruction  # as constructed (with pipecat's addons)
         for key in RESTORED_SETTINGS:
             if isinstance(state.settings.get(key), str):
                 setattr(self._settings, key, state.settings[key])
-        if isinstance(state.settings.get("system_instruction"), str):
-            self._system_instruction_from_init = state.settings["system_instruction"]
+        prompt = state.settings.get("system_instruction")
+        if isinstance(prompt, str):
+            self._system_instruction_from_init = prompt
+            if prompt != composed:
+                # pipecat rebuilds `_settings.system_instruction` from the base prompt it took
+                # at construction (`_compose_system_instruction`, on the first context's tool
+                # sync): without this the constructed prompt came back there, and the first
+                # reconnect after a takeover sent it (tests/service/test_takeover_seed.py).
+                self._base_system_instruction = base_prompt(
+                    prompt, composed, self._base_system_instruction)
         # Calls a dead worker left in doubt are settled before the new session is seeded, so
         # the model learns their outcome with its history instead of asking again. (Re-runs
         # of idempotent ones wait for the pipeline: no tool runs before it has started.)
@@ -470,6 +479,17 @@ class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding
             # needs a new one (buffered while the bot speaks).
             await self._observe(SettingsUpdate(keys, values, needs_reconnect=True))
         return changed
+
+
+def base_prompt(prompt: str, composed: Any, base: Any) -> str:
+    """The base of a logged prompt. The log holds the prompt as pipecat composed it (its base
+    followed by the addons it appends: an app's appended instructions, tool guidance); its
+    base is what pipecat must compose from again, or the addons would go in twice."""
+    if isinstance(composed, str) and isinstance(base, str) and composed.startswith(base):
+        addons = composed[len(base):]
+        if addons and prompt.endswith(addons):
+            return prompt[:len(prompt) - len(addons)]
+    return prompt
 
 
 def _plain(value: Any) -> Any:

@@ -242,10 +242,11 @@ async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script | Callab
                    tools: Sequence[str] = TOOLS, policy: Policy | None = None,
                    system_instruction: str = PROMPT, timeout: float = 40.0,
                    end_timeout: float = 3.0, call_id: str | None = None,
-                   run_first: bool = True, messages: list[dict] | None = None,
+                   run_first: bool = True, messages: Sequence[dict[str, Any]] | None = None,
                    **llm_extra: Any) -> CallRun:
     """`call_id`: a call whose log a test wrote beforehand (a takeover); `run_first=False`:
-    the pipeline's first context (LLMRunFrame) is left to `drive` (`ctl.run_llm()`)."""
+    the pipeline's first context (LLMRunFrame) is left to `drive` (`ctl.run_llm()`);
+    `messages`: the pipeline context's opening messages (one user "Hello" by default)."""
     call_id = call_id or f"call-{uuid.uuid4().hex[:10]}"
     ledger = TimedLedger()
     tap = Tap()
@@ -257,7 +258,7 @@ async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script | Callab
         for name in tools:
             delay = tool_delay.get(name, 0.05) if isinstance(tool_delay, dict) else tool_delay
             llm.register_function(name, make_tool(name, ledger, delay))
-        context = LLMContext(messages=messages or [{"role": "user", "content": "Hello"}])
+        context = LLMContext(messages=list(messages or [{"role": "user", "content": "Hello"}]))
         aggregators = LLMContextAggregatorPair(context)
         pipeline = Pipeline([aggregators.user(), llm, PlaybackOutput(), tap,
                              aggregators.assistant()])

@@ -4,9 +4,11 @@ could be logged."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 
 import pytest
 
+from service.gemini_live import parse_time_left
 from service.local_live import Audio, GoAway, Script, TurnComplete, WaitSignal
 from session_store import Policy
 
@@ -55,3 +57,14 @@ async def test_go_away_logged_late_still_reconnects_before_the_deadline(flavour)
     if flavour.durable:
         assert run.find("connection.disconnected", generation=1)[0].data["reason"] == "go_away"
         assert_log_settled(run)
+
+
+@pytest.mark.parametrize("value, seconds", [
+    ("3s", 3.0), ("1.5s", 1.5), (" 0.25s ", 0.25), (".5s", 0.5), ("10", 10.0),
+    (7, 7.0), (2.5, 2.5), (datetime.timedelta(seconds=2, milliseconds=500), 2.5),
+    # Unreadable: no time left (reconnect at the next chance rather than too late).
+    (None, 0.0), ("soon", 0.0), ("-3s", 0.0), ("", 0.0)])
+def test_go_away_time_left_as_the_sdk_hands_it_over(value, seconds):
+    """google-genai keeps goAway.timeLeft as the protobuf Duration string ("3s", "1.5s"):
+    a fraction must not read as "no time left" (nor an integer as a fraction)."""
+    assert parse_time_left(value) == pytest.approx(seconds)

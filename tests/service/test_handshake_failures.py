@@ -11,8 +11,11 @@ Real pipeline, real google-genai client, the local server.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
+from service.connections import HANDLE_ATTEMPTS, HANDSHAKE_BACKOFF_MAX_S, HANDSHAKE_BACKOFF_S
 from service.local_live import (DROP_SETUP, HANDLE_REFUSED, Audio, Call, Close,
                                 OutputTranscript, Script, ToolCall, TurnComplete,
                                 WaitToolResponse)
@@ -86,6 +89,43 @@ async def test_a_transient_handshake_failure_resumes_from_the_same_newest_handle
         assert report.ok, [d.message for d in report.divergences]
 
 
+@pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
+async def test_a_handle_failing_transiently_twice_in_a_row_is_passed_over(flavour):
+    """A server that fails every resumption from one handle (1011 each time) may be unable
+    to restore it: after HANDLE_ATTEMPTS (2) transient failures in a row the handle is
+    passed over for the older one, before pipecat's own limit of three would end the call."""
+    assert HANDLE_ATTEMPTS == 2
+    failing = Script(refuse_setup=1011, refuse_reason="Internal error encountered.")
+    scripts = _first_session_then(failing)
+    scripts[1:2] = [failing, failing]
+
+    async def drive(ctl: Ctl):
+        await ctl.wait(lambda: ctl.script_done(3) and not ctl.tap.speaking, timeout=15)
+        await ctl.settle()
+
+    run = await run_call(flavour, scripts, drive)
+
+    first, newest = handles_of(run.server, 0)[0], handles_of(run.server, 0)[-1]
+    asked = [c.resumption_handle for c in run.connections]
+    assert asked == [None, newest, newest, first], (
+        f"two transient failures with {newest!r} must pass it over for {first!r}; "
+        f"handles asked for: {asked}")
+    # The older state lacks c1: its result goes in again, as content, once.
+    got = [(r.connection, r.via, r.accepted) for r in run.results("c1")]
+    assert got == [(0, "tool_response", True), (3, "content", True)], got
+    assert_ran_once(run, "c1")
+    assert_server_clean(run)
+
+    failed = run.find("anomaly.recorded", kind="handshake_failed")
+    assert [(a.data["detail"]["handle"], a.data["detail"]["failures"],
+             a.data["detail"]["passed_over"]) for a in failed] == [
+        (newest, 1, False), (newest, 2, True)], run.timeline()
+    assert run.find("connection.connected", generation=2)[0].data["handle"] == first
+    assert not run.find("anomaly.recorded", kind="connection_given_up"), run.timeline()
+    assert_log_settled(run, anomalies=2)
+    await assert_chain_ok(run)
+
+
 @pytest.mark.stock_bug("a failure before setupComplete is not caught: the connection task "
                        "dies and the service stays without a session")
 async def test_a_refused_handle_is_passed_over_at_once(flavour):
@@ -138,6 +178,13 @@ async def test_a_gemini_outage_of_several_handshakes_does_not_give_the_service_u
     run = await run_call(flavour, scripts, drive)
 
     assert len(run.connections) == 8, [c.resumption_handle for c in run.connections]
+    if flavour.durable:
+        # Backed off, not retried at handshake speed: each failure in a row doubles the wait
+        # before the next handshake (HANDSHAKE_BACKOFF_S, capped at HANDSHAKE_BACKOFF_MAX_S).
+        gaps = [b.opened_at - a.opened_at for a, b in itertools.pairwise(run.connections[1:])]
+        waits = [min(HANDSHAKE_BACKOFF_S * 2 ** n, HANDSHAKE_BACKOFF_MAX_S) for n in range(6)]
+        assert all(gap >= wait - 0.02 for gap, wait in zip(gaps, waits)), (
+            f"handshakes {[round(g, 2) for g in gaps]} s apart; the backoff is {waits}")
     back = run.connections[7]
     assert back.setup is not None and back.sent and back.closed_by != "server", back
     # The model state the call came back to holds c1's result, once (as a toolResponse in the

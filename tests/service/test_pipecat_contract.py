@@ -71,6 +71,7 @@ ATTRIBUTES = {
     "_connection_task": None,
     "_disconnecting": False,
     "_system_instruction_from_init": "Be brief.",
+    "_base_system_instruction": "Be brief.",  # what pipecat recomposes the prompt from
     "_session_resumption_handle": None,
     "_run_llm_when_session_ready": False,
     "_ready_for_realtime_input": False,
@@ -96,6 +97,8 @@ WIRING = [
     ("_reconnect", "_disconnect"),
     ("_reconnect", "_connect"),
     ("_connect", "_system_instruction_from_init"),  # the new prompt travels through it
+    # The prompt pipecat keeps in `_settings` is rebuilt from this base (a takeover sets it).
+    ("_compose_system_instruction", "_base_system_instruction"),
     ("_connect", "_connection_task_handler"),
     ("setup", "_connect"),
     # A call pipecat stops without a result (its timeout) reaches our push_frame as a
@@ -246,3 +249,22 @@ def test_async_client_args_reach_the_websocket_connect():
     from service.gemini_live import MAX_FRAME_BYTES
     llm = DurableGeminiLiveLLMService(api_key="x", store=None, call_id="c")  # no I/O yet
     assert llm._client._api_client._websocket_ssl_ctx["max_size"] == MAX_FRAME_BYTES
+
+
+def test_a_restored_prompt_is_composed_once_with_pipecats_addons():
+    """A takeover restores the prompt the log holds, as pipecat composed it (base + addons)
+    (gemini_live.base_prompt): composed again from the base it derives, the addons appear
+    once, and a plain prompt (no addons) is its own base."""
+    from service.gemini_live import base_prompt
+
+    llm = GeminiLiveLLMService(api_key="x", settings=GeminiLiveLLMService.Settings(
+        model="models/gemini-2.5-flash-native-audio-preview", system_instruction="Be brief."))
+    llm.append_system_instruction("Render lists as cards.")
+    composed = llm._settings.system_instruction
+    assert composed.startswith("Be brief.") and composed.endswith("Render lists as cards.")
+    logged = "Speak French." + composed[len("Be brief."):]  # what the log holds after a change
+    llm._base_system_instruction = base_prompt(logged, composed, llm._base_system_instruction)
+    assert llm._base_system_instruction == "Speak French."
+    llm._compose_system_instruction()
+    assert llm._settings.system_instruction == logged
+    assert base_prompt("Speak French.", "Be brief.", "Be brief.") == "Speak French."

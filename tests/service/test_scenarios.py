@@ -9,14 +9,16 @@ is a strict xfail naming the upstream bug.
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 from pipecat.frames.frames import InterruptionFrame, LLMUpdateSettingsFrame
 from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
+from pipecat.services.llm_service import FunctionCallParams
 
 from service.local_live import (Audio, Call, CancelToolCalls, Close, GoAway, Interrupted, Script,
-                                Sleep, ToolCall, TurnComplete, WaitToolResponse)
+                                Sleep, ToolCall, TurnComplete, WaitSignal, WaitToolResponse)
 from session_store import Policy
 
 from .helpers import (Ctl, assert_answered_once, assert_cancelled_after_start, assert_chain_ok,
@@ -317,10 +319,18 @@ async def test_go_away_while_the_bot_keeps_speaking_reconnects_before_the_deadli
     ran = assert_ran_once(run, "c1")
     stop = run.tap.first_stop_after(issued_at)
     assert stop is not None and ran["t"] >= stop, "the deferred call ran mid-speech"
+    # (The transport stops and starts again between the first turns: the stop above may be
+    # that of a turn before the call's. The call's own turn plays on across the reconnect.)
+    assert not run.tap.speaking_at(ran["t"]), (
+        f"the deferred call ran at {ran['t']:.3f}, while the old session's audio still "
+        f"played: {run.tap.intervals()}")
     assert ran["t"] > first.closed_at
     assert_answered_once(run, "c1", ORDER, via="content", connection=1)
     if flavour.durable:
         assert run.find("connection.disconnected", generation=1)[0].data["reason"] == "go_away"
+        started = run.at("tool.call_started", call_id="c1")
+        stopped = [e for e in run.find("speech.bot_stopped") if e.version < started]
+        assert stopped and stopped[-1].data["source"] == "transport", run.timeline()
         assert_log_settled(run)
 
 
@@ -365,6 +375,41 @@ async def test_cancellation_after_the_call_started_is_not_answered(flavour):
 
     run = await run_call(flavour, scripts, drive, tool_delay=0.8)
 
+    await assert_cancelled_after_start(run, "c1")
+
+
+@pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
+async def test_cancellation_stops_the_running_tool(flavour):
+    """Gemini's toolCallCancellation for a call that is running stops its task (pipecat
+    cancels it): the tool's work after that point never happens, and no result comes."""
+    finished: list[str] = []
+    scripts = [Script([WaitSignal("go"), ToolCall(Call("c1", ORDER, {"id": 1})),
+                       WaitSignal("started"), CancelToolCalls("c1"),
+                       Audio(chunks=2), TurnComplete()], reply=())]
+
+    async def drive(ctl: Ctl):
+        started = asyncio.Event()
+
+        async def slow_lookup(params: FunctionCallParams) -> None:
+            ctl.ledger.write({"tool": ORDER, "call_id": params.tool_call_id,
+                              "args": params.arguments})
+            started.set()
+            ctl.server.signal("started")  # Gemini cancels it now, while it runs
+            await asyncio.sleep(3.0)
+            finished.append(params.tool_call_id)
+            await params.result_callback({"ok": True})
+
+        ctl.llm.register_function(ORDER, slow_lookup)
+        ctl.server.signal("go")
+        await asyncio.wait_for(started.wait(), 8)
+        await ctl.wait(lambda: ctl.script_done(0) and ctl.tap.speech and not ctl.tap.speaking,
+                       timeout=6)
+        # Long enough for the tool to have finished had it not been stopped.
+        await ctl.wait(lambda: bool(finished), timeout=4.0)
+
+    run = await run_call(flavour, scripts, drive)
+
+    assert finished == [], "the cancelled call's tool ran to its end"
     await assert_cancelled_after_start(run, "c1")
 
 

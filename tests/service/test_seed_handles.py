@@ -132,3 +132,31 @@ async def test_a_handle_issued_before_a_result_sent_as_content_is_not_resumed(fl
         assert [e.data["via"] for e in run.find("tool.result_sent", call_id="c1")][0] == \
             "content", run.timeline()
         assert_log_settled(run)
+
+
+@pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
+async def test_a_handles_last_consumed_index_is_persisted_with_it(flavour):
+    """Vertex sends `lastConsumedClientMessageIndex` with a handle: the delivery rules count
+    a send as held by the handle's state when the index covers it, so the log must keep it
+    exactly as the server sent it (and none where the server sent none)."""
+    scripts = [Script([Audio(chunks=2), TurnComplete(), ResumptionUpdate(last_consumed=True)],
+                      reply=())]
+
+    async def drive(ctl: Ctl):
+        await ctl.wait(lambda: ctl.script_done(0) and not ctl.tap.speaking, timeout=8)
+        await ctl.wait(lambda: len(ctl.server.handles) >= 2, timeout=8)
+        await ctl.settle()
+
+    run = await run_call(flavour, scripts, drive)
+
+    assert_server_clean(run)
+    issued = sorted(run.server.handles.values(), key=lambda h: h.at)
+    assert len(issued) == 2  # after the turn (Gemini's rule), then the one with an index
+    logged = {e.data["handle"]: e.data["last_consumed_client_message_index"]
+              for e in run.find("connection.handle_issued")}
+    assert logged == {issued[0].handle: None, issued[1].handle: issued[1].last_consumed}, (
+        run.timeline())
+    assert issued[1].last_consumed is not None  # (0 here: a valid index, not "none")
+    assert run.state.handles[issued[1].handle].last_consumed_client_message_index == \
+        issued[1].last_consumed
+    assert_log_settled(run)

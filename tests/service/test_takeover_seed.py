@@ -12,12 +12,13 @@ until the session is ready and has had time to send.
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
 
 from service.driver import CallDriver
-from service.local_live import Audio, Script, TurnComplete
+from service.local_live import Audio, Close, Script, TurnComplete
 from session_store import Policy
 from session_store import events as ev
 from session_store.decide import FunctionCall, StartCall, ToolCallsArrived, due
@@ -105,3 +106,108 @@ async def test_a_worker_given_an_ended_call_opens_no_session_and_says_so(flavour
     with pytest.raises(CallClosed, match=f"call '{call_id}' ended"):
         await CallDriver(flavour.store, call_id, Policy(), worker_id="w3").attach(
             model="m", tools=[ORDER], settings={})
+
+
+@pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
+async def test_a_takeover_opens_its_session_with_the_prompt_the_log_holds(flavour):
+    """The app changed the prompt (and the voice) before its worker died (the change and its reconnect are
+    in the log). A new worker is constructed with the app's original settings, as a
+    restarted process would be: its first session must carry the prompt as the log says it
+    is now, not the one it was constructed with; and so must every later session."""
+    call_id = f"call-{uuid.uuid4().hex[:10]}"
+    driver = CallDriver(flavour.store, call_id, Policy(), worker_id="dead-worker")
+    await driver.attach(model="m", tools=[ORDER], settings={"system_instruction": "Be brief."})
+    await driver.record(ev.Connected(1, None, "x"),
+                        ev.ConversationMessage("user", "Hello", 1),
+                        ev.SettingsChanged(["system_instruction", "voice"],
+                                           {"system_instruction": "Speak French.",
+                                            "voice": "Kore"}, True),
+                        ev.ReconnectRequested("settings", ["system_instruction", "voice"]),
+                        ev.Disconnected(1, "settings"),
+                        ev.Connected(2, None, "y"))
+
+    async def drive(ctl: Ctl):
+        assert await ctl.wait(lambda: ctl.script_done(1) and not ctl.tap.speaking, timeout=10)
+        await ctl.settle()
+
+    # The first session dies after a turn: the one that replaces it keeps the prompt too.
+    scripts = [Script([Audio(chunks=2), TurnComplete(), Close(1011, "internal error")],
+                      reply=()),
+               Script([Audio(chunks=2), TurnComplete()], reply=())]
+    run = await run_call(flavour, scripts, drive, call_id=call_id)
+
+    assert [c.system_instruction for c in run.connections] == ["Speak French."] * 2, (
+        f"prompts the takeover's sessions carried: "
+        f"{[c.system_instruction for c in run.connections]}")
+    voices = [json.dumps(c.setup).count('"Kore"') for c in run.connections]
+    assert voices == [1, 1], f"the log's voice in each session's setup: {voices}"
+    assert_server_clean(run)
+    assert run.find("session.worker_attached"), run.timeline()
+    assert_log_settled(run)
+
+
+@pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
+async def test_a_seed_carrying_a_new_result_asks_the_model_to_act_on_it(flavour):
+    """An app that does not want a first response to its opening context
+    (`inference_on_context_initialization=False`): its seed normally leaves the turn open.
+    A takeover's seed that carries a result the model never got must close the turn
+    anyway: Gemini acts on content only with turnComplete, and the model is waiting for
+    that answer (left open, the bot stays silent)."""
+    call_id = f"call-{uuid.uuid4().hex[:10]}"
+    await dead_workers_log(flavour.store, call_id)
+
+    async def drive(ctl: Ctl):
+        await ctl.wait(lambda: ctl.server.connections
+                       and ctl.server.connections[0].state.acted_on("c1"), timeout=8)
+        await ctl.wait(lambda: ctl.script_done(0) and not ctl.tap.speaking, timeout=5)
+        await ctl.settle()
+
+    run = await run_call(flavour, Script([], reply=(Audio(chunks=2), TurnComplete())), drive,
+                         call_id=call_id, inference_on_context_initialization=False)
+
+    (seed,) = run.connections[0].messages("client_content")
+    assert seed.body.get("turn_complete") is True, seed.body
+    assert run.connections[0].state.acted_on("c1"), run.connections[0].state.to_json()
+    assert_answered_once(run, "c1", ORDER, via="content", connection=0)
+    assert_server_clean(run)
+    assert_log_settled(run)
+
+
+@pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
+async def test_a_call_left_in_doubt_is_settled_in_the_takeovers_seed(flavour):
+    """The dead worker had started c1 (not idempotent) and died before it returned: the call
+    is in doubt. The takeover settles it ("outcome unknown") before its first session is
+    seeded, so the model learns it with its history, in the seed, not as a separate
+    message after it (nor by the tool running again)."""
+    call_id = f"call-{uuid.uuid4().hex[:10]}"
+    driver = CallDriver(flavour.store, call_id, Policy(defer="none"), worker_id="dead-worker")
+    await driver.attach(model="m", tools=[ORDER], settings={})
+    await driver.record(ev.Connected(1, None, "x"),
+                        ev.ConversationMessage("user", "Where is order 48213?", 1))
+
+    def start(state):
+        return [ev.ToolCallStarted(e.call_id, e.attempt, e.idempotency_key, driver.epoch)
+                for e in due(state, driver.policy, 0) if isinstance(e, StartCall)]
+
+    await driver.observe(ToolCallsArrived((FunctionCall("c1", ORDER, {"id": 48213}),), 1),
+                         then=start)
+
+    async def drive(ctl: Ctl):
+        assert await ctl.wait(lambda: ctl.results("c1") and not ctl.tap.speaking
+                              and ctl.script_done(0), timeout=10)
+        await ctl.settle()
+
+    # A slow handshake: the pipeline's first context is there before the session is ready,
+    # so pipecat seeds it first thing when it is (before anything else is performed).
+    run = await run_call(flavour, Script([], reply=(Audio(chunks=2), TurnComplete()),
+                                         setup_delay=1.0), drive, call_id=call_id)
+
+    assert run.runs() == [], "a non-idempotent call in doubt ran again"
+    result = assert_answered_once(run, "c1", ORDER, via="content", connection=0)
+    assert result.response.get("outcome_unknown") is True, result.response
+    assert [e.data["via"] for e in run.find("tool.result_sent", call_id="c1")] == ["seed"], (
+        run.timeline())
+    assert run.at("tool.call_failed", call_id="c1") < run.at("connection.connected",
+                                                              generation=2)
+    assert_server_clean(run)
+    assert_log_settled(run)

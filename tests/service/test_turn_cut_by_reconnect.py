@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from pipecat.services.llm_service import FunctionCallParams
 
-from service.local_live import (Audio, Call, Close, Script, Sleep, ToolCall, TurnComplete,
-                                WaitFor, WaitToolResponse)
+from service.local_live import (Audio, Call, Close, GoAway, Script, Sleep, ToolCall,
+                                TurnComplete, WaitFor, WaitSignal, WaitToolResponse)
+from session_store import Policy
+from session_store.audit import replay
 
-from .helpers import Ctl, assert_answered_once, assert_log_settled, assert_ran_once, run_call
+from .helpers import (Ctl, assert_answered_once, assert_log_settled, assert_ran_once,
+                      assert_server_clean, run_call)
 
 pytestmark = pytest.mark.timeout(90)
 
 ORDER = "lookup_order"
+WEATHER = "get_weather"
 
 
 @pytest.mark.stock_bug("runs a tool call at once, while the bot is still speaking")
@@ -47,3 +54,63 @@ async def test_a_turn_cut_by_a_reconnect_does_not_hold_later_deferred_calls(flav
     assert_answered_once(run, "c2", ORDER, via="tool_response", connection=1)
     if flavour.durable:
         assert_log_settled(run)
+
+
+@pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
+async def test_a_deferred_call_waits_for_the_old_audio_through_the_reconnect_handshake(flavour):
+    """A goAway forces a reconnect mid-turn, while the output transport still plays the
+    old session's audio with a call deferred in it. The projection takes the disconnect as
+    the end of speech, so the service logs that the transport still speaks with it: a
+    result that comes in during the (slow) handshake makes the service perform what is due
+    right then, and the deferred call must not start in that gap, mid-playback."""
+    handshaking = asyncio.Event()
+    scripts = [
+        Script([WaitSignal("go"), Audio(chunks=2), TurnComplete(),
+                # c0 is never deferred (Policy below): it runs at once and answers only once
+                # the next session's handshake is under way.
+                ToolCall(Call("c0", WEATHER, {"id": 0})), Audio(chunks=5),
+                GoAway(time_left=2.0), Audio(chunks=5), ToolCall(Call("c1", ORDER, {"id": 1})),
+                Audio(chunks=65), TurnComplete()], reply=()),
+        Script([WaitToolResponse(["c0", "c1"], timeout=8), Audio(chunks=2), TurnComplete()],
+               setup_delay=1.0, reply=()),
+    ]
+
+    async def drive(ctl: Ctl):
+        async def answers_during_the_handshake(params: FunctionCallParams) -> None:
+            ctl.ledger.write({"tool": WEATHER, "call_id": params.tool_call_id,
+                              "args": params.arguments})
+            await ctl.wait(lambda: len(ctl.server.connections) >= 2, timeout=8)
+            handshaking.set()
+            await params.result_callback({"ok": True, "tool": WEATHER})
+
+        ctl.llm.register_function(WEATHER, answers_during_the_handshake)
+        ctl.server.signal("go")
+        await ctl.wait(lambda: ctl.script_done(1) and not ctl.tap.speaking, timeout=15)
+        await ctl.settle()
+
+    policy = Policy(defer=frozenset({ORDER}), go_away_margin_s=1.0)
+    run = await run_call(flavour, scripts, drive, policy=policy)
+
+    assert handshaking.is_set()
+    assert len(run.connections) == 2
+    # The test's premise: c0's result was logged while the next session's handshake ran.
+    assert (run.at("connection.disconnected", generation=1)
+            < run.at("tool.call_completed", call_id="c0")
+            < run.at("connection.connected", generation=2)), run.timeline()
+    ran = assert_ran_once(run, "c1")
+    assert not run.tap.speaking_at(ran["t"]), (
+        f"the deferred call ran at {ran['t']:.3f}, while the old session's audio still "
+        f"played: {run.tap.intervals()}\n{run.timeline()}")
+    issued_at = next(s.at for s in run.connections[0].sent if "c1" in str(s.message))
+    stop = run.tap.first_stop_after(issued_at)
+    assert stop is not None and ran["t"] >= stop
+    answered = assert_answered_once(run, "c0", WEATHER, via="content", connection=1)
+    # Content cuts the model's generation under way: it too waits for the old audio to end.
+    assert not run.tap.speaking_at(answered.at), (
+        f"c0's result went in as content at {answered.at:.3f}, while the old session's "
+        f"audio still played: {run.tap.intervals()}\n{run.timeline()}")
+    assert_answered_once(run, "c1", ORDER, via="content", connection=1)
+    assert_server_clean(run)
+    assert_log_settled(run)
+    report = replay(run.events, policy)  # every send in the log is one today's decisions make
+    assert report.ok, [d.message for d in report.divergences]

@@ -1,0 +1,53 @@
+"""What a fresh session's seed says: the conversation as the log holds it, speaker by speaker.
+
+The pipeline context's opening messages are logged once (`_log_initial_context`) and every
+fresh session is seeded from the log, the call's first one included. Gemini 2.5 takes a seed
+only if its last turn is the user's: one ending with the bot's words gets a blank user turn.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from service.local_live import Audio, Close, Script, Sleep, TurnComplete
+
+from .helpers import Ctl, assert_log_settled, assert_server_clean, run_call
+
+pytestmark = [pytest.mark.timeout(60),
+              pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)]
+
+OPENING = [{"role": "user", "content": "Hello"},
+           {"role": "assistant", "content": "Hi, how can I help?"}]
+
+
+def seeds(connection) -> list[list[tuple[str, str]]]:
+    """The (role, text) turns of each clientContent a connection received."""
+    return [[(turn.get("role"), "".join(part.get("text", "") for part in turn.get("parts") or []))
+             for turn in message.body.get("turns") or []]
+            for message in connection.received if message.kind == "client_content"]
+
+
+async def test_fresh_sessions_are_seeded_with_each_speaker_in_its_role(flavour):
+    """The first session dies before Gemini issued any handle: the second starts fresh and
+    is seeded from the log. Both seeds give the bot's opening line to the model, and end
+    with a (blank) user turn."""
+    scripts = [Script([Sleep(0.3), Close(1011, "internal error")], reply=(),
+                      resumption_after_turn=False),
+               Script([Audio(chunks=2), TurnComplete()], reply=())]
+
+    async def drive(ctl: Ctl):
+        assert await ctl.wait(lambda: ctl.script_done(1) and not ctl.tap.speaking, timeout=10)
+        await ctl.settle()
+
+    run = await run_call(flavour, scripts, drive, messages=OPENING)
+
+    assert len(run.connections) == 2
+    assert run.connections[1].resumption_handle is None
+    expected = [("user", "Hello"), ("model", "Hi, how can I help?"), ("user", " ")]
+    for connection in run.connections:
+        assert seeds(connection) == [expected], (
+            f"connection {connection.index} was seeded with {seeds(connection)}")
+    assert [(e.data["role"], e.data["text"]) for e in run.find("conversation.message")][:2] == [
+        ("user", "Hello"), ("assistant", "Hi, how can I help?")], run.timeline()
+    assert_server_clean(run)
+    assert_log_settled(run)

@@ -1,0 +1,79 @@
+"""The bot's speaking state from its other sources: the model's turnComplete
+(`speaking_signal="model"`) and the silence watchdog (`speaking_timeout_s`).
+
+The wire scenarios run with the output transport's BotStarted/StoppedSpeakingFrame, which
+always ends a stretch of speech; these two sources are what a pipeline without one (or a
+turn with no audio for the transport to play) relies on."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.local_live import (Audio, Call, OutputTranscript, Script, ToolCall, TurnComplete,
+                                WaitToolResponse)
+
+from .helpers import (Ctl, assert_answered_once, assert_log_settled, assert_ran_once,
+                      assert_server_clean, run_call)
+
+pytestmark = [pytest.mark.timeout(90),
+              pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)]
+
+ORDER = "lookup_order"
+
+
+def _stop_before_start(run, call_id: str):
+    """The speech.bot_stopped that let the call start (the last one before its start)."""
+    started = run.at("tool.call_started", call_id=call_id)
+    stops = [e for e in run.find("speech.bot_stopped") if e.version < started]
+    assert stops, f"{call_id} started with no stop of speech before it:\n{run.timeline()}"
+    return stops[-1]
+
+
+async def test_model_signal_ends_speech_at_turn_complete(flavour):
+    """speaking_signal="model": the bot speaks until the model's turnComplete. A call
+    deferred mid-turn starts on that turnComplete, not on the transport's stop (2 s of audio
+    later here) nor on the watchdog (its timeout is longer than the whole call)."""
+    scripts = [Script([Audio(chunks=10), ToolCall(Call("c1", ORDER, {"id": 1})),
+                       Audio(chunks=40), TurnComplete(), WaitToolResponse("c1", timeout=8),
+                       Audio(chunks=2), TurnComplete()], reply=())]
+
+    async def drive(ctl: Ctl):
+        await ctl.wait(lambda: ctl.script_done(0) and not ctl.tap.speaking, timeout=10)
+        await ctl.settle()
+
+    run = await run_call(flavour, scripts, drive, speaking_signal="model",
+                         speaking_timeout_s=60.0)
+
+    assert_ran_once(run, "c1")
+    assert_answered_once(run, "c1", ORDER, via="tool_response", connection=0)
+    assert_server_clean(run)
+    assert run.at("tool.call_deferred", call_id="c1") < run.at("tool.call_started", call_id="c1")
+    stop = _stop_before_start(run, "c1")
+    assert stop.data["source"] == "turn_complete", run.timeline()
+    assert_log_settled(run)
+
+
+async def test_watchdog_ends_speech_no_transport_ever_reported(flavour):
+    """A turn with no audio (output transcription only, as Vertex sends ahead of the audio, or
+    a text turn) makes the model "respond", but the transport never plays anything, so it
+    never reports a stop; and the server holds turnComplete until it has the tool response
+    (Gemini 3.x). Only the silence watchdog (speaking_timeout_s) ends that speech: without
+    it the deferred call never starts and the model waits for ever."""
+    scripts = [Script([OutputTranscript("Let me check that order."),
+                       ToolCall(Call("c1", ORDER, {"id": 1})),
+                       WaitToolResponse("c1", timeout=10), Audio(chunks=2), TurnComplete()],
+                      reply=())]
+
+    async def drive(ctl: Ctl):
+        await ctl.wait(lambda: ctl.script_done(0) and not ctl.tap.speaking, timeout=14)
+        await ctl.settle()
+
+    run = await run_call(flavour, scripts, drive, speaking_timeout_s=1.0)
+
+    assert_ran_once(run, "c1")
+    assert_answered_once(run, "c1", ORDER, via="tool_response", connection=0)
+    assert_server_clean(run)
+    assert run.at("tool.call_deferred", call_id="c1") < run.at("tool.call_started", call_id="c1")
+    stop = _stop_before_start(run, "c1")
+    assert stop.data["source"] == "timeout", run.timeline()
+    assert_log_settled(run)
