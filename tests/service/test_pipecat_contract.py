@@ -235,7 +235,7 @@ def test_what_the_sdk_does_with_frames_we_guard_against():
     assert {"toolCall", "serverContent", "sessionResumptionUpdate", "goAway"} <= KNOWN_FIELDS
 
 
-def test_async_client_args_reach_the_websocket_connect():
+def test_async_client_args_reach_the_websocket_connect(tmp_path):
     """DurableGeminiLiveLLMService raises the frame limit through http_options."""
     from google.genai import Client, types
 
@@ -247,7 +247,9 @@ def test_async_client_args_reach_the_websocket_connect():
     from google.genai.live import AsyncLive
     assert "**self._api_client._websocket_ssl_ctx" in inspect.getsource(AsyncLive.connect)
     from service.gemini_live import MAX_FRAME_BYTES
-    llm = DurableGeminiLiveLLMService(api_key="x", store=None, call_id="c")  # no I/O yet
+    from session_store.storage.sqlite import SqliteEventStore
+    unopened = SqliteEventStore(f"sqlite+aiosqlite:///{tmp_path}/unused.db")  # no I/O yet
+    llm = DurableGeminiLiveLLMService(api_key="x", store=unopened, call_id="c")
     assert llm._client._api_client._websocket_ssl_ctx["max_size"] == MAX_FRAME_BYTES
 
 

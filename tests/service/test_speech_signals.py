@@ -38,7 +38,7 @@ async def test_model_signal_ends_speech_at_turn_complete(flavour):
                        Audio(chunks=2), TurnComplete()], reply=())]
 
     async def drive(ctl: Ctl):
-        await ctl.wait(lambda: ctl.script_done(0) and not ctl.tap.speaking, timeout=10)
+        await ctl.wait(lambda: ctl.script_done(0) and not ctl.tap.speaking, timeout=25)
         await ctl.settle()
 
     run = await run_call(flavour, scripts, drive, speaking_signal="model",
@@ -65,7 +65,7 @@ async def test_watchdog_ends_speech_no_transport_ever_reported(flavour):
                       reply=())]
 
     async def drive(ctl: Ctl):
-        await ctl.wait(lambda: ctl.script_done(0) and not ctl.tap.speaking, timeout=14)
+        await ctl.wait(lambda: ctl.script_done(0) and not ctl.tap.speaking, timeout=25)
         await ctl.settle()
 
     run = await run_call(flavour, scripts, drive, speaking_timeout_s=1.0)
