@@ -170,11 +170,12 @@ async def _populate_fuzz_log(backend) -> list[FuzzCall]:
 
 
 def _expected_page(calls: list[FuzzCall], *, search, after, status, since_us, until_us,
-                   limit) -> list[str]:
-    """list_calls' answer computed in Python on the same data (the model the SQL must equal)."""
+                   limit) -> list[str] | None:
+    """list_calls' answer computed in Python on the same data (the model the SQL must equal);
+    None: an error (`after` names no call)."""
+    if after is not None and after not in {c.call_id for c in calls}:
+        return None
     if search is not None and not valid_id(search, 10_000):
-        return []
-    if after is not None and not valid_id(after):
         return []
 
     def status_of(c: FuzzCall) -> str:
@@ -186,8 +187,8 @@ def _expected_page(calls: list[FuzzCall], *, search, after, status, since_us, un
             and (not search or search in c.call_id)
             and (status is None or status_of(c) == status)]
     if after is not None:
-        start = next((c.created_us for c in calls if c.call_id == after), None)
-        rows = [c for c in rows if start is not None and c.created_us < start]
+        start = next(c.created_us for c in calls if c.call_id == after)
+        rows = [c for c in rows if c.created_us < start]
     rows.sort(key=lambda c: (c.created_us, c.call_id), reverse=True)
     return [c.call_id for c in rows[:limit]]
 
@@ -233,6 +234,11 @@ async def test_cli_filters_and_call_ids_are_bound_parameters(migrated):
             if value is not None:
                 args += [flag, value]
         r = cli(*args, backend=migrated)
+        expected = _expected_page(calls, search=search, after=after, status=status,
+                                  since_us=since, until_us=until, limit=limit)
+        if expected is None:
+            assert r.exit_code == 2 and "there is no call" in r.output, (args, r.output)
+            return
         assert r.exit_code == 0, (args, r.output)
         got = [c["call"] for c in json.loads(r.stdout)["calls"]]
         assert got == _expected_page(calls, search=search, after=after, status=status,
