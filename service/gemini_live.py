@@ -32,8 +32,8 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSet
 from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 from session_store import Policy
-from session_store.checks import check_count, check_seconds
 from session_store import events as ev
+from session_store.checks import check_count, check_seconds
 from session_store.decide import (CancellationArrived, FunctionCall, GoAway,
                                   InterruptionObserved, ResolveInDoubt, ServerMessageRejected,
                                   SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,

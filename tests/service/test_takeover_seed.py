@@ -33,9 +33,10 @@ ORDER = "lookup_order"
 RESULT = {"ok": True, "status": "shipped"}
 
 
-async def dead_workers_log(store, call_id: str) -> None:
+async def dead_workers_log(store, call_id: str, *, completed: bool = True) -> None:
     """What a worker killed after c1's tool returned left in the log: the call connected (no
-    handle yet), the user spoke, c1 ran and completed; its result was never sent."""
+    handle yet), the user spoke, c1 ran and completed; its result was never sent.
+    `completed=False`: killed while c1 ran (the call is in doubt)."""
     driver = CallDriver(store, call_id, Policy(defer="none"), worker_id="dead-worker")
     await driver.attach(model="m", tools=[ORDER], settings={})
     await driver.record(ev.Connected(1, None, "x"),
@@ -47,7 +48,8 @@ async def dead_workers_log(store, call_id: str) -> None:
 
     await driver.observe(ToolCallsArrived((FunctionCall("c1", ORDER, {"id": 48213}),), 1),
                          then=start)
-    await driver.record(ev.ToolCallCompleted("c1", RESULT))
+    if completed:
+        await driver.record(ev.ToolCallCompleted("c1", RESULT))
 
 
 async def test_a_takeover_sends_an_undelivered_result_once_in_its_seed(flavour):
@@ -180,17 +182,7 @@ async def test_a_call_left_in_doubt_is_settled_in_the_takeovers_seed(flavour):
     seeded, so the model learns it with its history, in the seed, not as a separate
     message after it (nor by the tool running again)."""
     call_id = f"call-{uuid.uuid4().hex[:10]}"
-    driver = CallDriver(flavour.store, call_id, Policy(defer="none"), worker_id="dead-worker")
-    await driver.attach(model="m", tools=[ORDER], settings={})
-    await driver.record(ev.Connected(1, None, "x"),
-                        ev.ConversationMessage("user", "Where is order 48213?", 1))
-
-    def start(state):
-        return [ev.ToolCallStarted(e.call_id, e.attempt, e.idempotency_key, driver.epoch)
-                for e in due(state, driver.policy, 0) if isinstance(e, StartCall)]
-
-    await driver.observe(ToolCallsArrived((FunctionCall("c1", ORDER, {"id": 48213}),), 1),
-                         then=start)
+    await dead_workers_log(flavour.store, call_id, completed=False)
 
     async def drive(ctl: Ctl):
         assert await ctl.wait(lambda: ctl.results("c1") and not ctl.tap.speaking
