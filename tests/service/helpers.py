@@ -16,7 +16,7 @@ import contextlib
 import itertools
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,7 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 from pipecat.services.llm_service import FunctionCallParams
 
 from service.gemini_live import DurableGeminiLiveLLMService
-from service.local_live import LocalLiveServer, Script, ToolResult
+from service.local_live import HandleRecord, LocalLiveServer, Script, ToolResult
 from service.testing.pipeline import MODEL, PlaybackOutput, ToolLedger, tools_schema
 from session_store import Policy, RecordedEvent, SessionState, load_state, open_store
 from session_store.migrate import upgrade
@@ -243,16 +243,19 @@ async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script | Callab
                    system_instruction: str = PROMPT, timeout: float = 40.0,
                    end_timeout: float = 3.0, call_id: str | None = None,
                    run_first: bool = True, messages: Sequence[dict[str, Any]] | None = None,
+                   server_handles: Mapping[str, HandleRecord] | None = None,
                    **llm_extra: Any) -> CallRun:
     """`call_id`: a call whose log a test wrote beforehand (a takeover); `run_first=False`:
     the pipeline's first context (LLMRunFrame) is left to `drive` (`ctl.run_llm()`);
-    `messages`: the pipeline context's opening messages (one user "Hello" by default)."""
+    `messages`: the pipeline context's opening messages (one user "Hello" by default);
+    `server_handles`: handles the server issued before this worker (to a dead one)."""
     call_id = call_id or f"call-{uuid.uuid4().hex[:10]}"
     ledger = TimedLedger()
     tap = Tap()
     # A Script for every connection, a list (one per connection) or a callable choosing one.
     source = scripts if isinstance(scripts, Script) or callable(scripts) else list(scripts)
     async with LocalLiveServer(source) as server:
+        server.handles.update(server_handles or {})
         llm = flavour.make_llm(server, call_id=call_id, system_instruction=system_instruction,
                                tools=tools, policy=policy, **llm_extra)
         for name in tools:

@@ -18,7 +18,8 @@ import uuid
 import pytest
 
 from service.driver import CallDriver
-from service.local_live import Audio, Close, Script, TurnComplete
+from service.local_live import (Audio, Call, Close, HandleRecord, ModelState, Script, ToolCall,
+                                ToolResult, TurnComplete)
 from session_store import Policy
 from session_store import events as ev
 from session_store.decide import FunctionCall, StartCall, ToolCallsArrived, due
@@ -201,5 +202,58 @@ async def test_a_call_left_in_doubt_is_settled_in_the_takeovers_seed(flavour):
         run.timeline())
     assert run.at("tool.call_failed", call_id="c1") < run.at("connection.connected",
                                                               generation=2)
+    assert_server_clean(run)
+    assert_log_settled(run)
+
+
+def handle_issued_after_the_answer(call_id: str) -> dict[str, HandleRecord]:
+    """The server's side of a dead worker's session: it issued `h-dead` once it held c1's
+    answer (sent by toolResponse), so a session resumed from it knows the whole call."""
+    answer = ToolResult(connection=0, id="c1", name=ORDER, response=RESULT,
+                        via="tool_response", accepted=True, client_message_index=3, at=0.0)
+    state = ModelState(issued={"c1": ORDER}, results={"c1": answer})
+    return {"h-dead": HandleRecord("h-dead", connection=0, state=state, last_consumed=3, at=0.0)}
+
+
+@pytest.mark.parametrize("context_first", [True, False], ids=["context-first", "session-first"])
+async def test_a_takeover_resumed_from_a_handle_is_not_seeded_again(flavour, context_first):
+    """The dead worker's session issued a handle after c1 was answered: the takeover resumes
+    from it, and a resumed session already holds the conversation and c1's answer. Seeding
+    it as a fresh one put the history into the model a second time (upstream does, on its
+    first context). Both orders: the pipeline's first context before the session is ready
+    (pipecat seeds when it is) and after (pipecat seeds on the context). The resumed session
+    then goes on: the next call is answered by toolResponse."""
+    if not flavour.durable:
+        pytest.skip("a takeover needs the log")
+    call_id = f"call-{uuid.uuid4().hex[:10]}"
+    await dead_workers_log(flavour.store, call_id)
+    driver = CallDriver(flavour.store, call_id, Policy(defer="none"), worker_id="dead-worker-2")
+    await driver.attach(model="m", tools=[ORDER], settings={})
+    await driver.record(ev.ToolResultSending("c1", 1, "tool_response"),
+                        ev.ToolResultSent("c1", 1, "tool_response"),
+                        ev.HandleIssued(1, "h-dead", 3))
+
+    async def drive(ctl: Ctl):
+        assert await ctl.wait(lambda: ctl.llm._session is not None, timeout=10)
+        if not context_first:
+            await ctl.settle(0.3)
+            await ctl.run_llm()
+        # Not asserted here: the checks below say what went wrong if c2 is never answered.
+        await ctl.wait(lambda: ctl.results("c2") and ctl.script_done(0)
+                       and not ctl.tap.speaking, timeout=10)
+        await ctl.settle()
+
+    script = Script([Audio(chunks=2), ToolCall(Call("c2", ORDER, {"id": 7})), Audio(chunks=2),
+                     TurnComplete()], setup_delay=0.3 if context_first else 0.0)
+    run = await run_call(flavour, script, drive, call_id=call_id, run_first=context_first,
+                         server_handles=handle_issued_after_the_answer(call_id))
+
+    assert [c.resumed_from for c in run.connections] == ["h-dead"], (
+        "the takeover did not resume from the dead worker's handle")
+    sent = [m.kind for m in run.connections[0].received]
+    assert "client_content" not in sent, f"a resumed session was seeded again: {sent}"
+    assert_answered_once(run, "c2", ORDER, via="tool_response", connection=0)
+    assert run.results("c1") == [], "c1's answer, already in the model, went out again"
+    assert [r["call_id"] for r in run.runs()] == ["c2"], "c1 ran again: the log says it completed"
     assert_server_clean(run)
     assert_log_settled(run)
