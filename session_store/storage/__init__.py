@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 # Imported on first use (PEP 562), as the package's names: the SQLite writer process imports
 # `storage.batch` and `storage.sqlite_commit` only, without SQLAlchemy.
-_MODULE_OF = {"SqlEventStore": ".base", "Snapshot": ".base", "StreamHead": ".base",
+_MODULE_OF = {"SqlEventStore": ".base", "Snapshot": ".reads", "StreamHead": ".reads",
               "StreamReport": ".verify"}
 
 
