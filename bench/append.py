@@ -177,7 +177,7 @@ async def drop_schema(name: str) -> None:
     await conn.close()
 
 
-async def run_one(backend: str, sessions: int, total: int) -> dict:
+async def run_one(backend: str, sessions: int, total: int, store_options: dict) -> dict:
     per_session = max(total // sessions, 2)
     n = per_session * sessions
     raw_probe = LagProbe()
@@ -190,6 +190,7 @@ async def run_one(backend: str, sessions: int, total: int) -> dict:
             # to a store serving one stream only.
             url = f"sqlite+aiosqlite:///{tmp}/ours.db"
             options = {"inline": "always"} if backend == "sqlite-inline" else {}
+            options.update(store_options)
             await upgrade(url)
             our_t, our_lat, stats, probe = await ours(url, options, sessions, per_session)
         else:
@@ -198,8 +199,8 @@ async def run_one(backend: str, sessions: int, total: int) -> dict:
                 with raw_probe:
                     raw_t, raw_lat = await raw_asyncpg(raw_schema, sessions, per_session)
                 await upgrade(PG_URL, schema=our_schema)
-                our_t, our_lat, stats, probe = await ours(PG_URL, {"schema": our_schema},
-                                                          sessions, per_session)
+                our_t, our_lat, stats, probe = await ours(
+                    PG_URL, {"schema": our_schema, **store_options}, sessions, per_session)
             finally:
                 await drop_schema(raw_schema)
                 await drop_schema(our_schema)
@@ -225,6 +226,8 @@ async def main() -> None:
                         help="run every configuration this many times (raw and ours each "
                              "time), then print the range of ratios")
     parser.add_argument("--sessions", type=int, nargs="+", help="only these session counts")
+    parser.add_argument("--writers", type=int, help="the store's group-commit writer tasks "
+                        "(default: the dialect's own, SQLite 1, PostgreSQL 2)")
     args = parser.parse_args()
     totals = {1: 300, 16: 1600, 256: 2560} if args.quick else {1: 2000, 16: 8000, 256: 12800}
     if args.sessions:
@@ -242,7 +245,8 @@ async def main() -> None:
             for sessions, total in totals.items():
                 if backend == "sqlite-inline" and sessions > 1:
                     continue  # several streams: the store never commits inline
-                row = await run_one(backend, sessions, total)
+                row = await run_one(backend, sessions, total,
+                                    {"writers": args.writers} if args.writers else {})
                 rows.append(row)
                 if args.json:
                     print(json.dumps(row), flush=True)

@@ -42,6 +42,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 import uuid
 from pathlib import Path
 
@@ -159,19 +160,25 @@ async def run_call(kind: str, script: str, turns: int, store=None, policy=None) 
                                 params=PipelineParams(), cancel_on_idle_timeout=False)
             runner = PipelineRunner(handle_sigint=False)
             run = asyncio.create_task(runner.run(task))
-            await task.queue_frames([LLMRunFrame()])
-            # The server sends the audio after each answer only once the answer arrived: all
-            # chunks through the service means every toolResponse reached the server.
-            deadline = time.monotonic() + 30 + turns * 2
-            while len(tap.audio_at) < chunks:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{len(tap.audio_at)} of {chunks} audio chunks arrived")
-                await asyncio.sleep(0.02)
-            await asyncio.sleep(0.3)
-            await task.queue_frame(EndFrame())
-            done, _ = await asyncio.wait({run}, timeout=30)
-            if not done:
-                await task.cancel()
+            try:
+                await task.queue_frames([LLMRunFrame()])
+                # The server sends the audio after each answer only once the answer arrived:
+                # all chunks through the service means every toolResponse reached the server.
+                deadline = time.monotonic() + 30 + turns * 2
+                while len(tap.audio_at) < chunks:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{kind}: {len(tap.audio_at)} of {chunks} audio "
+                                           "chunks arrived")
+                    await asyncio.sleep(0.02)
+                await asyncio.sleep(0.3)
+            finally:
+                # Also after a failure: a pipeline left running is a task asyncio.run would
+                # wait for at the end, perhaps for ever.
+                await task.queue_frame(EndFrame())
+                done, _ = await asyncio.wait({run}, timeout=30)
+                if not done:
+                    await task.cancel()
+                    await asyncio.wait({run}, timeout=10)
         conn = server.connection()
     return {"conn": conn, "tap": tap, "tool_started": tool_started}
 
@@ -329,6 +336,19 @@ async def main(turns: int, rounds: int, deferral_turns: int, only: list[str] | N
               f"p99 {pct(reactions, 99):5.2f} ms")
 
 
+async def main_or_exit(*args) -> None:
+    """main(), and on a failure say why and exit at once, from inside the loop: asyncio.run
+    would first cancel the tasks left behind and wait for them, and a pipecat task of a
+    failed call that never finishes cancelling kept a CI run waiting (stop 21)."""
+    try:
+        await main(*args)
+    except Exception:  # noqa: BLE001 - reported, then the process ends
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CI smoke run (< 60 s)")
@@ -339,4 +359,5 @@ if __name__ == "__main__":
     logger.remove()
     logger.add(sys.stderr, level="ERROR")
     turns = args.turns or (15 if args.quick else 120)
-    asyncio.run(main(turns, 3 if args.quick else 6, 4 if args.quick else 10, args.backends))
+    asyncio.run(main_or_exit(turns, 3 if args.quick else 6, 4 if args.quick else 10,
+                             args.backends))

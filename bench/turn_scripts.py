@@ -10,15 +10,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from service.local_live import (Audio, Call, Script, ToolCall, TurnComplete,  # noqa: E402
-                                WaitToolResponse)
+                                WaitFor, WaitToolResponse)
 
 TOOL = "lookup_order"
 AUDIO_BEFORE = 6   # chunks of 40 ms before each toolCall
 AUDIO_AFTER = 4    # chunks after the answer
 
 
+def opening() -> list:
+    """The model speaks once the client's opening content is there, as Gemini does. (Without
+    this, the first toolCall could reach pipecat's stock service before its context did:
+    it logs "Function calls are not supported without a context object" and runs the call
+    with no context; a CI run once hung on such a call.)"""
+    return [WaitFor("client_content", timeout=10)]
+
+
 def overhead_script(turns: int) -> Script:
-    steps = []
+    steps = opening()
     for i in range(turns):
         steps += [Audio(chunks=AUDIO_BEFORE), ToolCall(Call(f"t{i}", TOOL, {"id": i})),
                   WaitToolResponse(f"t{i}"), Audio(chunks=AUDIO_AFTER), TurnComplete()]
@@ -27,7 +35,7 @@ def overhead_script(turns: int) -> Script:
 
 def deferral_script(turns: int) -> Script:
     """Each call arrives mid-speech: 0.4 s of audio still to play after it."""
-    steps = []
+    steps = opening()
     for i in range(turns):
         steps += [Audio(chunks=4), ToolCall(Call(f"d{i}", TOOL, {"id": i})), Audio(chunks=10),
                   TurnComplete(), WaitToolResponse(f"d{i}", timeout=8), Audio(chunks=2),
