@@ -10,7 +10,9 @@ from session_store.audit import MASK
 from session_store.events import canonical_json
 from session_store.records import GENESIS_HASH, chain_hash
 
-from .helpers import HOUR_US, SECRET, T0, acli, at, support_call
+from session_store import events as ev
+
+from .helpers import HOUR_US, SECRET, T0, acli, at, support_call, write_call
 
 
 def out_json(result):
@@ -262,3 +264,80 @@ async def test_a_version_the_call_does_not_have_is_bad_input(loaded):
     assert [e["version"] for e in last["entries"]] == [head]
     assert out_json(await acli("state", "support-1", "--at", str(head), "--json",
                                backend=loaded))["version"] == head
+
+
+async def test_export_positions_are_the_stored_ones(loaded, store):
+    """`position` is the event's global position in the log (what `tail` resumes from),
+    not its version: failing-1 was written after support-1, so they differ."""
+    r = await acli("export", "failing-1", backend=loaded)
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    stored = await store.read("failing-1")
+    assert [(x["version"], x["position"], x["hash"]) for x in lines] == [
+        (rec.version, rec.position, rec.hash) for rec in stored]
+    assert lines[0]["position"] != lines[0]["version"]
+
+
+async def test_state_at_a_version_says_what_runs_and_what_is_in_doubt(migrated):
+    """`state --at` before and after a takeover: a call the first worker started is running
+    under it, and in doubt once another worker has the call (its outcome is unknown)."""
+    await write_call(migrated, "doubt-1", [
+        (0, ev.SessionOpened("gemini-live", ["book"], "w1", 1)), (0, ev.Connected(1)),
+        (100, ev.ToolCallRequested("c1", "book", {"room": 1}, 1)),
+        (110, ev.ToolCallStarted("c1", 1, "doubt-1:c1", 1)),
+        (500, ev.WorkerAttached("w2", 2, "takeover"))])
+    before = out_json(await acli("state", "doubt-1", "--at", "4", "--json", backend=migrated))
+    assert (before["running"], before["in_doubt"], before["unanswered"]) == (["c1"], [], ["c1"])
+    after = out_json(await acli("state", "doubt-1", "--at", "5", "--json", backend=migrated))
+    assert (after["running"], after["in_doubt"], after["epoch"]) == ([], ["c1"], 2)
+
+
+async def test_calls_time_bounds_are_since_inclusive_until_exclusive(loaded):
+    """`--since T` lists calls started at or after T, `--until T` those started before T:
+    a call started exactly at T is on the --since side, once."""
+    failing_start = at(0, T0 + HOUR_US)
+
+    async def ids(*args):
+        return [c["call"] for c in out_json(await acli("calls", "--json", *args,
+                                                       backend=loaded))["calls"]]
+
+    assert await ids("--since", failing_start) == ["live-1", "failing-1"]
+    assert await ids("--until", failing_start) == ["support-1"]
+    assert await ids("--since", failing_start, "--until", at(1, T0 + HOUR_US)) == ["failing-1"]
+
+
+async def test_paging_through_calls_that_started_at_the_same_time(migrated):
+    """Ties on the start time are ordered by call id (descending): paging with --after
+    lists each call exactly once, and the last page says there is no next one."""
+    for call in ("tie-a", "tie-b", "tie-c"):
+        await write_call(migrated, call, support_call()[:2])
+    seen, after = [], None
+    for _ in range(5):
+        data = out_json(await acli("calls", "--json", "--limit", "1",
+                                   *(["--after", after] if after else []), backend=migrated))
+        seen += [c["call"] for c in data["calls"]]
+        after = data["next_after"]
+        if after is None:
+            break
+    assert seen == ["tie-c", "tie-b", "tie-a"]
+    full = out_json(await acli("calls", "--json", "--limit", "3", backend=migrated))
+    assert [c["call"] for c in full["calls"]] == seen and full["next_after"] is None
+    table = await acli("calls", "--limit", "2", backend=migrated)
+    assert table.exit_code == 0 and "more: --after tie-b" in table.stdout, table.stdout
+
+
+async def test_calls_count_cancellations(migrated):
+    await write_call(migrated, "cancel-1", [
+        (0, ev.SessionOpened("gemini-live", ["book"], "w1", 1)), (0, ev.Connected(1)),
+        (100, ev.ToolCallRequested("c1", "book", {}, 1)),
+        (200, ev.ToolCallCancelled("c1", "server"))])
+    [row] = out_json(await acli("calls", "--json", backend=migrated))["calls"]
+    assert (row["tool_calls"], row["cancelled"], row["failures"]) == (1, 1, 0)
+
+
+async def test_calls_search_is_case_sensitive_on_both_databases(loaded):
+    """`--search` matches the id as written: SQLite's LIKE ignores ASCII case, PostgreSQL's
+    does not; both list the same calls."""
+    for text, expected in (("support", ["support-1"]), ("SUPPORT", []), ("Ail", []),
+                           ("ail", ["failing-1"])):
+        data = out_json(await acli("calls", "--json", "--search", text, backend=loaded))
+        assert [c["call"] for c in data["calls"]] == expected, text

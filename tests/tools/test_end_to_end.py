@@ -35,6 +35,21 @@ async def test_an_edited_row_fails_verify_and_is_named(loaded):
     assert (await acli("verify", "failing-1", backend=loaded)).exit_code == 0
 
 
+
+async def test_verify_names_the_bad_events_version_and_position(loaded, store):
+    """The report names both the call's version and the log's position of the first bad
+    event (they differ for every call but the first one written)."""
+    position = next(r.position for r in await store.read("failing-1") if r.version == 5)
+    assert position != 5
+    await sql(loaded, "UPDATE session_events SET data = :d WHERE stream_id = :s AND version = :v",
+              d='{"call_id":"c1","error":"edited"}', s="failing-1", v=5)
+    r = await acli("verify", "failing-1", backend=loaded)
+    assert r.exit_code == 1
+    assert f"BAD  failing-1: first bad event version 5 (position {position}):" in r.stdout
+    [report] = json.loads((await acli("verify", "failing-1", "--json",
+                                      backend=loaded)).stdout)["streams"]
+    assert (report["first_bad_version"], report["first_bad_position"]) == (5, position)
+
 async def test_a_deleted_row_fails_verify(loaded):
     await sql(loaded, "DELETE FROM session_events WHERE stream_id = :s AND version = 5",
               s="support-1")
@@ -63,6 +78,27 @@ async def test_export_of_a_damaged_call_writes_every_stored_row_past_a_gap(migra
     versions = [json.loads(x)["version"] for x in r.stdout.splitlines()]
     assert versions == [*range(1, 4999), *range(5001, 5011)], (len(versions), versions[-3:])
 
+
+
+async def test_a_row_moved_past_the_head_is_damage_even_when_the_count_matches(migrated):
+    """Row 10 deleted and a row written behind the head (version 26 of a 25-event head): the
+    call still holds 25 rows, but not versions 1..25. Every reader refuses it (exit 2), and
+    export says so after writing what is stored (it is not the whole call)."""
+    from tests.store.helpers import insert_raw_event
+
+    from .helpers import write_call
+
+    await write_call(migrated, "moved-1", support_call())
+    head = (await sql(migrated, "SELECT version, last_hash FROM session_streams "
+                                "WHERE stream_id = 'moved-1'"))[0]
+    await insert_raw_event(migrated, "moved-1", "conversation.message", 1,
+                           '{"generation":3,"role":"user","text":"added later"}')
+    await sql(migrated, "UPDATE session_streams SET version = :v, last_hash = :h "
+                        "WHERE stream_id = 'moved-1'", v=head[0], h=head[1])
+    await sql(migrated, "DELETE FROM session_events WHERE stream_id = 'moved-1' AND version = 10")
+    for command in (["export", "moved-1"], ["timeline", "moved-1"], ["state", "moved-1"]):
+        r = await acli(*command, backend=migrated)
+        assert r.exit_code == 2 and "is damaged" in r.stderr, (command, r.output)
 
 async def test_tools_read_what_the_store_writes(store, migrated):
     """The real append path (group commit, real clock): one append per decision or effect."""

@@ -238,3 +238,104 @@ def test_json_text_redacted_stays_text_every_output_can_write():
     assert masked == ["data.result"] and "k-123456" not in out["result"]
     out["result"].encode("utf-8")  # no UnicodeEncodeError
     assert json.loads(out["result"]) == {"api_key": MASK, "note": "\ud800"}
+
+
+@pytest.mark.parametrize("text", ["xoxb-1234567890-abcdefghij", "xoxp-0987654321-zyxwvutsrq"])
+def test_slack_tokens_are_always_scrubbed(text):
+    """Every credential pattern the always-level lists is applied (a Slack token in a tool
+    error, e.g. a webhook call that failed)."""
+    out, masked = Redactor().redact_data("tool.call_failed",
+                                         {"call_id": "c1", "error": f"slack said no: {text}"})
+    assert text not in out["error"] and MASK in out["error"] and masked == ["data.error"]
+
+
+def test_json_text_with_nothing_to_mask_is_left_byte_for_byte():
+    """JSON text is parsed to find keys in it; when nothing in it goes, the string is the
+    stored one, however it is spaced (an unredacted export re-hashes to the stored chain),
+    and no path is listed as masked."""
+    for text in ('{"status":"shipped","items":[1,2]}', '[ {"a" : 1} ]', '{"note": "caf\\u00e9"}'):
+        out, masked = Redactor().redact_data("tool.call_completed", {"call_id": "c1",
+                                                                     "result": text})
+        assert (out["result"], masked) == (text, []), text
+
+
+def test_a_type_this_code_does_not_know_keeps_its_shape_under_redaction():
+    """"Every value of an event type ... newer than the code is masked (names and shape stay,
+    listed in `redacted`)": nested objects stay objects, lists stay lists, None stays None."""
+    data = {"generation": 1, "speaker": {"name": "Bob", "email": "bob@example.com"},
+            "words": ["hello", "there"], "confidence": None}
+    out, masked = Redactor(load_config(redact=True, env={})).redact_data(
+        "conversation.user_transcript", data)
+    assert out == {"generation": MASK, "speaker": {"name": MASK, "email": MASK},
+                   "words": [MASK, MASK], "confidence": None}
+    assert masked == ["data.generation", "data.speaker.email", "data.speaker.name",
+                      "data.words[0]", "data.words[1]"]
+
+
+def test_a_schema_version_newer_than_the_code_is_masked_whole():
+    """A row of a known type at a newer schema version: which field means what there is
+    unknown here, so every value goes under --redact, including fields whose names this
+    code knows (`args` may be shaped otherwise, its keys no longer the tool's)."""
+    from dataclasses import replace
+
+    rec = chain("newer-2", [(0, ev.ToolCallRequested("c1", "lookup_order",
+                                                     {"order_ref": "A-1", "note": "Bob"}, 1))])[0]
+    newer = replace(rec, schema_version=ev.ToolCallRequested.SCHEMA + 1)
+    line = export_line(newer, Redactor(load_config(redact=True, env={})))
+    assert line["data"] == {"call_id": MASK, "name": MASK, "generation": MASK,
+                            "args": {"order_ref": MASK, "note": MASK}}
+    # At its own schema version only the configured keys go.
+    assert export_line(rec, Redactor(load_config(redact=True, env={})))["data"]["args"] == {
+        "order_ref": "A-1", "note": "Bob"}
+
+
+def test_all_results_mode_masks_failure_errors_in_events_and_state():
+    """`tool_results = "all"` masks every result leaf, and a failure's error (it may quote
+    what the tool got back) in the event and in the state view alike."""
+    recs = chain("fail-1", [(0, ev.SessionOpened("m", ["lookup"], "w")), (0, ev.Connected(1)),
+                            (10, ev.ToolCallRequested("c1", "lookup", {"id": 1}, 1)),
+                            (20, ev.ToolCallStarted("c1", 1, "k", 1)),
+                            (30, ev.ToolCallFailed("c1", "no order for bob@example.com"))])
+    r = Redactor(RedactionConfig(enabled=True, tool_results="all"))
+    line = export_line(recs[-1], r)
+    assert line["data"]["error"] == MASK and line["redacted"] == ["data.error"]
+    view = r.redact_state(state_view(fold(recs)))
+    assert view["calls"]["c1"]["error"] == MASK
+    # by default ("keys") the error is the diagnostic and stays
+    assert Redactor(load_config(redact=True, env={})).redact_state(
+        state_view(fold(recs)))["calls"]["c1"]["error"] == "no order for bob@example.com"
+
+
+def test_a_config_files_keys_add_to_the_default_keys(tmp_path):
+    """`keys = ["card_ref"]` in a file is added to the default keys (README: "added to the
+    default keys"); `replace_default_keys = true` replaces them."""
+    args = {"card_ref": "4111-1111", "email": "bob@example.com", "order_id": 42}
+    data = {"call_id": "c1", "name": "pay", "args": args, "generation": 1}
+    cfg_file = tmp_path / "redact.toml"
+    cfg_file.write_text('[redaction]\nenabled = true\nkeys = ["card_ref"]\n')
+    out, _ = Redactor(load_config(path=str(cfg_file), env={})).redact_data(
+        "tool.call_requested", data)
+    assert out["args"] == {"card_ref": MASK, "email": MASK, "order_id": 42}
+    cfg_file.write_text('[redaction]\nenabled = true\nkeys = ["card_ref"]\n'
+                        'replace_default_keys = true\n')
+    out, _ = Redactor(load_config(path=str(cfg_file), env={})).redact_data(
+        "tool.call_requested", data)
+    assert out["args"] == {"card_ref": MASK, "email": "bob@example.com", "order_id": 42}
+
+
+def test_a_replayed_settings_update_is_redacted_like_the_settings_event():
+    """A divergence on a settings change carries the new values in its observation: under
+    --redact they are masked there as in the logged and decided events."""
+    from session_store.audit import replay
+
+    secret_prompt = "The caller is bob@example.com"
+    recs = chain("settings-1", [(0, ev.SessionOpened("m", [], "w")), (0, ev.Connected(1)),
+                                (10, ev.SettingsChanged(["system_instruction"],
+                                                        {"system_instruction": secret_prompt},
+                                                        True))])
+    d, = replay(recs).redacted(Redactor(load_config(redact=True, env={}))).divergences
+    assert d.observation["observation"] == "SettingsUpdate"
+    assert d.observation["values"] == {"system_instruction": MASK}
+    assert secret_prompt not in dumps(d.to_json())
+    plain, = replay(recs).redacted(Redactor()).divergences
+    assert plain.observation["values"] == {"system_instruction": secret_prompt}

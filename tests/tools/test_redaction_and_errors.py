@@ -261,6 +261,17 @@ def test_replay_fingerprints_the_handles_of_a_resumption_divergence():
     assert d.decided == [{"resume_from": redactor.fingerprint("h-AAA")}]
 
 
+
+def test_replay_shows_handles_as_they_are_without_redaction():
+    """Handles are masked by --redact only (they are not secrets): an unredacted replay names
+    the handles it compares, in the message and in what it decided."""
+    timed = _opened() + [(100, ev.HandleIssued(1, "h-AAA", 0)),
+                         (200, ev.Disconnected(1, "error")), (300, ev.Connected(2, "h-ZZZ"))]
+    d, = replay(chain("resume-1", timed), call_id="resume-1").redacted(Redactor()).divergences
+    assert "'h-ZZZ'" in d.message and "'h-AAA'" in d.message, d.message
+    assert d.logged[0]["data"]["handle"] == "h-ZZZ"
+    assert d.decided == [{"resume_from": "h-AAA"}]
+
 # --------------------------------------------------------------------------- bad databases
 
 _runner = CliRunner()

@@ -297,3 +297,56 @@ def test_a_cancelled_reissue_with_its_deferred_original_replays():
     [d] = run(timed[:-1]).divergences
     assert d.decided[-1] == {"type": "tool.call_cancelled",
                              "data": {"call_id": "c1", "reason": "reissue_cancelled"}}
+
+
+def test_a_go_away_reconnect_mid_turn_is_reported():
+    """A goAway with 30 s left does not cut the bot's turn: reconnecting at once is a
+    divergence, as it is for a settings change."""
+    timed = OPEN + [(100, ev.BotStartedSpeaking(1)), (200, ev.GoAwayReceived(1, 30.0)),
+                    (300, ev.Disconnected(1, "go_away")), (400, ev.Connected(2))]
+    report = run(timed)
+    [d] = report.divergences
+    assert (d.version, d.kind) == (5, "due")
+    assert "the log reconnects (go_away) on generation 1; today's code would wait: the bot " \
+           "is still speaking" == d.message
+
+
+def test_a_seed_into_a_resumed_session_is_reported():
+    """Only a fresh session's history is seeded: a resumed one already holds its history."""
+    timed = OPEN + [(100, ev.HandleIssued(1, "h-1")), (200, ev.Disconnected(1, "error")),
+                    (300, ev.Connected(2, "h-1")),
+                    (310, ev.ToolCallRequested("c1", "book", {}, 2)),
+                    (320, ev.ToolCallStarted("c1", 1, "r:c1", 1)),
+                    (330, ev.ToolCallCompleted("c1", "ok")),
+                    (400, ev.ToolResultSending("c1", 2, "seed"))]
+    [d] = run(timed).divergences
+    assert (d.version, d.kind) == (9, "due")
+    assert d.message.endswith("only a fresh session is seeded")
+
+
+def test_a_send_on_a_generation_that_is_gone_is_reported():
+    timed = OPEN + [(100, ev.ToolCallRequested("c1", "book", {}, 1)),
+                    (110, ev.ToolCallStarted("c1", 1, "r:c1", 1)),
+                    (150, ev.Disconnected(1, "error")), (160, ev.Connected(2)),
+                    (200, ev.ToolCallCompleted("c1", "ok")),
+                    (210, ev.ToolResultSending("c1", 1, "content"))]
+    [d] = run(timed).divergences
+    assert d.version == 8 and d.message == ("the log sends c1 via content on generation 1; "
+                                            "today's code: via content on generation 2")
+
+
+def test_an_error_says_how_far_the_replay_got():
+    recs = chain("r", OPEN)
+    broken = recs + [replace(recs[1], version=3, type="from.the.future")]
+    report = replay(broken)
+    assert report.events == 2 and report.error.startswith("cannot replay past version 3")
+    assert report.to_json()["ok"] is False
+
+
+def test_arguments_the_log_did_not_keep_replay_without_divergence():
+    """Arguments over max_args_bytes are logged as a preview; replay stands in arguments of
+    the same size (same refusal) and compares them as absent: no divergence."""
+    from .test_redaction_and_errors import _decided_preview_call
+
+    report = run(_decided_preview_call(), Policy(max_args_bytes=80), call_id="preview-1")
+    assert report.ok and report.decisions_checked == 2, report.to_json()

@@ -174,3 +174,139 @@ def test_events_after_the_close_are_flagged():
     tl = build_timeline(chain("support-1", timed))
     assert tl.problems == [{"version": 26, "at_us": T0 + 5_100_000, "kind": "event_after_close",
                             "detail": {"type": "speech.bot_started", "closed_at_version": 25}}]
+
+
+def test_a_trimmed_state_view_keeps_every_unsettled_call():
+    """The web inspector shows the latest `max_items` calls plus every call not settled: an
+    early call that never got its answer must not fall out of the view with the old ones."""
+    from session_store.audit import state_view
+
+    timed = [(0, ev.SessionOpened("gemini-live", ["book"], "w1")), (0, ev.Connected(1)),
+             (10, ev.ToolCallRequested("early", "book", {}, 1))]
+    for i in range(5):
+        timed += [(100 + i, ev.ToolCallRequested(f"c{i}", "book", {}, 1)),
+                  (100 + i, ev.ToolCallStarted(f"c{i}", 1, f"k{i}", 1)),
+                  (100 + i, ev.ToolCallCompleted(f"c{i}", "ok")),
+                  (100 + i, ev.ToolResultSending(f"c{i}", 1, "tool_response")),
+                  (100 + i, ev.ToolResultSent(f"c{i}", 1, "tool_response"))]
+    view = state_view(fold(chain("trim-1", timed)), max_items=2)
+    assert list(view["calls"]) == ["early", "c3", "c4"]
+    assert view["unanswered"] == ["early"] and view["calls_total"] == 6
+
+
+def test_a_call_ends_with_its_in_doubt_and_twice_delivered_calls_listed():
+    """With the final state, the timeline lists what the call ended with: a call in doubt
+    (started by a worker that died) and a result the model holds twice (I2 broken)."""
+    opened = [(0, ev.SessionOpened("gemini-live", ["book"], "w1", 1)), (0, ev.Connected(1))]
+    doubt = opened + [(100, ev.ToolCallRequested("c1", "book", {"room": 1}, 1)),
+                      (110, ev.ToolCallStarted("c1", 1, "d:c1", 1)),
+                      (500, ev.WorkerAttached("w2", 2, "takeover"))]
+    recs = chain("doubt-1", doubt)
+    tl = build_timeline(recs, final_state=fold(recs))
+    assert [(p["kind"], p["detail"]["call_id"]) for p in tl.problems] == [
+        ("unanswered", "c1"), ("in_doubt", "c1")]
+    assert tl.problems[1] == {"version": 5, "at_us": T0 + 500_000, "kind": "in_doubt",
+                              "detail": {"call_id": "c1", "name": "book"}}
+    twice = opened + [(100, ev.ToolCallRequested("c1", "book", {}, 1)),
+                      (110, ev.ToolCallStarted("c1", 1, "d:c1", 1)),
+                      (200, ev.ToolCallCompleted("c1", "done")),
+                      (210, ev.ToolResultSending("c1", 1, "tool_response")),
+                      (220, ev.ToolResultSent("c1", 1, "tool_response")),
+                      (300, ev.ToolResultSending("c1", 1, "content")),
+                      (310, ev.ToolResultSent("c1", 1, "content"))]
+    recs = chain("twice-1", twice)
+    tl = build_timeline(recs, final_state=fold(recs))
+    assert [(p["kind"], p["detail"]) for p in tl.problems] == [
+        ("delivered_more_than_once", {"call_id": "c1", "sends_in_model": 2})]
+
+
+def test_a_call_that_ends_disconnected_lists_its_last_reconnect_as_not_done():
+    """A disconnect with no connection after it (a shutdown, or the call ends mid-reconnect)
+    is still a row of the reconnects table: "(not reconnected)". A refused resumption
+    (`handshake_failed`) is a problem, as an error is."""
+    timed = [(0, ev.SessionOpened("gemini-live", [], "w1", 1)), (0, ev.Connected(1)),
+             (100, ev.Disconnected(1, "handshake_failed", "1008 invalid handle")),
+             (200, ev.Connected(2)),
+             (300, ev.Disconnected(2, "shutdown"))]
+    tl = build_timeline(chain("end-1", timed))
+    assert [(r.reason, r.from_generation, r.generation, r.disconnected_version,
+             r.connected_version) for r in tl.reconnects] == [
+        ("handshake_failed", 1, 2, 3, 4), ("shutdown", 2, None, 5, None)]
+    assert [(p["version"], p["kind"]) for p in tl.problems] == [
+        (3, "disconnected:handshake_failed")]
+    assert tl.entries[2].level == "error" and tl.entries[4].level == "warn"
+
+
+def test_wait_is_to_the_first_start_and_run_from_the_last():
+    """A call re-run after a takeover (attempt 2): it waited from its request to its first
+    start; it ran from its last start to its outcome."""
+    timed = [(0, ev.SessionOpened("gemini-live", ["book"], "w1", 1)), (0, ev.Connected(1)),
+             (100, ev.ToolCallRequested("c1", "book", {}, 1)),
+             (150, ev.ToolCallStarted("c1", 1, "k", 1)),
+             (1000, ev.WorkerAttached("w2", 2, "takeover")),
+             (1100, ev.ToolCallStarted("c1", 2, "k", 2)),
+             (1400, ev.ToolCallCompleted("c1", "booked"))]
+    tl = build_timeline(chain("retry-1", timed))
+    c1 = tl.tool_calls["c1"]
+    assert (c1.wait_ms, c1.run_ms, c1.started_at_us) == (50.0, 300.0, T0 + 150_000)
+    assert [a["attempt"] for a in c1.attempts] == [1, 2]
+    assert tl.entries[5].summary == "c1: book started (attempt 2) after waiting 50 ms"
+
+
+def test_speech_segments_and_lanes_of_odd_events():
+    """A second "started" without a "stopped" closes the first segment ("restarted"); an
+    event type this code does not know goes on the errors lane."""
+    timed = [(0, ev.SessionOpened("gemini-live", [], "w1", 1)), (0, ev.Connected(1)),
+             (100, ev.BotStartedSpeaking(1)), (400, ev.BotStartedSpeaking(1)),
+             (600, ev.BotStoppedSpeaking(1))]
+    recs = chain("speech-1", timed)
+    tl = build_timeline(recs)
+    assert [(s.start_version, s.end_version, s.duration_ms, s.end_source) for s in tl.speech] == [
+        (3, 4, 300.0, "restarted"), (4, 5, 200.0, "turn_complete")]
+    from dataclasses import replace
+    odd = build_timeline(recs[:1] + [replace(recs[1], type="future.event")])
+    assert [(e.lane, e.level) for e in odd.entries] == [("session", "info"), ("errors", "error")]
+
+
+def _render(renderable) -> str:
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(renderable)
+    return out.getvalue()
+
+
+def test_the_text_views_say_what_the_json_says():
+    """The text timeline lists events in version order and says "NO" for a result that is
+    not in the model; the state table marks an unconfirmed send with "?"."""
+    from session_store.audit import state_view
+    from session_store.audit.text import state_view_text, timeline_view
+
+    recs = chain("support-1", support_call())
+    text = _render(timeline_view(build_timeline(recs, call_id="support-1",
+                                                final_state=fold(recs))))
+    rows = [line.split()[0] for line in text.splitlines()
+            if line.strip() and line.split()[0].isdigit() and "  " in line]
+    assert rows[:25] == [str(v) for v in range(1, 26)], rows
+    cut = recs[:13]  # c1 completed (v12), its send not confirmed yet (v13)
+    text = _render(timeline_view(build_timeline(cut, final_state=fold(cut))))
+    [c1] = [line for line in text.splitlines() if line.split()[:1] == ["c1"]]
+    assert c1.split()[-2:] == ["delivered", "NO"], c1
+    state = _render(state_view_text(state_view(fold(cut))))
+    assert "tool_response@1?" in state, state
+    done = _render(state_view_text(state_view(fold(recs[:14]))))
+    assert "tool_response@1 " in done and "tool_response@1?" not in done, done
+
+
+def test_a_late_disconnect_of_an_old_generation_does_not_end_speech():
+    """The close of a connection already replaced (generation 1, logged after generation 2
+    came up) does not cut the bot's turn on the new one."""
+    timed = [(0, ev.SessionOpened("gemini-live", [], "w1", 1)), (0, ev.Connected(1)),
+             (200, ev.Connected(2)), (300, ev.BotStartedSpeaking(2)),
+             (350, ev.Disconnected(1, "error", "late close")),
+             (600, ev.BotStoppedSpeaking(2))]
+    tl = build_timeline(chain("late-1", timed))
+    assert [(s.generation, s.start_version, s.duration_ms, s.end_source) for s in tl.speech] == [
+        (2, 4, 300.0, "turn_complete")]
