@@ -126,10 +126,15 @@ class LogReads:
             stmt = stmt.where(guard)
         async with self._connect() as conn:
             rows = (await conn.execute(stmt)).all()
-        if rows and from_position > 0 and rows[0][-1] is None:
+            # An empty page says nothing of the cursor (the rows carry its order): ask. (A
+            # follower that is caught up pays one primary-key lookup per poll.)
+            unknown = (rows[0][-1] is None if rows else from_position > 0 and (
+                await conn.scalar(select(events.c.position)
+                                  .where(events.c.position == from_position))) is None)
+        if from_position > 0 and unknown:
             # A position no event has has no place in the global order: the rows above
             # are the whole log from the start, and a follower would process every event
-            # again. Say so instead.
+            # again (or, with nothing visible yet, think itself caught up). Say so instead.
             raise ValueError(f"no event at position {from_position}: continue from the "
                              "position of an event read_all returned (0: the beginning)")
         return [RecordedEvent(*row[:-1]) for row in rows]

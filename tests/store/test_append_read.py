@@ -105,7 +105,7 @@ async def test_read_all_from_a_position_no_event_has_is_an_error_not_a_replay(st
     the whole log from the start: a follower would process every event a second time."""
     for i in range(3):
         await store.append("s", [msg(i)], i)
-    last = (await store.read_all())[-1].position
+    last = (await store.read("s"))[-1].position  # (read_all may hold rows back: PostgreSQL)
     with pytest.raises(ValueError, match="no event at position"):
         await store.read_all(last + 50)
     with pytest.raises(ValueError, match="no event at position"):

@@ -308,6 +308,35 @@ async def test_an_open_older_transaction_holds_tailing_readers_back(migrated):
         await store.close()
 
 
+@pytest.mark.timeout(60)
+async def test_a_position_no_event_has_is_refused_while_readers_are_held_back(migrated):
+    """read_all from a position no event has raises ValueError (it has no place in the
+    order). It found that out only from the rows it returned: while an open transaction
+    held every row back, it answered [] instead, as if the follower were caught up, and the
+    follower waited in silence until the transaction ended."""
+    if migrated.name != "postgres":
+        pytest.skip("SQLite has one writer: nothing holds its readers back")
+    store = await migrated.open()
+    raw = await asyncpg.connect(PG_DSN)
+    tx = raw.transaction()
+    open_tx = False
+    try:
+        await tx.start()
+        open_tx = True
+        await raw.fetchval("SELECT pg_current_xact_id()")  # takes an xid, writes nothing
+        await store.append("a", [msg(0), msg(1)], 0)
+        assert await store.read_all() == []  # held back
+        first = (await store.read("a"))[0].position
+        with pytest.raises(ValueError, match="no event at position"):
+            await store.read_all(first + 1000)
+        assert await store.read_all(first) == []  # a real position: held back, no error
+    finally:
+        if open_tx:
+            await tx.rollback()
+        await raw.close()
+        await store.close()
+
+
 @pytest.mark.timeout(90)
 async def test_concurrent_writers_and_tailing_reader_race(migrated):
     """4 stores (own connections) x 16 appenders for ~1.5 s while a reader tails with
