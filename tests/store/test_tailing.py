@@ -278,6 +278,20 @@ async def test_a_reader_continuing_one_event_at_a_time_follows_the_commit_order(
         await raw.close()
         await store.close()
 
+@contextlib.asynccontextmanager
+async def an_older_transaction():
+    """A transaction elsewhere in the cluster that has taken an id and written nothing: every
+    commit after it sorts behind it, so tailing readers see none of them until it ends."""
+    raw = await asyncpg.connect(PG_DSN)
+    try:
+        await raw.execute("BEGIN")
+        await raw.fetchval("SELECT pg_current_xact_id()")
+        yield
+        await raw.execute("ROLLBACK")  # ended before the body's checks after it
+    finally:
+        await raw.close()  # (after a failure in the body: the server rolls it back)
+
+
 @pytest.mark.timeout(60)
 async def test_an_open_older_transaction_holds_tailing_readers_back(migrated):
     """Any transaction that already has an id may still write a row that sorts first, so a
@@ -286,25 +300,15 @@ async def test_an_open_older_transaction_holds_tailing_readers_back(migrated):
     if migrated.name != "postgres":
         pytest.skip("SQLite has one writer: positions commit in order")
     store = await migrated.open()
-    raw = await asyncpg.connect(PG_DSN)
-    tx = raw.transaction()
-    open_tx = False
     try:
         await store.append("a", [msg(0)], 0)
         last = (await store.read_all())[-1].position
-        await tx.start()
-        open_tx = True
-        await raw.fetchval("SELECT pg_current_xact_id()")  # takes an xid, writes nothing
-        assert await store.append("a", [msg(1)], 1) == 2
-        assert await store.read_all(last) == []
-        assert [r.version for r in await store.read("a")] == [1, 2]  # stream reads: at once
-        await tx.rollback()
-        open_tx = False
+        async with an_older_transaction():
+            assert await store.append("a", [msg(1)], 1) == 2
+            assert await store.read_all(last) == []
+            assert [r.version for r in await store.read("a")] == [1, 2]  # stream reads: at once
         assert [r.version for r in await store.read_all(last)] == [2]
     finally:
-        if open_tx:
-            await tx.rollback()
-        await raw.close()
         await store.close()
 
 
@@ -317,23 +321,15 @@ async def test_a_position_no_event_has_is_refused_while_readers_are_held_back(mi
     if migrated.name != "postgres":
         pytest.skip("SQLite has one writer: nothing holds its readers back")
     store = await migrated.open()
-    raw = await asyncpg.connect(PG_DSN)
-    tx = raw.transaction()
-    open_tx = False
     try:
-        await tx.start()
-        open_tx = True
-        await raw.fetchval("SELECT pg_current_xact_id()")  # takes an xid, writes nothing
-        await store.append("a", [msg(0), msg(1)], 0)
-        assert await store.read_all() == []  # held back
-        first = (await store.read("a"))[0].position
-        with pytest.raises(ValueError, match="no event at position"):
-            await store.read_all(first + 1000)
-        assert await store.read_all(first) == []  # a real position: held back, no error
+        async with an_older_transaction():
+            await store.append("a", [msg(0), msg(1)], 0)
+            assert await store.read_all() == []  # held back
+            first = (await store.read("a"))[0].position
+            with pytest.raises(ValueError, match="no event at position"):
+                await store.read_all(first + 1000)
+            assert await store.read_all(first) == []  # a real position: held back, no error
     finally:
-        if open_tx:
-            await tx.rollback()
-        await raw.close()
         await store.close()
 
 
