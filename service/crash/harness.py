@@ -184,6 +184,11 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
                                    f"log: {log_path}")
             killed += 1
             fired_at.append(f"{kill.label()}: {fired or 'killed from outside'}")
+            if outside and await _call_closed(db_url, schema, call_id):
+                # Killed from outside while it shut down after ending the call: the call is
+                # done, and a new worker would rightly refuse it (CallClosed, exit 1; seen
+                # once in the PostgreSQL soak under CI load, stop 21).
+                break
         store = await open_store(db_url, **({"schema": schema} if schema else {}))
         try:
             records = await store.read(call_id)
