@@ -178,7 +178,7 @@ class SessionConnections:
         state = self._driver.state
         if state.connected:
             events: list[ev.Event] = [ev.Disconnected(state.generation, reason)]
-            if self._transport_speaking:
+            if self._transport_speaking and self._speaking_signal == "transport":
                 # The projection takes a disconnect as the end of speech, but the transport
                 # is still playing what the old session sent (a reconnect that could not wait
                 # for the turn, e.g. a goAway deadline): deferred calls keep waiting for it.

@@ -80,7 +80,8 @@ class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding
     existing open call is taken over), `policy` (deferral, idempotent tools, reuse of
     re-issued calls), `worker_id`, `speaking_signal` ("transport": the bot speaks from the
     first model audio until the output transport's BotStoppedSpeakingFrame; "model": until
-    turnComplete, for pipelines without an output transport) and `speaking_timeout_s` (a
+    turnComplete, for pipelines without an output transport; the transport's frames, if any,
+    then only hold the watchdog off) and `speaking_timeout_s` (a
     safety net: with no model output and no transport signal for that long the bot counts as
     silent, so a server that holds turnComplete until it gets a tool response cannot
     deadlock the call). `snapshot_every`: events between snapshots of the call's decision
@@ -420,12 +421,19 @@ class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding
         # PostgreSQL restarted, an awaited stop held the user's audio back for the rest of
         # the outage). A noted fact is also never dropped when its append fails: it stays
         # queued, in order, until the log takes it (an awaited one was lost with the error).
+        # With speaking_signal="model" the transport's frames only hold the watchdog off:
+        # the model's turn decides. Counting both made the outcome depend on frame timing
+        # (seen under load: the transport's start, noted after the turnComplete that ended
+        # the turn, began the speech again and held a deferred call 2 s, until playback ended).
         if isinstance(frame, BotStartedSpeakingFrame):
             self._transport_speaking = True
             self._last_speech_activity = time.monotonic()
-            self._note(SpeechStarted(self._driver.state.generation, "transport"), lazy=True)
+            if self._speaking_signal == "transport":
+                self._note(SpeechStarted(self._driver.state.generation, "transport"), lazy=True)
         elif isinstance(frame, BotStoppedSpeakingFrame):
             self._transport_speaking = False
+            if self._speaking_signal != "transport":
+                return
             # Gemini streams faster than real time: when a turn's playback ends (its
             # TTSStoppedFrame), the next turn's audio may already be queued behind it, and the
             # transport starts again at once. That stop is not silence (seen on the wire: it
