@@ -7,7 +7,7 @@ raw/step (the throughput ratio ours/raw that step alone allows).
 
 SQLite (WAL, synchronous=FULL, one event per transaction):
   raw          BEGIN IMMEDIATE; INSERT; COMMIT               (bench/append.py's raw driver)
-  our table    the same into our events table (hash column, two indexes)
+  our table    the same into our events table (hash column, (stream, version) index)
   + head row   and a conditional UPDATE of the stream's head row: the least our log writes
   ours         store.append, committed inline (encode, hash chain, plan, asyncio, all of it)
   ours/writer  store.append through the writer process (the default store)

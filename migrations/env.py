@@ -14,7 +14,7 @@ from alembic import context
 from sqlalchemy import pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from session_store.schema import metadata
+from session_store.schema import metadata, on_dialect
 
 config = context.config
 x_args = context.get_x_argument(as_dictionary=True)
@@ -31,7 +31,8 @@ def _schema() -> str | None:
 
 def _run(connection) -> None:
     context.configure(connection=connection, target_metadata=metadata,
-                      render_as_batch=connection.dialect.name == "sqlite")
+                      render_as_batch=connection.dialect.name == "sqlite",
+                      include_object=on_dialect(connection.dialect.name))
     with context.begin_transaction():
         context.run_migrations()
 

@@ -4,7 +4,8 @@ A base class of `SqlEventStore` (base.py holds the append side: the group-commit
 the head cache). These methods need only what the store gives every read: `_check_open`,
 `_connect` (an outage becomes StoreUnavailable), `_insert` (the dialect's INSERT) and, to
 follow, `_closed`, `_changed` and `poll_interval`; a dialect narrows what tailing readers
-see (`_visible_to_tailing_readers`) and how followers are woken (`_change_notifications`).
+see (`_visible_to_tailing_readers`), orders them (`_after_cursor`) and wakes followers
+(`_change_notifications`).
 """
 
 from __future__ import annotations
@@ -105,6 +106,13 @@ class LogReads:
         """Extra WHERE clause for read_all: only rows no in-flight writer can precede."""
         return None
 
+    def _after_cursor(self, cursor_order, from_position: int):
+        """read_all's WHERE (rows after the cursor) and ORDER BY: the global order is
+        (tx_order, position), as PostgreSQL's concurrent writers need (postgres.py)."""
+        return (tuple_(events.c.tx_order, events.c.position)
+                > tuple_(func.coalesce(cursor_order, -1), from_position),
+                (events.c.tx_order, events.c.position))
+
     async def read_all(self, from_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
         """Events of all streams in global order, after the event at `from_position`.
 
@@ -117,10 +125,8 @@ class LogReads:
         cursor_order = select(events.c.tx_order).where(
             events.c.position == from_position).scalar_subquery()
         # (The cursor's order comes back with the rows: see below.)
-        stmt = (select(*_EVENT_COLUMNS, cursor_order)
-                .where(tuple_(events.c.tx_order, events.c.position)
-                       > tuple_(func.coalesce(cursor_order, -1), from_position))
-                .order_by(events.c.tx_order, events.c.position).limit(limit))
+        after, order = self._after_cursor(cursor_order, from_position)
+        stmt = select(*_EVENT_COLUMNS, cursor_order).where(after).order_by(*order).limit(limit)
         guard = self._visible_to_tailing_readers()
         if guard is not None:
             stmt = stmt.where(guard)

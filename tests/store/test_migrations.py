@@ -18,7 +18,7 @@ from session_store.migrate import alembic_config, downgrade, upgrade
 from session_store.schema import HEAD_REVISION, KNOWN_REVISIONS, metadata
 from session_store.storage import base as storage_base
 
-from .helpers import raw_db, sql
+from .helpers import insert_raw_event, raw_db, sql
 
 TABLES = {"session_streams", "session_events", "session_snapshots"}
 
@@ -69,11 +69,52 @@ async def test_upgrade_downgrade_upgrade(backend):
     assert await sql(backend, "SELECT version_num FROM alembic_version") == [(HEAD_REVISION,)]
 
 
+async def _indexes(backend) -> set[str]:
+    async with raw_db(backend) as conn:
+        return {ix["name"] for ix in await conn.run_sync(
+            lambda c: inspect(c).get_indexes("session_events"))}
+
+
+@pytest.mark.timeout(60)
+async def test_a_log_written_at_0001_keeps_its_order_and_chain_through_0002(backend):
+    """0002 drops SQLite's (tx_order, position) index (its order is the primary key's) and
+    keeps PostgreSQL's: a log written at 0001 reads the same, in the same global order, with
+    an intact hash chain, after the upgrade and after a downgrade to 0001 again."""
+    await _upgrade(backend, "0001_initial")
+    for n in range(6):  # two streams, interleaved: the global order is not each stream's
+        await insert_raw_event(backend, f"s{n % 2}", "conversation.message", 1,
+                               '{"generation":1,"role":"user","text":"t%d"}' % n)
+    assert "ix_session_events_tx_order_position" in await _indexes(backend)
+
+    async def read_back():
+        store = await backend.open()
+        try:
+            log = [(e.stream_id, e.version, e.position) for e in await store.read_all()]
+            page = [e.position for e in await store.read_all(log[1][2], limit=3)]
+            reports = await store.verify()
+        finally:
+            await store.close()
+        assert [r.ok for r in reports] == [True, True], reports
+        assert page == [p for _, _, p in log[2:5]]
+        return log
+
+    await _upgrade(backend)
+    kept = "ix_session_events_tx_order_position" in await _indexes(backend)
+    assert kept == (backend.name == "postgres")
+    before = await read_back()
+    assert [(s, v) for s, v, _ in before] == [(f"s{n % 2}", n // 2 + 1) for n in range(6)]
+    await _downgrade(backend, "0001_initial")
+    assert "ix_session_events_tx_order_position" in await _indexes(backend)
+    await _upgrade(backend)
+    assert await read_back() == before
+
+
 @pytest.mark.timeout(60)
 async def test_migrated_database_matches_the_metadata(migrated):
     def diff(sync_conn):
-        ctx = MigrationContext.configure(sync_conn, opts={"compare_type": True,
-                                                          "compare_server_default": True})
+        ctx = MigrationContext.configure(sync_conn, opts={
+            "compare_type": True, "compare_server_default": True,
+            "include_object": schema_module.on_dialect(sync_conn.dialect.name)})
         return compare_metadata(ctx, metadata)
 
     async with raw_db(migrated) as conn:
