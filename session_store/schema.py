@@ -41,6 +41,13 @@ metadata = MetaData()
 # order by the single writer); PostgreSQL gets a 64-bit identity.
 _position_type = BigInteger().with_variant(Integer(), "sqlite")
 
+
+def _only_on(dialect_name: str, index: Index) -> Index:
+    """An index created on one dialect only: SQLAlchemy's DDL skips it elsewhere, and
+    `on_dialect` (Alembic's comparison) reads the same mark."""
+    index.info["only_on"] = dialect_name
+    return index.ddl_if(dialect=dialect_name)
+
 streams = Table(
     "session_streams", metadata,
     Column("stream_id", String(STREAM_ID_MAX), primary_key=True),
@@ -66,8 +73,7 @@ events = Table(
     # PostgreSQL's global order for tailing readers. SQLite's is the primary key (one writer
     # commits in position order, tx_order 0): there this index only cost a quarter of every
     # commit (bench/append_floor.py), and migration 0002 drops it.
-    Index("ix_session_events_tx_order_position", "tx_order", "position",
-          info={"only_on": "postgresql"}).ddl_if(dialect="postgresql"),
+    _only_on("postgresql", Index("ix_session_events_tx_order_position", "tx_order", "position")),
 )
 
 snapshots = Table(
