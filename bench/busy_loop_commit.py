@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from append import EVENT, PAYLOAD, RAW_TABLE  # noqa: E402
+from callmix import pct  # noqa: E402
 
 from session_store import open_store  # noqa: E402
 from session_store.migrate import upgrade  # noqa: E402
@@ -67,10 +68,6 @@ async def _measure(commit, n: int, load: int, budget_s: float) -> list[float]:
         stop.set()
         await asyncio.gather(*workers)
     return took
-
-
-def _p(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 async def main(args) -> None:
@@ -122,9 +119,20 @@ async def main(args) -> None:
           f"{'n':>4}  {'thread/ours p50':>15} {'p99':>6}")
     for load in args.loads:
         t, o = results[("thread", load)], results[("ours", load)]
-        print(f"{load:>4}  {_p(t, 50):>10.2f} {_p(t, 99):>8.2f} {len(t):>4}  {_p(o, 50):>9.2f} "
-              f"{_p(o, 99):>8.2f} {len(o):>4}  {_p(t, 50) / _p(o, 50):>14.2f}x "
-              f"{_p(t, 99) / _p(o, 99):>5.2f}x")
+        # Under load one commit on a thread can outlast the whole budget, so a side may have
+        # one measurement or none: its percentiles are then that value or nan, never an error.
+        print(f"{load:>4}  {pct(t, 50):>10.2f} {pct(t, 99):>8.2f} {len(t):>4}  "
+              f"{pct(o, 50):>9.2f} {pct(o, 99):>8.2f} {len(o):>4}  "
+              f"{_ratio(pct(t, 50), pct(o, 50)):>14.2f}x {_ratio(pct(t, 99), pct(o, 99)):>5.2f}x")
+    short = [f"{name} at load {load}" for (name, load), took in results.items()
+             if len(took) < args.commits]
+    if short:
+        print(f"fewer than {args.commits} commits fit in {args.budget:g} s for: "
+              + ", ".join(short))
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else math.nan
 
 
 if __name__ == "__main__":
