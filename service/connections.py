@@ -137,11 +137,13 @@ class SessionConnections:
             return
         if self._connecting_handle is not None:
             self._handles_hold_sends = self._driver.state.generation  # resumed: no seed
-        if self._transport_speaking:
+        if self._transport_speaking and self._speaking_signal == "transport":
             # A new session resets "speaking" in the projection, but the transport may still be
             # playing the old session's audio (a reconnect that could not wait for the turn
             # to end): deferred calls keep waiting for the transport to stop. (Noted: decided
-            # before anything else is, by the next commit.)
+            # before anything else is, by the next commit.) Not in "model" mode: there the
+            # transport's stop is not counted, so nothing would end this speech but the
+            # watchdog (tests/service/test_speech_signals.py).
             self._note(SpeechStarted(self._driver.state.generation, "transport"))
         self._bot_is_responding = False
         await super()._handle_session_ready(session)

@@ -8,9 +8,11 @@ turn with no audio for the transport to play) relies on."""
 from __future__ import annotations
 
 import pytest
+from pipecat.frames.frames import LLMUpdateSettingsFrame
+from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 from service.local_live import (Audio, Call, OutputTranscript, Script, ToolCall, TurnComplete,
-                                WaitToolResponse)
+                                WaitSignal, WaitToolResponse)
 
 from .helpers import (Ctl, assert_answered_once, assert_log_settled, assert_ran_once,
                       assert_server_clean, run_call)
@@ -82,4 +84,50 @@ async def test_watchdog_ends_speech_no_transport_ever_reported(flavour):
     assert run.at("tool.call_deferred", call_id="c1") < run.at("tool.call_started", call_id="c1")
     stop = _stop_before_start(run, "c1")
     assert stop.data["source"] == "timeout", run.timeline()
+    assert_log_settled(run)
+
+
+async def test_model_signal_prompt_change_mid_turn_delivers_on_the_new_session(flavour):
+    """speaking_signal="model", a prompt change while the model speaks (P2): the reconnect
+    is due at the turnComplete (P3), while the transport still plays the turn. The new
+    session noted the transport's playback as speech, as transport mode must; in "model"
+    mode the transport's stop is not counted, so that speech lasted until the watchdog
+    (4 s by default, 60 here) and the deferred call's result waited for it, unsent. Now:
+    one reconnect, the new prompt on the new session, the result delivered there at once,
+    and no transport-sourced speech in the log."""
+    scripts = [
+        # The turn's end waits for the test: the change must come while the model speaks.
+        Script([Audio(chunks=15), ToolCall(Call("c1", ORDER, {"id": 1})), Audio(chunks=10),
+                WaitSignal("go"), TurnComplete(),
+                WaitToolResponse("c1", timeout=3, required=False)], reply=()),
+        Script([WaitToolResponse("c1"), Audio(chunks=2), TurnComplete()], reply=()),
+    ]
+
+    async def drive(ctl: Ctl):
+        state = lambda: ctl.llm.driver.state  # noqa: E731
+        await ctl.wait(lambda: "c1" in state().calls and state().bot_speaking, timeout=5)
+        await ctl.task.queue_frame(LLMUpdateSettingsFrame(
+            delta=GeminiLiveLLMService.Settings(system_instruction="NEW")))
+        await ctl.wait(lambda: state().reconnect_pending is not None, timeout=5)
+        assert state().bot_speaking and state().generation == 1, "the change came mid-turn"
+        ctl.server.signal("go")
+        await ctl.wait(lambda: ctl.script_done(1) and not ctl.tap.speaking, timeout=10)
+        await ctl.settle()
+
+    run = await run_call(flavour, scripts, drive, speaking_signal="model",
+                         speaking_timeout_s=60.0)
+
+    assert [c.system_instruction for c in run.connections] == ["Be brief.", "NEW"], \
+        run.timeline()
+    assert run.connections[0].closed_by == "client"
+    disconnects = [e.data["reason"] for e in run.find("connection.disconnected")]
+    assert disconnects == ["settings", "shutdown"], run.timeline()
+    assert not run.find("connection.reconnect_requested", reason="error"), run.timeline()
+    assert_ran_once(run, "c1")
+    assert_answered_once(run, "c1", ORDER, connection=1)
+    assert_server_clean(run)
+    stop = _stop_before_start(run, "c1")
+    assert stop.data["source"] == "turn_complete", run.timeline()
+    assert not [e for e in run.find("speech.bot_started") if e.data["source"] == "transport"], \
+        run.timeline()
     assert_log_settled(run)
