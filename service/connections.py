@@ -137,13 +137,11 @@ class SessionConnections:
             return
         if self._connecting_handle is not None:
             self._handles_hold_sends = self._driver.state.generation  # resumed: no seed
-        if self._transport_speaking and self._speaking_signal == "transport":
+        if self._old_playback_is_speech():
             # A new session resets "speaking" in the projection, but the transport may still be
             # playing the old session's audio (a reconnect that could not wait for the turn
             # to end): deferred calls keep waiting for the transport to stop. (Noted: decided
-            # before anything else is, by the next commit.) Not in "model" mode: there the
-            # transport's stop is not counted, so nothing would end this speech but the
-            # watchdog (tests/service/test_speech_signals.py).
+            # before anything else is, by the next commit.)
             self._note(SpeechStarted(self._driver.state.generation, "transport"))
         self._bot_is_responding = False
         await super()._handle_session_ready(session)
@@ -180,7 +178,7 @@ class SessionConnections:
         state = self._driver.state
         if state.connected:
             events: list[ev.Event] = [ev.Disconnected(state.generation, reason)]
-            if self._transport_speaking and self._speaking_signal == "transport":
+            if self._old_playback_is_speech():
                 # The projection takes a disconnect as the end of speech, but the transport
                 # is still playing what the old session sent (a reconnect that could not wait
                 # for the turn, e.g. a goAway deadline): deferred calls keep waiting for it.
@@ -206,6 +204,13 @@ class SessionConnections:
         handle = self._driver.resumption_handle(exclude=self._bad_handles)
         self._session_resumption_handle = handle  # the log's choice, a fresh session included
         await self._connect(session_resumption_handle=handle)
+
+    def _old_playback_is_speech(self) -> bool:
+        """Across a reconnect, whether the transport still playing the old session's audio
+        counts as the bot speaking. Only when the transport is the speaking signal: in
+        "model" mode its stop is not counted, so nothing but the watchdog would end that
+        speech (a deferred result waited for it: tests/service/test_speech_signals.py)."""
+        return self._transport_speaking and self._speaking_signal == "transport"
 
     def _schedule_reconnect(self, reason: str) -> None:
         """Reconnect in a task of its own: never from inside the receive loop."""
