@@ -9,6 +9,11 @@ the event loop woke (`lag`, raw → ours: what the store costs everything else o
 the audio of calls; asyncio's timers alone are up to ~1 ms late, see the raw figure).
 `sqlite-inline` is the store with inline commits switched on (`inline_budget`), one session.
 
+The ratio is a same-run comparison, not a target: the raw driver commits on the thread that
+calls it (a loop would block on every fsync), ours keeps fsyncs off the event loop that
+carries a call's audio. What a caller feels is measured by turn_overhead.py (added latency per
+tool call beyond the raw commit floor, nothing on the audio path) and concurrent_calls.py.
+
     python bench/append.py              # full run (a few minutes)
     python bench/append.py --quick      # CI smoke run: fewer events
     python bench/append.py --rounds 5   # repeat each configuration, print ratio ranges
@@ -186,7 +191,7 @@ async def run_one(backend: str, sessions: int, total: int, store_options: dict) 
             with raw_probe:
                 raw_t, raw_lat = await asyncio.to_thread(raw_sqlite, f"{tmp}/raw.db", sessions,
                                                          per_session)
-            # sqlite-inline: the opt-in inline commits (see SqliteEventStore), which apply
+            # sqlite-inline: the opt-in inline commits (see sqlite/dialect.py), which apply
             # to a store serving one stream only.
             url = f"sqlite+aiosqlite:///{tmp}/ours.db"
             options = {"inline": "always"} if backend == "sqlite-inline" else {}

@@ -4,7 +4,7 @@ event-loop lag probe and private PostgreSQL schemas. Not a benchmark itself.
 `call_script` yields the appends of one voice call in the order the service makes them,
 each with the pause before it: the user speaks (0.5-2 s), the bot starts speaking, half of
 the turns ask for a tool while the bot speaks (requested + deferred in one append, as
-`CallDriver.record(..., then=)` does), the tool starts when the bot stops, its result is
+`CallDriver.observe(..., intend=)` does), the tool starts when the bot stops, its result is
 recorded with the write-ahead send intent, confirmed, the bot speaks the answer, the
 transcript lines and a fresh resumption handle are logged, and every 8th turn the server
 sends goAway and the call reconnects on a new generation with the newest handle.
@@ -18,6 +18,7 @@ import hashlib
 import math
 import os
 import random
+import statistics
 import time
 import uuid
 from collections.abc import Iterator
@@ -120,6 +121,16 @@ def scripted_events(n: int, call_id: str, seed: int = 1) -> list[ev.Event]:
 
 
 # ------------------------------------------------------------------ statistics
+
+async def median_ms(fn, repeats: int) -> float:
+    """Median wall time of `await fn()` over `repeats` runs, in ms."""
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        await fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
 
 def machine() -> str:
     """CPUs and the 1-minute load average: other processes on the machine skew the tails."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from append import EVENT, PAYLOAD, PG_DSN, RAW_TABLE  # noqa: E402
+from callmix import pct  # noqa: E402
 
 # Idle before the turn's first commit (the previous turn's tail and this turn's audio), and
 # between its two commits (the tool runs; the bench's tool answers at once).
@@ -108,12 +108,6 @@ class PostgresFloor(CommitFloor):
             await self.conn.execute(f"DROP SCHEMA {self.schema} CASCADE")
         finally:
             await self.conn.close()
-
-
-def pct(values: list[float], q: int) -> float:
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 def floor_for(backend: str, directory: str) -> CommitFloor:

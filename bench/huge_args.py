@@ -1,4 +1,4 @@
-"""What a tool call with huge arguments costs a live call (issue #6, hostile wire).
+"""What a tool call with huge arguments costs a live call (hostile wire).
 
 One scripted call per size through a real pipecat pipeline, our service, the real
 google-genai client and the local server: 30 audio chunks, a toolCall whose arguments are
@@ -33,12 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loguru import logger  # noqa: E402
 
+from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService  # noqa: E402
+
 from service.gemini_live import DurableGeminiLiveLLMService  # noqa: E402
-from service.local_live import (Audio, Call, Script, ToolCall, TurnComplete,  # noqa: E402
-                                WaitToolResponse)
+from service.local_live import (Audio, Call, LocalLiveServer, Script, ToolCall,  # noqa: E402
+                                TurnComplete, WaitToolResponse)
+from service.testing.pipeline import MODEL, ToolLedger, make_tool, run_pipeline, tools_schema  # noqa: E402
 from session_store import open_store  # noqa: E402
 from session_store.migrate import upgrade  # noqa: E402
-from tests.service.helpers import Flavour, run_call  # noqa: E402
 
 PG_URL = os.environ.get("SESSION_STORE_BENCH_PG",
                         "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
@@ -54,26 +56,52 @@ async def _timed(self, message):
     await _original(self, message)
 
 
-async def one(flavour: Flavour, size: int) -> tuple[float, float, float]:
+async def logged_at(store, call_id: str, type_: str, timeout: float) -> float:
+    """When `type_` was committed to the call's log (wall seconds), waiting for it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [e for e in await store.read(call_id) if e.type == type_]
+        if found:
+            return found[0].recorded_at_us / 1e6
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {type_} in {call_id}'s log after {timeout} s")
+        await asyncio.sleep(0.05)
+
+
+async def one(store, size: int) -> tuple[float, float, float]:
+    """One call with a toolCall of `size` bytes of arguments: (stall, logged, answered) ms."""
     handled.clear()
     script = Script([Audio(chunks=30, pause_ms=20), ToolCall(Call("h", "lookup_order",
                                                                   {"blob": "x" * size})),
                      Audio(chunks=30, pause_ms=20), TurnComplete(), WaitToolResponse("h", 20),
                      Audio(chunks=2), TurnComplete()], reply=())
+    call_id = f"huge-{uuid.uuid4().hex[:8]}"
+    # The script starts once the client's opening content arrived, as a real model does.
+    async with LocalLiveServer([script], hold_until_input=2.0) as server:
+        llm = DurableGeminiLiveLLMService(
+            api_key="bench", http_options=server.http_options(), store=store, call_id=call_id,
+            settings=GeminiLiveLLMService.Settings(model=MODEL, system_instruction="Be brief."),
+            tools=tools_schema(["lookup_order"]))
+        llm.register_function("lookup_order", make_tool("lookup_order", ToolLedger()))
 
-    async def drive(ctl):
-        await ctl.wait(lambda: bool(ctl.results("h")) and ctl.script_done(0), timeout=60)
+        async def answered() -> None:
+            deadline = time.monotonic() + 60
+            while not any(r.id == "h" for r in server.tool_responses()):
+                if time.monotonic() > deadline or server.violations:
+                    raise TimeoutError(f"no answer to the toolCall: {server.violations}")
+                await asyncio.sleep(0.02)
+            await logged_at(store, call_id, "tool.result_sent", timeout=10)
 
-    run = await run_call(flavour, [script], drive, timeout=90, end_timeout=10)
-    sent = run.connections[0].sent
+        await run_pipeline(llm, until=answered, timeout=90)
+        sent = server.connections[0].sent
     at = next(i for i, s in enumerate(sent) if "toolCall" in s.message)
     tool_sent = sent[at].at
     before = [t for t, k in handled if k == "audio" and t < tool_sent][-1]
     after = next(t for t, k in handled if k == "audio" and t > tool_sent)
     stall = (after - before) - (sent[at + 1].at - sent[at - 1].at)
-    logged = run.find("tool.call_requested")[0].recorded_at_us / 1e6 - tool_sent
-    answered = run.find("tool.result_sent")[0].recorded_at_us / 1e6 - tool_sent
-    return stall * 1000, logged * 1000, answered * 1000
+    logged = await logged_at(store, call_id, "tool.call_requested", timeout=0) - tool_sent
+    answered_s = await logged_at(store, call_id, "tool.result_sent", timeout=0) - tool_sent
+    return stall * 1000, logged * 1000, answered_s * 1000
 
 
 async def main() -> None:
@@ -99,7 +127,7 @@ async def main() -> None:
         store = await open_store(url, **({"schema": schema} if schema else {}))
         try:
             for size in sizes:
-                stall, logged, answered = await one(Flavour(name, store), size)
+                stall, logged, answered = await one(store, size)
                 print(f"{name:9} {size / 1e6:7.1f}M {stall:9.1f} {logged:10.1f} {answered:12.1f}")
         finally:
             await store.close()

@@ -44,6 +44,7 @@ from session_store import load_state, open_store  # noqa: E402
 from session_store.errors import Fenced  # noqa: E402
 from session_store.events import ConversationMessage  # noqa: E402
 from session_store.migrate import upgrade  # noqa: E402
+from session_store.verify import verify_log  # noqa: E402
 
 WORKERS = 4
 
@@ -176,7 +177,7 @@ async def check_fencing(store, calls: list[str], owner: dict[str, str], old: str
     for call in calls:
         records = await store.read(call)
         state = await load_state(store, call, use_snapshot=False)
-        reports = await store.verify(call)
+        reports = await verify_log(store, call)
         attach = [r.version for r in records if r.type == "session.worker_attached"]
         after = [r.event.text for r in records if attach and r.version > attach[-1]
                  and r.type == "conversation.message"]

@@ -36,28 +36,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import aiosqlite  # noqa: E402
 import asyncpg  # noqa: E402
 
-from callmix import (PG_DSN, PG_URL, drop_schema, machine, pg_reachable, pg_schema,  # noqa: E402
-                     scripted_steps)
+from callmix import (PG_DSN, PG_URL, drop_schema, machine, median_ms, pg_reachable,  # noqa: E402
+                     pg_schema, scripted_steps)
 from session_store import Policy, choose_resumption, due, load_state, open_store  # noqa: E402
 from session_store import save_snapshot  # noqa: E402
 from session_store.projection import from_snapshot  # noqa: E402
 from session_store.migrate import upgrade  # noqa: E402
+from session_store.delivery import unanswered, undelivered  # noqa: E402
 
 TAIL = 20
 CHUNK = 100  # events per append while building a call (stamped with its last step's time)
 T0_US = 1_767_225_600_000_000  # the call starts at 2026-01-01 00:00 UTC
 SELECT = ("SELECT version, type, schema_version, data, recorded_at_us FROM session_events "
           "WHERE stream_id = {} ORDER BY version")
-
-
-async def timed(fn, repeats: int) -> float:
-    """Median wall time of `await fn()`, in ms."""
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        await fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
 
 
 def timed_sync(fn, repeats: int) -> float:
@@ -86,8 +77,8 @@ async def build_call(store, stream: str, n: int) -> None:
 def decisions(state) -> tuple:
     """What the service decides from a state (the snapshot path must decide the same)."""
     policy, now = Policy(), state.last_event_at_us
-    return (state.version, [c.call_id for c in state.unanswered()],
-            [c.call_id for c in state.undelivered()], due(state, policy, now),
+    return (state.version, [c.call_id for c in unanswered(state)],
+            [c.call_id for c in undelivered(state)], due(state, policy, now),
             choose_resumption(state, policy, now), state.bot_speaking, state.generation)
 
 
@@ -129,10 +120,10 @@ async def measure(store, raw: RawReader, n: int, repeats: int) -> dict:
     snap = await store.load_snapshot(stream)
     row = {
         "events": n,
-        "raw_ms": await timed(lambda: raw.read(stream), repeats),
-        "read_ms": await timed(lambda: store.read(stream), repeats),
-        "load_ms": await timed(lambda: load_state(store, stream, use_snapshot=False), repeats),
-        "snap_ms": await timed(lambda: load_state(store, stream), repeats),
+        "raw_ms": await median_ms(lambda: raw.read(stream), repeats),
+        "read_ms": await median_ms(lambda: store.read(stream), repeats),
+        "load_ms": await median_ms(lambda: load_state(store, stream, use_snapshot=False), repeats),
+        "snap_ms": await median_ms(lambda: load_state(store, stream), repeats),
         "parse_snapshot_ms": timed_sync(lambda: from_snapshot(snap.state_json), repeats),
         "hot_calls": len(fast.calls),
         "snapshot_kb": round(len(snap.state_json) / 1024, 1),

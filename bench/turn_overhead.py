@@ -18,7 +18,7 @@ Printed per service:
   beyond it is the cost of our code rather than of the disk's syncs.
 
 SQLite runs twice: `sqlite` is the default store (inline="never"), every commit in its
-writer process (until stop 14 a thread, whose commits waited for the GIL of the busy loop);
+writer process (before 2026-12-01 a thread, whose commits waited for the GIL of the busy loop);
 `sqlite-urgent` (inline="urgent") commits the two appends a tool call waits for (its start;
 its result with the send intent) on the event loop's thread when the store is idle: no
 thread hand-off for them, but their fsyncs hold the loop.
@@ -52,8 +52,7 @@ from loguru import logger  # noqa: E402
 from pipecat.frames.frames import (BotStoppedSpeakingFrame, EndFrame, LLMRunFrame,  # noqa: E402
                                    TTSAudioRawFrame)
 from pipecat.pipeline.pipeline import Pipeline  # noqa: E402
-from pipecat.pipeline.runner import PipelineRunner  # noqa: E402
-from pipecat.pipeline.task import PipelineParams, PipelineTask  # noqa: E402
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker  # noqa: E402
 from pipecat.processors.aggregators.llm_context import LLMContext  # noqa: E402
 from pipecat.processors.aggregators.llm_response_universal import (  # noqa: E402
     LLMContextAggregatorPair)
@@ -62,8 +61,9 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService  # noqa
 from pipecat.services.llm_service import FunctionCallParams  # noqa: E402
 
 from service.gemini_live import DurableGeminiLiveLLMService  # noqa: E402
-from service.local_live.server import http_options  # noqa: E402
-from service.testing.pipeline import MODEL, PlaybackOutput, tools_schema  # noqa: E402
+from service.local_live import http_options  # noqa: E402
+from service.testing.pipeline import MODEL, PlaybackOutput, run_worker, tools_schema  # noqa: E402
+from session_store.models import rules_for  # noqa: E402
 from session_store import Policy, open_store  # noqa: E402
 from session_store.migrate import upgrade  # noqa: E402
 
@@ -71,7 +71,8 @@ PG_URL = os.environ.get("SESSION_STORE_BENCH_PG",
                         "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 PG_DSN = PG_URL.replace("postgresql+asyncpg", "postgresql")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from commit_floor import floor_for, pct  # noqa: E402
+from callmix import pct  # noqa: E402
+from commit_floor import floor_for  # noqa: E402
 from turn_scripts import TOOL, audio_chunks, deferral_script, overhead_script  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent / "turn_scripts.py"
@@ -122,13 +123,28 @@ class ServerProcess:
             self.proc.terminate()
             await self.proc.wait()
 
-    def connection(self) -> dict:
-        """The call's connection as the server recorded it; raises on any violation."""
+    def connection(self, tolerated: frozenset[str] = frozenset()) -> dict:
+        """The call's connection as the server recorded it; raises on any violation but the
+        `tolerated` kinds (printed: stock pipecat's known breaches of a generation's rules)."""
         record = json.loads(self.record.read_text())
-        if record["violations"] or record["errors"] or len(record["connections"]) != 1:
-            raise AssertionError(f"the local server saw problems: {record['violations']} "
+        violations = [v for v in record["violations"] if v["kind"] not in tolerated]
+        if violations or record["errors"] or len(record["connections"]) != 1:
+            raise AssertionError(f"the local server saw problems: {violations} "
                                  f"{record['errors']} ({len(record['connections'])} connections)")
+        seen = sorted({v["kind"] for v in record["violations"]})
+        if seen:
+            print(f"  (stock pipecat broke the {MODEL_IN_USE} wire rules: {', '.join(seen)})")
         return record["connections"][0]
+
+
+# pipecat 1.14 says willContinue only for functions it registered as async; a thinking model
+# runs every call NON_BLOCKING, so stock leaves a sync tool's call open (the local server
+# records it and takes the response as closing). Its turns still count: they are what a
+# stock user gets.
+STOCK_TOLERATED = frozenset({"will_continue_unset"})
+
+
+MODEL_IN_USE = MODEL  # --model: the server applies that generation's wire rules
 
 
 async def run_call(kind: str, script: str, turns: int, store=None, policy=None) -> dict:
@@ -138,7 +154,7 @@ async def run_call(kind: str, script: str, turns: int, store=None, policy=None) 
     with tempfile.TemporaryDirectory() as tmp:
         async with ServerProcess(script, turns, Path(tmp) / "record.json") as server:
             common = dict(api_key="bench", http_options=server.http_options,
-                          settings=GeminiLiveLLMService.Settings(model=MODEL,
+                          settings=GeminiLiveLLMService.Settings(model=MODEL_IN_USE,
                                                                  system_instruction="Be brief."),
                           tools=tools_schema([TOOL]))
             if kind == "stock":
@@ -155,11 +171,10 @@ async def run_call(kind: str, script: str, turns: int, store=None, policy=None) 
             aggregators = LLMContextAggregatorPair(LLMContext(messages=[{"role": "user",
                                                                          "content": "Hello"}]))
             tap = AudioTap()
-            task = PipelineTask(Pipeline([aggregators.user(), llm, tap, PlaybackOutput(),
-                                          aggregators.assistant()]),
-                                params=PipelineParams(), cancel_on_idle_timeout=False)
-            runner = PipelineRunner(handle_sigint=False)
-            run = asyncio.create_task(runner.run(task))
+            task = PipelineWorker(Pipeline([aggregators.user(), llm, tap, PlaybackOutput(),
+                                            aggregators.assistant()]),
+                                  params=PipelineParams(), cancel_on_idle_timeout=False)
+            run = asyncio.create_task(run_worker(task))
             try:
                 await task.queue_frames([LLMRunFrame()])
                 # The server sends the audio after each answer only once the answer arrived:
@@ -179,7 +194,7 @@ async def run_call(kind: str, script: str, turns: int, store=None, policy=None) 
                 if not done:
                     await task.cancel()
                     await asyncio.wait({run}, timeout=10)
-        conn = server.connection()
+        conn = server.connection(STOCK_TOLERATED if kind == "stock" else frozenset())
     return {"conn": conn, "tap": tap, "tool_started": tool_started}
 
 
@@ -290,8 +305,10 @@ async def main(turns: int, rounds: int, deferral_turns: int, only: list[str] | N
                 if schema:
                     await drop_schema(schema)
 
-    print(f"\nTurn overhead: {per_round * rounds} turns per service in {rounds} interleaved "
-          f"rounds; the tool answers at once; Policy(defer='none') for ours")
+    print(f"\nTurn overhead on {MODEL_IN_USE} ({rules_for(MODEL_IN_USE).family} wire rules, "
+          f"stock pipecat on the same model): {per_round * rounds} turns per service in "
+          f"{rounds} interleaved rounds; the tool answers at once; Policy(defer='none') for "
+          f"ours")
     print(f"{'service':<20}{'turn p50':>9}{'p90':>8}{'p99':>8}{'+p50':>8}{'+p90':>8}{'+p99':>8}"
           f"{'audio p50':>11}{'p90':>7}{'p99':>8}{'+p50':>8}{'+p99':>8}")
     base_t, base_a = turn_ms["stock"], audio_ms["stock"]
@@ -319,6 +336,10 @@ async def main(turns: int, rounds: int, deferral_turns: int, only: list[str] | N
               + " / ".join(f"{a - pct(floor, q):+.2f}" for a, q in zip(added, (50, 90, 99))))
 
     print(f"\nDeferral wait (default Policy, calls arriving mid-speech, {deferral_turns} calls)")
+    if rules_for(MODEL_IN_USE).calls_default_non_blocking and \
+            not rules_for(MODEL_IN_USE).blocking_declarations:
+        print("  (every call is NON_BLOCKING on this model: not deferred by default, so the "
+              "tool starts at once; the figures below are the toolCall -> start time)")
     for name in backends:
         res = deferral[name][0]
         sent = tool_calls_sent(res["conn"])
@@ -330,16 +351,17 @@ async def main(turns: int, rounds: int, deferral_turns: int, only: list[str] | N
                        default=None)
             if stop is not None:
                 reactions.append((started - stop) * 1e3)
+        reacted = (f"bot stopped -> tool start p50 {pct(reactions, 50):5.2f} ms, "
+                   f"p99 {pct(reactions, 99):5.2f} ms" if reactions
+                   else "no call waited for the bot to stop")
         print(f"  ours/{name:<14} toolCall -> tool start p50 {pct(waits, 50):6.1f} ms, "
-              f"p99 {pct(waits, 99):6.1f} ms (the bot's remaining speech); "
-              f"bot stopped -> tool start p50 {pct(reactions, 50):5.2f} ms, "
-              f"p99 {pct(reactions, 99):5.2f} ms")
+              f"p99 {pct(waits, 99):6.1f} ms (the bot's remaining speech); {reacted}")
 
 
 async def main_or_exit(*args) -> None:
     """main(), and on a failure say why and exit at once, from inside the loop: asyncio.run
     would first cancel the tasks left behind and wait for them, and a pipecat task of a
-    failed call that never finishes cancelling kept a CI run waiting (stop 21)."""
+    failed call that never finishes cancelling kept a CI run waiting."""
     try:
         await main(*args)
     except Exception:  # noqa: BLE001 - reported, then the process ends
@@ -355,7 +377,12 @@ if __name__ == "__main__":
     parser.add_argument("--turns", type=int, default=None)
     parser.add_argument("--backends", nargs="+", choices=["sqlite", "sqlite-urgent", "postgres"],
                         help="only these stores (default: all; postgres when reachable)")
+    parser.add_argument("--model", default=MODEL,
+                        help="the model the calls name, for stock and ours alike (the local "
+                             "server applies its generation's wire rules; default "
+                             "%(default)s)")
     args = parser.parse_args()
+    MODEL_IN_USE = args.model
     logger.remove()
     logger.add(sys.stderr, level="ERROR")
     turns = args.turns or (15 if args.quick else 120)

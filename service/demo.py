@@ -20,40 +20,52 @@ import os
 import tempfile
 from pathlib import Path
 
-from rich.console import Console
-
-from service.crash.harness import Kill, LiveTarget, run_case
+from service.crash.case import Kill, LiveTarget, run_case
 from session_store import open_store
+from session_store.audit.text import output_console
 from session_store.migrate import upgrade
+from session_store.models import rules_for
+from session_store.verify import verify_log
 
-console = Console()
+console = output_console()
 
 
 class LiveDemoUnavailable(RuntimeError):
     """The live demo cannot run here (no API key)."""
 
 
-async def run_demo(db: str, quiet: bool = False, live: LiveTarget | None = None) -> dict:
+def default_model() -> str:
+    """The model pipecat's GeminiLiveLLMService uses when none is given."""
+    from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
+
+    return str(GeminiLiveLLMService.Settings().model or "") or "models/gemini-3.8-live"
+
+
+async def run_demo(db: str, quiet: bool = False, live: LiveTarget | None = None,
+                   model: str | None = None) -> dict:
+    model = (live.model if live else model) or default_model()
     if live is not None and not os.environ.get("GOOGLE_API_KEY"):
         raise LiveDemoUnavailable("--live talks to the real Gemini Live API: set GOOGLE_API_KEY "
                                   "(the key is read from the environment, never logged)")
     await upgrade(db)
     with tempfile.TemporaryDirectory(prefix="session-store-demo-") as tmp:
         if not quiet:
-            where = "the real Gemini Live API" if live else "a local Gemini Live server"
-            console.print(f"[bold]demo call[/bold] against {where}: bot speaks, a tool call "
-                          "arrives mid-speech, the prompt changes mid-turn, the worker is "
-                          "killed while a result is in flight, a new worker takes over…")
+            where = ("the real Gemini Live API" if live else
+                     f"a local Gemini Live server ({rules_for(model).family} rules)")
+            console.print(f"[bold]demo call[/bold] on {model} against {where}: bot speaks, "
+                          "a tool call arrives mid-speech, the prompt changes mid-turn, the "
+                          "worker is killed while a result is in flight, a new worker takes "
+                          "over…")
         result = await run_case("live" if live else "prompt_change", db, workdir=Path(tmp),
                                 kills=[Kill(after_event="tool.result_sending")], live=live,
-                                timeout_s=150.0 if live else 60.0)
+                                timeout_s=150.0 if live else 60.0, model=model)
     store = await open_store(db)
     try:
         records = await store.read(result.call_id)
-        chain_ok = all(r.ok for r in await store.verify(result.call_id))
+        chain_ok = all(r.ok for r in await verify_log(store, result.call_id))
     finally:
         await store.close()
-    verdict = {"ok": result.ok and chain_ok, "call": result.call_id,
+    verdict = {"ok": result.ok and chain_ok, "call": result.call_id, "model": model,
                "violations": result.violations, "events": len(records), "kills": result.kills,
                "workers": result.workers, "chain_verified": chain_ok, "live": live is not None,
                "takeover_s": [round(t, 3) for t in result.takeover_s]}

@@ -1,49 +1,65 @@
-"""The service's handle on its call's log: observe → decide → append → fold; what is due.
+"""The service's handle on its call's log: observe → decide → due → append → fold.
 
 This is the imperative shell's only path to the log, and it has no pipecat in it. Live
 operation and takeover after a crash use it the same way: `attach()` loads the state (and, for
-an existing call, records the new worker with a higher fencing epoch), then every observation
-goes through `observe()` and every effect's outcome through `record()`.
+an existing call, records the new worker with a higher fencing epoch); then every step is one
+`observe` (or `record`, for events the service decided itself): the facts noted in order and
+the observation are decided on the log, `due` is asked once on the state they leave, and the
+intents of the effects the caller will perform go into the same append (a `Decision`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import random
-import reprlib
 import socket
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field
 
 from session_store import Policy, SessionState, choose_resumption, decide, due, load_state
 from session_store import events as ev
 from session_store.checks import check_count
-from session_store.decide import Effect, Observation
+from session_store.decide import Observation
+from session_store.delivery import Effect
 from session_store.errors import CallClosed, ConcurrencyConflict, Fenced, StreamDamaged
 from session_store.events import canonical_json
+from session_store.intents import SENDS, intents
 from session_store.loading import snapshot_of
 from session_store.projection import HistoryNeeded, fold_into
 from session_store.records import RecordedEvent
 from session_store.schema import STREAM_ID_MAX, valid_id
+from session_store.storable import storable_events
 from session_store.storage import Snapshot, SqlEventStore
+
+from .takeover import catch_up, check_tail
 
 log = logging.getLogger(__name__)
 
-#: Rounds of read-and-append an attach makes while other workers keep moving the stream.
+#: Rounds of read-and-append an attach makes while other workers take the call over too (each
+#: round it loses, another one won).
 ATTACH_TRIES = 8
 
 #: Events the service acts on the moment their commit returns (run a tool, send a result):
 #: their appends are `urgent` (SQLite may commit them on the loop's thread, no hand-off).
 _ACTED_ON = (ev.ToolCallStarted, ev.ToolResultSending)
 
-#: Decides more events on the state after a record's own (same append, same commit).
-Then = Callable[[SessionState], list[ev.Event]]
+NOTHING: frozenset[type] = frozenset()
+
+
+@dataclass
+class Decision:
+    """What one commit decided: the caller's events and the intents it logged (noted facts
+    excluded), and the effects `due` found on the state with the caller's events folded in."""
+
+    events: list[ev.Event] = field(default_factory=list)
+    #: Asked only when the commit logs intents (`intend`): `due` walks every call.
+    effects: list[Effect] = field(default_factory=list)
+    intents: list[ev.Event] = field(default_factory=list)
 
 
 def default_worker_id() -> str:
@@ -52,41 +68,6 @@ def default_worker_id() -> str:
 
 def now_us() -> int:
     return time.time_ns() // 1000
-
-
-def storable(events: list[ev.Event], generation: int) -> list[ev.Event]:
-    """What a fact from the wire decided, or one anomaly instead if any of it cannot be stored
-    (NaN, a lone surrogate in a transcript or handle: the SDK lets both through, the log's
-    canonical JSON refuses them). Without this, such a fact would fail its append, be noted
-    again, and fail every append after it: one hostile frame would stop the call's log."""
-    for e in events:
-        problem = why_unstorable(e)
-        if problem is not None:
-            return [unstorable_anomaly(e.TYPE, e.to_data(), problem, generation)]
-    return events
-
-
-def why_unstorable(e: ev.Event) -> str | None:
-    """Why the log cannot store this event (NaN, a lone surrogate, nesting too deep), or None."""
-    try:
-        canonical_json(e.to_data()).encode()
-    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
-        return str(exc)[:200]
-    return None
-
-
-def unstorable_anomaly(event_type: str, data: Any, problem: str,
-                       generation: int) -> ev.AnomalyRecorded:
-    """The anomaly logged in place of what the log cannot store: its type, the problem and
-    the start of the value (masked whole by --redact: it may hold anything)."""
-    try:
-        preview = json.dumps(data, ensure_ascii=True, default=repr)
-    except (ValueError, RecursionError):  # a cycle, or nested past Python's own limit
-        preview = reprlib.repr(data)
-    return ev.AnomalyRecorded("unstorable_event", {
-        "type": event_type, "error": problem,
-        "preview": preview[:200] + (f"… ({len(preview)} chars)" if len(preview) > 200 else "")},
-        generation)
 
 
 class CallDriver:
@@ -123,9 +104,12 @@ class CallDriver:
         self.epoch = 0
         self.fenced = False
         self._lock = asyncio.Lock()
-        self._notes: deque[Observation | ev.Event | Then] = deque()
+        self._notes: deque[Observation | ev.Event] = deque()
         # Called with the state after each commit (the service wakes lazy notes with it).
         self.on_commit: Callable[[SessionState], None] | None = None
+        # Whether the live session can carry a send now (the service's link says), asked
+        # on the state being committed: a send's intent is logged only if it can go.
+        self.can_send: Callable[[], bool] = lambda: True
         self._stale = False  # a failed append left the state unsure: re-read before use
         # (version before, rows, how many noted items) of an append whose outcome is unknown
         # (it failed or its caller was cancelled, possibly after the commit).
@@ -136,7 +120,12 @@ class CallDriver:
         self._snapshot_task: asyncio.Task | None = None
 
     async def attach(self, *, model: str, tools: list[str], settings: dict) -> SessionState:
-        """Open the call, or take it over: a new fencing epoch shuts the old worker out (I6)."""
+        """Open the call, or take it over: a new fencing epoch shuts the old worker out (I6).
+
+        A takeover does not race the old worker for a version (`store.take_over`): its
+        WorkerAttached goes at whatever version the head is, so an old worker appending as
+        fast as it can never starves it. What that worker committed before it is folded in
+        before this returns; it only loses to another takeover, and then goes above it."""
         async with self._lock:
             conflict: ConcurrencyConflict | None = None
             for _ in range(ATTACH_TRIES):
@@ -158,18 +147,25 @@ class CallDriver:
                         f"{state.version} (events deleted from the end?); not taking the "
                         "call over from a partial log", stream_id=self.call_id,
                         version=state.version + 1)
-                await self._check_tail(state)
+                await check_tail(self.store, self.call_id, state)
                 epoch = state.epoch + 1
-                first = (ev.SessionOpened(model, tools, self.worker_id, epoch, settings)
-                         if not state.opened
-                         else ev.WorkerAttached(self.worker_id, epoch, "takeover"))
                 at = now_us()
                 try:
-                    await self.store.append(self.call_id, [first], state.version, epoch=epoch,
-                                            recorded_at_us=at)
+                    if not state.opened:
+                        first = ev.SessionOpened(model, tools, self.worker_id, epoch, settings)
+                        await self.store.append(self.call_id, [first], state.version,
+                                                epoch=epoch, recorded_at_us=at)
+                    else:
+                        first = ev.WorkerAttached(self.worker_id, epoch, "takeover")
+                        version = await self.store.take_over(
+                            self.call_id, [first], epoch, after_version=state.version,
+                            recorded_at_us=at)
+                        state, whole = await catch_up(self.store, self.call_id, state,
+                                                      version - 1, self._compaction)
+                        self._full_history |= whole
                 except ConcurrencyConflict as exc:
-                    # Another worker moved the stream (Fenced: two or more attached since we
-                    # read, so our epoch is already too old): read again and retry.
+                    # Another worker opened the call, or took it over first (Fenced: our
+                    # epoch is already too old): read again and retry.
                     conflict = exc
                     await asyncio.sleep(random.uniform(0, 0.02))  # de-synchronise racers
                     continue
@@ -180,60 +176,28 @@ class CallDriver:
             raise ConcurrencyConflict(
                 self.call_id, state.version, conflict.actual) from conflict
 
-    async def _check_tail(self, state: SessionState) -> None:
-        """Refuse to take a call over when its head row disagrees with the events just read.
-
-        The fold catches gaps and unreadable rows, but not a tail that is simply missing or
-        that does not lead to the head: a new worker would then act as if the last events
-        never happened (run a finished tool again). One head read and at most one event read,
-        on attach only. (A tail deleted with the head rewritten to match cannot be seen.)
-        """
-        head = await self.store.stream_head(self.call_id)
-        if head is None:
-            if state.version:
-                raise StreamDamaged("it has events but no head row", stream_id=self.call_id,
-                                    version=state.version)
-            return
-        version, last_hash, epoch = head
-        if version < state.version:
-            raise StreamDamaged(f"the head says version {version} but events go up to "
-                                f"{state.version} (written behind the log's back?)",
-                                stream_id=self.call_id, version=version + 1)
-        if version == state.version:
-            last = await self.store.read(self.call_id, from_version=version, to_version=version)
-            if not last or last[0].hash != last_hash:
-                raise StreamDamaged("the last event's hash does not match the head (events "
-                                    "deleted from the end and the head moved back?)",
-                                    stream_id=self.call_id, version=version)
-            if epoch > state.epoch:
-                raise StreamDamaged(f"the head's fencing epoch {epoch} is ahead of every "
-                                    f"worker the log records (epoch {state.epoch})",
-                                    stream_id=self.call_id, version=version)
-        # version > state.version: another worker appended since we read (or the tail is
-        # gone); the append below conflicts and the next round tells which.
-
-    async def record(self, *events: ev.Event, then: Then | None = None) -> list[ev.Event]:
-        """Append events (write-ahead) and fold them into the state.
-
-        `then(state)`, called on the state with `events` folded in, may return more events
-        decided on it (e.g. "started" for the calls now due): they go into the same append,
-        one commit instead of two on the path of a tool call. Returns all appended events
-        of this call (noted ones excluded)."""
+    async def observe(self, obs: Observation | None = None, *, intend: frozenset[type] = NOTHING,
+                      timeout: float | None = None) -> Decision:
+        """One step of the flow, in one append: what was noted, then `obs` and what `decide`
+        makes of it; then, if `intend` names kinds of effects, `due` is asked once on the
+        state that leaves and the intents of the effects of those kinds go in too (sends only
+        if `can_send()`). The caller performs them after this returns, never before.
+        `obs` None: only what was noted. `timeout`: how long the store may wait for a
+        database that is down (its default otherwise); the notes stay queued if it gives up."""
         async with self._lock:
-            return await self._commit(list(events), then)
+            return await self._commit(obs, intend, timeout)
 
-    async def observe(self, obs: Observation, then: Then | None = None) -> list[ev.Event]:
-        """Record an observation and what was decided about it; returns the events."""
+    async def record(self, *events: ev.Event, intend: frozenset[type] = NOTHING) -> Decision:
+        """As `observe`, for events the service decided itself (an intent, an outcome)."""
         async with self._lock:
-            return await self._commit(obs, then)
+            return await self._commit(list(events), intend)
 
-    def note(self, item: Observation | ev.Event | Then) -> None:
+    def note(self, item: Observation | ev.Event) -> None:
         """Queue a fact that must be logged in order but need not hold up the caller (a
         resumption handle, speech starting on the audio path): it is decided and appended
-        with the next record/observe/flush, ahead of their events, in the order noted. A
-        `Then` is called on the state as it is when logged and returns the events (e.g. a
-        tool result whose own append failed: logged unless that append committed after
-        all, which the state re-read from the log shows)."""
+        with the next record or observe, ahead of their events, in the order noted (an
+        observation is decided on the state as it is when logged: a tool result whose own
+        append failed is logged unless that append committed after all)."""
         self._notes.append(item)
 
     @property
@@ -243,14 +207,6 @@ class CallDriver:
     @property
     def pending_notes(self) -> int:
         return len(self._notes)
-
-    async def flush(self, then: Then | None = None, *, timeout: float | None = None
-                    ) -> list[ev.Event]:
-        """Append whatever was noted (and what `then` decides on the state after it).
-        `timeout`: how long the store may wait for a database that is down (its default
-        otherwise); the notes stay queued if it gives up."""
-        async with self._lock:
-            return await self._commit([], then, timeout)
 
     @property
     def stale(self) -> bool:
@@ -270,18 +226,18 @@ class CallDriver:
                 self._full_history = True
                 await self._reload()
 
-    async def _commit(self, what: list[ev.Event] | Observation, then: Then | None,
-                      timeout: float | None = None) -> list[ev.Event]:
+    async def _commit(self, what: list[ev.Event] | Observation | None, intend: frozenset[type],
+                      timeout: float | None = None) -> Decision:
         try:
-            mine = await self._commit_once(what, then, timeout)
+            decision = await self._commit_once(what, intend, timeout)
         except HistoryNeeded:
             # Staging needed what the snapshot left out (a fresh session, an archived call):
             # nothing was appended; decide again on the whole history.
             self._full_history = True
             await self._reload()
-            mine = await self._commit_once(what, then, timeout)
+            decision = await self._commit_once(what, intend, timeout)
         self._maybe_snapshot()
-        return mine
+        return decision
 
     def _maybe_snapshot(self) -> None:
         """Right after a commit, under the lock: the state is exactly the fold of the log
@@ -299,8 +255,8 @@ class CallDriver:
         except Exception as exc:  # noqa: BLE001 - a cache: the log is the truth
             log.warning("snapshot of %s at v%s failed: %s", self.call_id, snapshot.version, exc)
 
-    async def _commit_once(self, what: list[ev.Event] | Observation, then: Then | None,
-                           timeout: float | None = None) -> list[ev.Event]:
+    async def _commit_once(self, what: list[ev.Event] | Observation | None,
+                           intend: frozenset[type], timeout: float | None = None) -> Decision:
         if self.fenced:
             raise Fenced(self.call_id, self.epoch, self.state.epoch)
         if self._stale:
@@ -313,6 +269,7 @@ class CallDriver:
         before, at = self.state.version, now_us()
         batch: list[ev.Event] = []
         taken: list[Observation | ev.Event] = []
+        decision = Decision()
         # Decide and fold before appending, stamped with the time the store will record
         # (`recorded_at_us`): the in-memory state is exactly the fold of the log, without
         # reading back what was written (that read doubled the cost of every event). On any
@@ -321,24 +278,23 @@ class CallDriver:
             while self._notes:
                 item = self._notes.popleft()
                 taken.append(item)
-                # Facts from the wire (noted events, observations) go through `storable`;
-                # a `Then` is the service's own decision.
-                found = ((item(self.state) or []) if callable(item)
-                         else storable([item] if isinstance(item, ev.Event)
-                                       else decide(self.state, item, self.policy),
-                                       self.state.generation))
-                batch += self._stage(found, at)
-            mine = self._stage(what if isinstance(what, list) else storable(
-                decide(self.state, what, self.policy), self.state.generation), at)
-            if then is not None:
-                mine += self._stage(then(self.state) or [], at)
+                batch += self._stage(self._decided(item, at), at)
+            if what is not None:
+                decision.events = self._stage(
+                    what if isinstance(what, list) else self._decided(what, at), at)
+            if intend:
+                decision.effects = self.due()
+                kinds = intend if self.can_send() else intend - SENDS
+                decision.intents = self._stage(
+                    intents(self.state, decision.effects, kinds, self.epoch), at)
+                decision.events += decision.intents
         except BaseException:
             self._stale = True
             self._notes.extendleft(reversed(taken))
             raise
-        batch += mine
+        batch += decision.events
         if not batch:
-            return mine
+            return decision
         try:
             await self.store.append(self.call_id, batch, before, epoch=self.epoch,
                                     recorded_at_us=at, timeout=timeout,
@@ -371,7 +327,14 @@ class CallDriver:
             raise
         if self.on_commit is not None:
             self.on_commit(self.state)
-        return mine
+        return decision
+
+    def _decided(self, item: Observation | ev.Event, at: int) -> list[ev.Event]:
+        """A fact from the wire as the log takes it (recorded at `at`): an event as it is, an
+        observation as `decide` rules on the state now; either way storable."""
+        found = ([item] if isinstance(item, ev.Event)
+                 else decide(self.state, item, self.policy, at))
+        return storable_events(found, self.state.generation)
 
     def _stage(self, events: list[ev.Event], at: int) -> list[ev.Event]:
         """Fold events into the state as the log will record them (decoded from the very
@@ -395,6 +358,17 @@ class CallDriver:
             self._unsure = None
         self._stale = False
 
+    async def close(self, reason: str) -> None:
+        """Record the end of the call (and of its live session, if any), unless it is over
+        or no longer this worker's."""
+        if self.fenced or self.state.closed:
+            return
+        events: list[ev.Event] = []
+        if self.state.connected:
+            events.append(ev.Disconnected(self.state.generation, "shutdown"))
+        events.append(ev.SessionClosed(reason))
+        await self.record(*events)
+
     def due(self) -> list[Effect]:
         # Nothing is due from a state that may hold events a failed append did not store:
         # the next record/observe re-reads the log first.
@@ -402,6 +376,12 @@ class CallDriver:
             return []  # (a newer worker's state, read by ensure_history: not ours to act on)
         return due(self.state, self.policy, now_us())
 
-    def resumption_handle(self, exclude: set[str] = frozenset()) -> str | None:
-        """The newest handle the log allows, other than `exclude` (refused by the server)."""
-        return choose_resumption(self.state, self.policy, now_us(), exclude)
+    def resumption_handle(self, requested: str | None = None) -> str | None:
+        """The handle a new session resumes from: `requested` (chosen before) unless the server
+        has refused it since, else the newest the log allows. A refusal noted and not logged
+        yet (the log is down) counts already: the server's answer stands either way."""
+        refused = {n.handle for n in self._notes if isinstance(n, ev.HandleRefused)}
+        known = self.state.handles.get(requested) if requested is not None else None
+        if requested is not None and requested not in refused and not (known and known.refused):
+            return requested
+        return choose_resumption(self.state, self.policy, now_us(), refused)

@@ -1,79 +1,77 @@
 """DurableGeminiLiveLLMService: pipecat's Gemini Live service, driven by the call's event log.
 
-The subclass is a thin shell. It reports what it observes (tool calls, speech, settings,
-handles, goAway, cancellations, results) to the CallDriver, which appends the facts and the
-decisions to the log before anything acts on them; then it performs whatever `due()` says is
-due now: start calls, resolve in-doubt calls, send results by the delivery rules, reconnect.
-Startup after a crash is the same path: attach (new fencing epoch), connect with the handle
-the log allows, and perform what is due.
+This class is the one place that overrides pipecat's hooks; each hook hands what it sees to
+a part that owns its own state:
 
-The class is split by concern: this module observes (server messages, speech, settings);
-connections.py opens, replaces and retries sessions; effects.py decides and acts (observe →
-commit → act, result delivery); seeding.py tells a fresh session the call so far. Every private pipecat hook these override or read is pinned by
+- `log_writer` (log_writer.py): the one way to log a fact, in order, however long the
+  database is down;
+- `receiver` (receiver.py): server messages as facts (handles, goAway, cancellations, ...);
+- `speech` (speech.py): the bot's speech between the log's facts, and `speech_log`
+  (speech_log.py), which reports it to the log;
+- `effects` (effects.py): performs what the log says is due (starts, results, sends);
+- `results` (results.py): tool results, logged with the intent to send them;
+- `session_link` (link.py): the session, its handle, reconnects and handshake failures;
+- `seeder` (seeding.py): what a fresh session is told of the call so far;
+- `setup_context` (setup_context.py): settings and tools, and what a setup carries now.
+
+The flow is always: an observation goes to the log writer, the driver decides it on the log
+(session_store.decide) and appends the decision, then the effects due run. Startup after a
+crash is the same path: attach (new fencing epoch), connect with the handle the log allows,
+and perform what is due. Every private pipecat hook overridden or read here is pinned by
 tests/service/test_pipecat_contract.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import enum
-import math
-import re
-import time
-import uuid
+from collections.abc import Coroutine
 from typing import Any, Literal
 
-import pydantic
+from google.genai.types import HttpOptions
 from loguru import logger
-from pipecat.frames.frames import (BotStartedSpeakingFrame, BotStoppedSpeakingFrame, EndFrame,
-                                   InterruptionFrame)
+from pipecat.adapters.llm.schemas.direct_function import DirectFunction
+from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+from pipecat.frames.frames import (EndFrame, FunctionCallCancelFrame, FunctionCallResultFrame,
+                                   InterruptionFrame, LLMSetToolsFrame)
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSetup
-from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
+from pipecat.services.google.gemini_live.llm import (GeminiLiveLLMService,
+                                                     GeminiLiveLLMSettings, InputParams)
 
 from session_store import Policy
-from session_store import events as ev
 from session_store.checks import check_count, check_seconds
-from session_store.decide import (CancellationArrived, FunctionCall, GoAway,
-                                  InterruptionObserved, ResolveInDoubt, ServerMessageRejected,
-                                  SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,
-                                  cancelled_with, decide, waits_for_silence)
+from session_store.decide import ServerMessageRejected
+from session_store.delivery import ResolveInDoubt
 from session_store.errors import Fenced
 from session_store.storage import SqlEventStore
+from session_store.withholding import HandleGate
 
-from .connections import RECONNECT_WINDOW_S, SessionConnections
 from .driver import CallDriver
-from .effects import DueEffects, jsonable
-from .redaction import redact_settings
-from .seeding import SessionSeeding
-from .wire import Rejection, with_frame_limit
+from .effects import EffectRunner
+from .link import RECONNECT_WINDOW_S, Link
+from .log_writer import LogWriter
+from .receiver import Receiver, parse_time_left
+from .results import ResultIntake
+from .seeding import Seeder
+from .speech import SpeechTracker
+from .speech_log import SpeechLog
+from .setup_context import SetupContext
+from .translate import (base_prompt, restore_settings, settings_snapshot, tool_names,
+                        tools_from_declarations)
+from .watchdog import watch_silence
+from .wire import guard_session, with_frame_limit
 
-# Settings restored from the log on takeover (plain strings; secrets were never logged).
-RESTORED_SETTINGS = ("system_instruction", "voice", "language")
+__all__ = ["DurableGeminiLiveLLMService", "MAX_FRAME_BYTES", "base_prompt", "parse_time_left",
+           "tools_from_declarations"]
+
 #: The largest websocket frame the service reads (google-genai's default is 1 MiB). Larger
 #: than Policy.max_args_bytes on purpose: a tool call with oversized arguments then arrives
 #: and is answered with an explicit error, instead of the client closing the socket (1009)
 #: on a call the model would ask for again on the resumed session, until pipecat gives up.
 MAX_FRAME_BYTES = 16 << 20
-# At cleanup, how long lazy notes left over may take to be logged.
-CLEANUP_NOTES_WAIT_S = 2.0
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*s?\s*$")
 
 
-def parse_time_left(value: Any) -> float:
-    """goAway.timeLeft arrives as a protobuf Duration string such as "3s" (or "1.5s")."""
-    if value is None:
-        return 0.0
-    if isinstance(value, (int, float)):
-        return float(value)
-    if hasattr(value, "total_seconds"):
-        return float(value.total_seconds())
-    match = _DURATION.match(str(value))
-    return float(match.group(1)) if match else 0.0
-
-
-class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding,
-                                  GeminiLiveLLMService):
+class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     """Drop-in GeminiLiveLLMService whose behaviour is decided from a durable event log.
 
     Extra arguments: `store` (from `session_store.open_store`), `call_id` (the stream; an
@@ -91,61 +89,68 @@ class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding
     backoff) before the service is given up (RECONNECT_WINDOW_S; pipecat gives up at three).
     """
 
-    def __init__(self, *args, store: SqlEventStore, call_id: str, policy: Policy | None = None,
-                 worker_id: str | None = None,
-                 speaking_signal: Literal["transport", "model"] = "transport",
-                 speaking_timeout_s: float = 4.0, snapshot_every: int = 500,
-                 max_frame_bytes: int = MAX_FRAME_BYTES,
-                 reconnect_window_s: float = RECONNECT_WINDOW_S, **kwargs):
+    def __init__(
+        self, *,
+        # Ours (see the class docstring).
+        store: SqlEventStore, call_id: str, policy: Policy | None = None,
+        worker_id: str | None = None,
+        speaking_signal: Literal["transport", "model"] = "transport",
+        speaking_timeout_s: float = 4.0, snapshot_every: int = 500,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        reconnect_window_s: float = RECONNECT_WINDOW_S,
+        # pipecat's GeminiLiveLLMService, spelled out so that IDEs and type checkers see them
+        # (their defaults are pipecat's: tests/service/test_pipecat_contract.py pins them).
+        # `model`, `voice_id` and `params` are deprecated upstream in favour of `settings`.
+        api_key: str,
+        model: str | None = None,
+        voice_id: str = "Charon",
+        start_audio_paused: bool = False,
+        start_video_paused: bool = False,
+        system_instruction: str | None = None,
+        tools: ToolsSchema | list[FunctionSchema | DirectFunction] | list[dict] | None = None,
+        params: InputParams | None = None,
+        settings: GeminiLiveLLMSettings | None = None,
+        inference_on_context_initialization: bool = True,
+        user_audio_preroll_secs: float | None = None,
+        file_api_base_url: str = "https://generativelanguage.googleapis.com/v1beta/files",
+        http_options: HttpOptions | dict[str, Any] | None = None,
+        # The base services' own (run_in_parallel, function_call_timeout_secs, name, ...).
+        **kwargs: Any):
         if speaking_signal not in ("transport", "model"):
             raise ValueError(f"speaking_signal must be 'transport' or 'model', not "
                              f"{speaking_signal!r}")
         check_seconds("speaking_timeout_s", speaking_timeout_s)
         check_seconds("reconnect_window_s", reconnect_window_s, zero_ok=True)
         check_count("max_frame_bytes", max_frame_bytes)
-        kwargs["http_options"] = with_frame_limit(kwargs.get("http_options"), max_frame_bytes)
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            api_key=api_key, model=model, voice_id=voice_id,
+            start_audio_paused=start_audio_paused, start_video_paused=start_video_paused,
+            system_instruction=system_instruction, tools=tools, params=params,
+            settings=settings,
+            inference_on_context_initialization=inference_on_context_initialization,
+            user_audio_preroll_secs=user_audio_preroll_secs,
+            file_api_base_url=file_api_base_url,
+            http_options=with_frame_limit(http_options, max_frame_bytes), **kwargs)
         self._max_frame_bytes = max_frame_bytes
         self._driver = CallDriver(store, call_id, policy, worker_id, snapshot_every)
-        self._speaking_signal = speaking_signal
-        self._speaking_timeout_s = speaking_timeout_s
-        self._last_speech_activity = 0.0
-        self._connecting_handle: str | None = None
-        self._bad_handles: set[str] = set()  # refused, or failing every time: passed over
-        self._handle_failures: dict[str, int] = {}  # handshake failures in a row, per handle
-        self._reconnect_window_s = reconnect_window_s
-        self._failing_since: float | None = None  # the first of the failures in a row
-        self._failures_in_row = 0  # (the backoff's; pipecat's own count is kept short)
-        self._due_lock = asyncio.Lock()
-        self._seeded_generation = 0
-        self._reconnect_task: asyncio.Task | None = None
-        self._reconnecting = False  # a _reconnect_now is under way (whichever task runs it)
-        self._resyncs: list[float] = []  # when recent resyncs (RESYNC_KINDS) reconnected
-        self._unknown_logged: set[str] = set()  # unknown message fields already logged
-        self._notes_task: asyncio.Task | None = None
-        self._notes_due = asyncio.Event()  # a note that must not wait is queued
-        self._notes_waiting = False  # the notes task waits for an append to take lazy notes
-        self._effects_failed = False  # an effect's append failed: the notes task retries
-        self._call_ending = False  # stop() or cleanup() began: outages are not waited out
-        self._driver.on_commit = self._after_commit
+        # The parts, each owning its state (see the module's docstring).
+        self.log_writer = LogWriter(self._driver, self._spawn, label=f"{self}: call {call_id}",
+                                    on_fenced=self.on_fenced)
+        self.speech = SpeechTracker(speaking_signal, speaking_timeout_s)
+        self.speech_log = SpeechLog(self._driver, self.log_writer, self.speech)
+        self.setup_context = SetupContext(self, self.log_writer)
+        handles = HandleGate()
+        self.effects = EffectRunner(self, self.log_writer, self.speech, handles,
+                                    self.setup_context)
+        self.receiver = Receiver(self, self.log_writer, self.speech, handles, self.effects,
+                                 self.setup_context)
+        self.results = ResultIntake(self, self.log_writer, self.effects)
+        self.seeder = Seeder(self, self.effects, self.speech, handles)
+        self.session_link = Link(self, self.log_writer, self.speech, self.seeder,
+                                 self.receiver.flush_transcript, reconnect_window_s)
+        self.log_writer.effects = self.effects
+        self.effects.link = self.session_link
         self._watchdog_task: asyncio.Task | None = None
-        # The output transport's own view: between its BotStarted and BotStoppedSpeakingFrame.
-        self._transport_speaking = False
-        # Model turns with output begun, and how many of them the transport finished playing:
-        # a transport stop ends the bot's speech only once it has played every turn begun.
-        self._model_turns = 0
-        self._turns_played = 0
-        self._transcript: dict[str, list[str]] = {"user": [], "assistant": []}
-        # Ids Gemini cancelled, as they come off the wire: a start committed meanwhile (the
-        # cancellation waiting behind it to be logged) must not run (`_run_started`).
-        self._cancelled_on_wire: set[str] = set()
-        # Handles are resumable only once the server was seen to read what went out as
-        # content (ev.HandleWithheld): the generation whose handles hold all it was told,
-        # the one with a seed or content not yet seen read, and whether a model turn was
-        # under way at that send (a reaction then counts only from the next turn).
-        self._handles_hold_sends = 0
-        self._unread_send = 0
-        self._turn_at_send = False
 
     # ------------------------------------------------------------------ public helpers
     @property
@@ -161,85 +166,60 @@ class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding
         call = self._driver.state.calls.get(tool_call_id)
         return call.idempotency_key if call else None
 
+    def _spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
+        """A task of the pipeline's task manager. Without one (a service used outside a
+        pipeline) the coroutine is closed before the error goes on: left unscheduled, Python
+        warns at exit that it was never awaited."""
+        try:
+            return self.create_task(coroutine, name)
+        except BaseException:
+            coroutine.close()
+            raise
+
+    async def on_fenced(self) -> None:
+        """A newer worker owns this call: stop talking to Gemini, write nothing more."""
+        logger.error(f"{self}: call {self.call_id} was taken over by another worker; stopping")
+        if (self._session is not None or self._connection_task is not None) \
+                and not self._disconnecting:
+            self._spawn(self._disconnect(), "fenced_disconnect")
+
     # ------------------------------------------------------------------ lifecycle
     async def setup(self, setup: FrameProcessorSetup):
         state = await self._driver.attach(model=str(self._settings.model),
-                                          tools=self._tool_names(),
-                                          settings=self._settings_snapshot())
+                                          tools=tool_names(self._tools_from_init),
+                                          settings=settings_snapshot(self._settings))
         logger.info(f"{self}: call {self.call_id} attached at version {state.version}, "
                     f"epoch {self._driver.epoch}")
-        # A takeover continues with the settings the log says are current, not the ones this
-        # worker was constructed with (the app may have changed the prompt before the crash).
-        composed = self._settings.system_instruction  # as constructed (with pipecat's addons)
-        for key in RESTORED_SETTINGS:
-            if isinstance(state.settings.get(key), str):
-                setattr(self._settings, key, state.settings[key])
-        prompt = state.settings.get("system_instruction")
-        if isinstance(prompt, str):
-            self._system_instruction_from_init = prompt
-            if prompt != composed:
-                # pipecat rebuilds `_settings.system_instruction` from the base prompt it took
-                # at construction (`_compose_system_instruction`, on the first context's tool
-                # sync): without this the constructed prompt came back there, and the first
-                # reconnect after a takeover sent it (tests/service/test_takeover_seed.py).
-                self._base_system_instruction = base_prompt(
-                    prompt, composed, self._base_system_instruction)
+        restore_settings(self, state.settings)
         # Calls a dead worker left in doubt are settled before the new session is seeded, so
         # the model learns their outcome with its history instead of asking again. (Re-runs
         # of idempotent ones wait for the pipeline: no tool runs before it has started.)
-        await self._perform_due(lambda e: isinstance(e, ResolveInDoubt))
+        await self.effects.perform_due(frozenset({ResolveInDoubt}))
         # The first connection resumes from the newest handle the log allows (takeover).
         self._session_resumption_handle = self._driver.resumption_handle()
         await super().setup(setup)
-        self._watchdog_task = self.create_task(self._speech_watchdog(), "speech_watchdog")
+        self._watchdog_task = self._spawn(watch_silence(
+            self._driver, self.log_writer, self.speech, self.receiver), "speech_watchdog")
 
     async def stop(self, frame: EndFrame):
-        self._call_ending = True
-        await self._close_call("ended")
+        self.log_writer.call_ending = True
+        try:
+            await self._driver.close("ended")
+        except Exception as exc:  # noqa: BLE001 - shutting down: report, do not hang
+            logger.error(f"{self}: could not record the end of call {self.call_id}: {exc}")
         await super().stop(frame)
 
     async def cleanup(self):
-        self._call_ending = True
+        self.log_writer.call_ending = True
         if self._watchdog_task:
             await self.cancel_task(self._watchdog_task)
             self._watchdog_task = None
-        if self._notes_task and self._notes_waiting:
-            # Lazy notes that came after stop() (the transport's last stop, a confirmation):
-            # no commit will take them along now, so log them (an outage is not waited out).
-            self._notes_due.set()
-            await asyncio.wait({self._notes_task}, timeout=CLEANUP_NOTES_WAIT_S)
-        if self._notes_task and not self._notes_task.done() and self._driver.has_notes:
-            # What is left is the notes task waiting out an outage past the end of the call.
-            # Say so, do not leave it running.
-            logger.error(f"{self}: call {self.call_id} ended with "
-                         f"{self._driver.pending_notes} noted fact(s) the log never took")
-            await self.cancel_task(self._notes_task)
+        await self.log_writer.drain(self.cancel_task)
         await super().cleanup()
 
-    async def _close_call(self, reason: str) -> None:
-        if self._driver.fenced or self._driver.state.closed:
-            return
-        try:
-            events: list[ev.Event] = []
-            if self._driver.state.connected:
-                events.append(ev.Disconnected(self._driver.state.generation, "shutdown"))
-            events.append(ev.SessionClosed(reason))
-            await self._driver.record(*events)
-        except Exception as exc:  # noqa: BLE001 - shutting down: report, do not hang
-            logger.error(f"{self}: could not record the end of call {self.call_id}: {exc}")
-
-    def _tool_names(self) -> list[str]:
-        tools = self._tools_from_init
-        standard = getattr(tools, "standard_tools", None) or []
-        return sorted(getattr(t, "name", str(t)) for t in standard)
-
-    def _settings_snapshot(self) -> dict[str, Any]:
-        values = {}
-        for key in ("model", "system_instruction", "voice", "language", "modalities"):
-            value = getattr(self._settings, key, None)
-            if value is not None and type(value).__name__ != "NotGiven":
-                values[key] = value if isinstance(value, (str, int, float, bool)) else str(value)
-        return redact_settings(values)
+    def _tag_tool_behaviors(self, tools: list) -> None:
+        super()._tag_tool_behaviors(tools)
+        self.setup_context.read_declared(tools)
 
     # ------------------------------------------------------------------ server messages
     async def _handle_server_message(self, message):
@@ -249,9 +229,9 @@ class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding
         # Handshakes failing in a row still count: an unreachable server is given up.
         self._consecutive_failures = 0
         try:
-            await self._observe_server_message(message)
+            await self.receiver.message(message)
         except Fenced:
-            await self._on_fenced()
+            await self.on_fenced()
             return
         except Exception as exc:  # noqa: BLE001 - our bookkeeping must not count as a socket error
             logger.exception(f"{self}: failed to record a server message: {exc}")
@@ -262,265 +242,137 @@ class DurableGeminiLiveLLMService(SessionConnections, DueEffects, SessionSeeding
             # and let the log resync the session like any message we could not take in.
             logger.exception(f"{self}: pipecat failed on a server message: {exc}")
             fields = sorted(k for k, v in message if v is not None)
-            self._note(ServerMessageRejected("message_handling_failed", {
+            await self.log_writer.log(ServerMessageRejected("message_handling_failed", {
                 "fields": fields, "error": f"{type(exc).__name__}: {str(exc)[:200]}"},
                 self._driver.state.generation))
         sc = message.server_content
         if sc and sc.turn_complete:
-            await self._flush_transcript()
-            if self._speaking_signal == "model":  # noted: the receive loop must not wait
-                self._note_stop("turn_complete")
+            await self.receiver.flush_transcript()
+            if self.speech.signal == "model":  # noted: the receive loop must not wait
+                await self.speech_log.stopped("turn_complete")
 
-    async def _observe_server_message(self, message) -> None:
-        gen = self._driver.state.generation
-        update = message.session_resumption_update
-        if update and update.resumable and update.new_handle:
-            # Logged in order, without holding up the receive loop (and the audio behind it).
-            if self._handles_hold_sends == gen:
-                self._note(ev.HandleIssued(gen, update.new_handle,
-                                           update.last_consumed_client_message_index),
-                           lazy=True)
-            else:
-                # Content went out (a seed, a result) that the server has not been seen to
-                # read: it may have issued this handle before (seen: right after
-                # setupComplete), so its state may lack it. Never resumed.
-                self._note(ev.HandleWithheld(gen, update.new_handle), lazy=True)
-        elif self._unread_send == gen:
-            self._saw_reaction(message)
-        if message.go_away is not None:
-            time_left = parse_time_left(message.go_away.time_left)
-            read_at = time.monotonic()
-
-            def go_away(state, gen=gen):
-                # Gemini's deadline counts from now; the log's from the goAway's record time,
-                # later when the goAway waited for a commit in flight. Logged with the time
-                # left then: counted from its record time, the deadline was late, the timer
-                # below found it "not near" yet, and nothing looked again before Gemini closed
-                # the session mid-turn (tests/service/test_go_away_timing.py).
-                left = max(time_left - (time.monotonic() - read_at), 0.0)
-                return decide(state, GoAway(gen, left), self._driver.policy)
-
-            # In the receive loop, bounded while the database is down (`_log_now`).
-            await self._log_now(go_away)
-            margin = self._driver.policy.go_away_margin_s
-            self.create_task(self._due_after(max(time_left - margin, 0.0)), "go_away_deadline")
-        if message.tool_call_cancellation is not None:
-            ids = tuple(message.tool_call_cancellation.ids or ())
-            self._cancelled_on_wire.update(i for i in ids if isinstance(i, str))
-            # What runs for them: each call, or the original a re-issued id waits for.
-            running = [c.call_id for c in cancelled_with(self._driver.state, ids)
-                       if c.status == "started"]
-            # Logged here, bounded while the database is down (`_log_now`); if it is only
-            # noted, it is still logged before anything else is decided, so no cancelled call
-            # starts (and a start being committed meanwhile does not run: `_run_started`).
-            # Stopping a running one is this process's own business: done at once.
-            await self._log_now(CancellationArrived(ids, gen))
-            for call_id in running:  # already running: stop it if pipecat can
-                await self._cancel_function_calls_by_tool_call_id(call_id)
-        sc = message.server_content
-        if sc is None:
-            return
-        if sc.interrupted:
-            self._turns_played = self._model_turns  # the transport drops the queued audio
-            # Noted, not awaited: this is the receive loop, and the model's next audio is
-            # behind it (seen: while PostgreSQL restarted, the answer to a barge-in played
-            # only once the database was back).
-            self._note(InterruptionObserved(gen))
-        if sc.model_turn:
-            self._last_speech_activity = time.monotonic()
-        if sc.input_transcription and sc.input_transcription.text:
-            self._transcript["user"].append(sc.input_transcription.text)
-        if sc.output_transcription and sc.output_transcription.text:
-            self._transcript["assistant"].append(sc.output_transcription.text)
-
-    def _saw_reaction(self, message) -> None:
-        """After a send as content: has the model reacted to it? Its first output of a turn
-        begun after the send (a model at rest reacts only to what it is sent; a turn under
-        way at the send may end first, and a handle may come in between)."""
-        sc = message.server_content
-        if self._turn_at_send:
-            if sc is not None and (sc.turn_complete or sc.interrupted):
-                self._turn_at_send = False  # that turn is over: the next one reacts to the send
-            return
-        if message.tool_call is not None or (sc is not None and (
-                sc.model_turn or sc.output_transcription or sc.turn_complete)):
-            self._handles_hold_sends = self._unread_send
-            self._unread_send = 0
-
-    def _sending_content(self, generation: int) -> None:
-        """A seed or a result as content is about to go out on this session: its handles are
-        withheld until the model reacts to it (ev.HandleWithheld)."""
-        if self._handles_hold_sends == generation:
-            self._handles_hold_sends = 0
-        if self._unread_send != generation:
-            self._turn_at_send = self._bot_is_responding
-        else:
-            self._turn_at_send = self._turn_at_send or self._bot_is_responding
-        self._unread_send = generation
-
-    async def _flush_transcript(self) -> None:
-        events = []
-        for role in ("user", "assistant"):
-            text = "".join(self._transcript[role]).strip()
-            self._transcript[role].clear()
-            if text:
-                events.append(ev.ConversationMessage(role, text, self._driver.state.generation))
-        for event in events:
-            self._note(event)
-
-    # ------------------------------------------------------------------ tool calls
     async def _handle_msg_tool_call(self, message):
-        gen = self._driver.state.generation
-        calls = tuple(
-            # Vertex sends no ids: make one, as upstream does, and persist it with the call
-            # (the Gemini API always should: there the log also records the anomaly).
-            FunctionCall(f.id or f"gen{gen}-{uuid.uuid4()}", f.name, jsonable(f.args or {}),
-                         id_generated=not f.id,
-                         has_handler=bool(f.name) and self.has_function(f.name))
-            for f in (message.tool_call.function_calls or []))
-        if calls:
-            # Decided and logged with the start of every call now due (one commit), in order
-            # with everything noted before, right here unless the log is busy; a database
-            # that is down holds the audio behind the toolCall only briefly (`_log_now`).
-            await self._log_now(ToolCallsArrived(calls, gen))
-        else:
-            self._note(ev.AnomalyRecorded("empty_tool_call", {}, gen))
-
-    async def _on_rejected_frame(self, rejection: Rejection) -> None:
-        """A frame the SDK could not parse (or parsed leaving fields out): logged; whether
-        the session is resynced for it is decided on the log (decide.RESYNC_KINDS)."""
-        if rejection.once is not None:
-            if rejection.once in self._unknown_logged:
-                return
-            self._unknown_logged.add(rejection.once)
-        logger.warning(f"{self}: server frame not taken in ({rejection.kind}): "
-                       f"{str(rejection.detail)[:300]}")
-        self._note(ServerMessageRejected(rejection.kind, rejection.detail,
-                                         self._driver.state.generation))
+        await self.receiver.tool_call(message)
 
     # ------------------------------------------------------------------ speech
     async def _set_bot_is_responding(self, responding: bool):
         if responding and not self._bot_is_responding:
-            self._model_turns += 1
+            self.speech.turn_began()
         await super()._set_bot_is_responding(responding)
         if responding:
-            self._last_speech_activity = time.monotonic()
-            # Upstream calls this right before pushing a turn's first audio frame: note it
-            # (logged before anything decided after it) rather than wait for a commit here.
-            self._note(SpeechStarted(self._driver.state.generation, "model"), lazy=True)
+            await self.speech_log.model_responding()
 
     async def process_frame(self, frame, direction: FrameDirection):
+        if isinstance(frame, LLMSetToolsFrame):
+            # pipecat ignores it for Gemini Live; the log takes it like a settings change
+            # (a contextUpdate where the model takes one, else a new session).
+            await self.setup_context.set_tools(frame.tools)
+            return
         await super().process_frame(frame, direction)
         if isinstance(frame, InterruptionFrame):  # e.g. a local VAD barge-in, either way
-            self._turns_played = self._model_turns  # the transport drops what was queued
+            self.speech.interrupted()  # the transport drops what was queued
             return
-        if direction != FrameDirection.UPSTREAM:
-            return
-        # The transport's speech changes are noted, not awaited: system frames share one task
-        # with the user's microphone audio, which must not wait for the database (seen: while
-        # PostgreSQL restarted, an awaited stop held the user's audio back for the rest of
-        # the outage). A noted fact is also never dropped when its append fails: it stays
-        # queued, in order, until the log takes it (an awaited one was lost with the error).
-        # With speaking_signal="model" the transport's frames only hold the watchdog off:
-        # the model's turn decides. Counting both made the outcome depend on frame timing
-        # (seen under load: the transport's start, noted after the turnComplete that ended
-        # the turn, began the speech again and held a deferred call 2 s, until playback ended).
-        if isinstance(frame, BotStartedSpeakingFrame):
-            self._transport_speaking = True
-            self._last_speech_activity = time.monotonic()
-            if self._speaking_signal == "transport":
-                self._note(SpeechStarted(self._driver.state.generation, "transport"), lazy=True)
-        elif isinstance(frame, BotStoppedSpeakingFrame):
-            self._transport_speaking = False
-            if self._speaking_signal != "transport":
-                return
-            # Gemini streams faster than real time: when a turn's playback ends (its
-            # TTSStoppedFrame), the next turn's audio may already be queued behind it, and the
-            # transport starts again at once. That stop is not silence (seen on the wire: it
-            # let a goAway reconnect cut the next turn). A stop without a turnComplete (the
-            # transport's silence fallback while 3.x holds turnComplete) ends the current
-            # turn, so it counts too: no deadlock.
-            self._turns_played = min(self._turns_played + 1, self._model_turns)
-            if self._turns_played >= self._model_turns:
-                self._note_stop("transport")
-
-    def _note_stop(self, source: str) -> None:
-        """Speech stopped: logged at once if a call or a reconnect waits for it, else lazily
-        (it then shares the next commit, and the one after the turn stays free for a
-        toolCall)."""
-        self._note(SpeechStopped(self._driver.state.generation, source),
-                   lazy=not waits_for_silence(self._driver.state))
-
-    async def _speech_watchdog(self) -> None:
-        """Silence safety net for speech the transport never reported (no output transport,
-        text-only turns). While the transport is playing it is not silence: Gemini sends audio
-        faster than real time, so the last chunk can arrive seconds before playback ends (seen
-        on the wire: a deferred call started 1.4 s before the audio finished). The transport
-        itself always ends its stretch (TTSStoppedFrame, or its own 3 s fallback)."""
-        pause = 0.25
-        while True:
-            await asyncio.sleep(pause)
-            pause = 0.25
-            silent_for = time.monotonic() - self._last_speech_activity
-            # Not while facts wait to be logged: they go first (the transport's own stop may
-            # be among them), and while the log is down the notes task is retrying them.
-            if (self._driver.state.bot_speaking and not self._transport_speaking
-                    and silent_for > self._speaking_timeout_s and not self._driver.has_notes):
-                try:
-                    # (A log that does not take it keeps it in the notes, which this waits for.)
-                    await self._observe(SpeechStopped(self._driver.state.generation, "timeout"))
-                except Exception as exc:  # noqa: BLE001 - never end the watchdog for the call
-                    logger.exception(f"{self}: could not act on the end of speech: {exc}")
-                    pause = 2.0
+        if direction == FrameDirection.UPSTREAM:
+            await self.speech_log.transport_frame(frame)
 
     # ------------------------------------------------------------------ settings
     async def _update_settings(self, delta):
         changed = await super()._update_settings(delta)
         if changed:
-            keys = tuple(sorted(changed))
-            # A key pipecat did not recognise lives in `extra` (its value was logged as null).
-            extra = getattr(self._settings, "extra", None) or {}
-            values = redact_settings({k: _plain(extra[k] if k in extra
-                                                else getattr(self._settings, k, None))
-                                      for k in keys})
-            # Nothing in a Gemini Live setup applies to a running session: every change
-            # needs a new one (buffered while the bot speaks).
-            await self._observe(SettingsUpdate(keys, values, needs_reconnect=True))
+            await self.setup_context.settings_changed(changed)
         return changed
 
+    # ------------------------------------------------------------------ the session
+    async def _connect(self, session_resumption_handle: str | None = None):
+        if self._session or self._driver.fenced:
+            return
+        # pipecat's setup() connects with no handle: use the one the log chose (setup and
+        # the link set it, None for a fresh session: upstream also stores every handle a
+        # session issues there, which the log may have ruled out).
+        handle = self.session_link.handle_for(session_resumption_handle
+                                              or self._session_resumption_handle)
+        self._session_resumption_handle = handle  # None means a fresh session, seeded
+        await super()._connect(session_resumption_handle=handle)
 
-def base_prompt(prompt: str, composed: Any, base: Any) -> str:
-    """The base of a logged prompt. The log holds the prompt as pipecat composed it (its base
-    followed by the addons it appends: an app's appended instructions, tool guidance); its
-    base is what pipecat must compose from again, or the addons would go in twice."""
-    if isinstance(composed, str) and isinstance(base, str) and composed.startswith(base):
-        addons = composed[len(base):]
-        if addons and prompt.endswith(addons):
-            return prompt[:len(prompt) - len(addons)]
-    return prompt
+    async def _connection_task_handler(self, config):
+        try:
+            await super()._connection_task_handler(config)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a handshake failure: upstream leaves the service dead
+            if self._disconnecting:
+                return
+            logger.warning(f"{self}: connection failed before setupComplete: {exc}")
+            await self.session_link.handshake_failed(exc)
 
+    async def _handle_connection_error(self, error: Exception) -> bool:
+        self._consecutive_failures = self.session_link.failure_counted(
+            self._consecutive_failures)
+        go_on = await super()._handle_connection_error(error)
+        if not go_on:
+            await self.session_link.given_up(error)
+        return go_on
 
-def _plain(value: Any) -> Any:
-    """A setting as plain JSON. Mappings, lists and models stay structured, so that
-    redact_settings can still mask a secret nested in them by its key: str() of a dict, or
-    of a pydantic model such as google-genai's HttpOptions, hides the key from it and logs
-    the secret (seen: an api key header). An object of any other kind is logged by its type
-    only, as its text may hold anything."""
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if type(value).__name__ == "NotGiven":
+    async def _handle_session_ready(self, session):
+        # Before upstream's receive loop starts: frames the SDK cannot parse are reported
+        # and skipped instead of failing the loop (service/wire.py).
+        guard_session(session, self.receiver.rejected, self._max_frame_bytes)
+        if not await self.session_link.session_ready():
+            # Fenced (or the call is ending): pipecat has not made it `_session` yet, so
+            # nothing else would close it, and its receive loop would feed this pipeline.
+            await session.close()
+            return
+        if self.session_link.connecting_handle is not None:
+            self.receiver.handles.holds_everything(self._driver.state.generation)  # resumed
+        self._bot_is_responding = False
+        self.speech.session_ready()
+        await super()._handle_session_ready(session)
+        await self.effects.perform_due()
+
+    async def _reconnect(self):
+        # Upstream calls this on a receive error; route it through the log's choice of handle.
+        # From its receive loop, in a task of its own: run inside the connection task, the
+        # reconnect's own logging could be cancelled mid-append by a _disconnect of that
+        # task (seen with a 1009 close: a second reconnect raced it, two sessions opened).
+        if asyncio.current_task() is self._connection_task:
+            self.session_link.schedule("error")
+            return
+        await self.session_link.reconnect_now("error")
+
+    async def _create_initial_response(self, for_reconnect: bool = False):
+        await self.seeder.seed(for_reconnect)
+
+    # ------------------------------------------------------------------ tool calls
+    async def _run_function_call(self, runner_item):
+        # Where pipecat really runs a tool: a call queued behind another (run_in_parallel=
+        # False) has no task for a cancellation to stop until its turn comes.
+        if self.effects.cancelled(runner_item.tool_call_id):
+            logger.info(f"{self}: {runner_item.tool_call_id} not run: Gemini cancelled it")
+            return
+        await super()._run_function_call(runner_item)
+
+    async def _handle_function_call_result(self, frame: FunctionCallResultFrame):
+        await self.results.result(frame)
+
+    async def push_frame(self, frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
+        # (pipecat broadcasts a cancelled call both ways: the downstream copy is the one.)
+        if direction == FrameDirection.DOWNSTREAM and isinstance(frame, FunctionCallCancelFrame):
+            await self.results.stopped(frame.tool_call_id)
+        await super().push_frame(frame, direction)
+
+    async def _handle_interruptions(self, _) -> None:
+        # pipecat cancels every running call of a tool registered with
+        # cancel_on_interruption (the default) on any interruption, local or Gemini's, and
+        # answers none of them: Gemini, which still holds the id unless it cancels it
+        # itself, waits for ever. Gemini decides: its toolCallCancellation stops a logged
+        # call (see the receiver); otherwise the call finishes and is answered.
         return None
-    if isinstance(value, enum.Enum):
-        return _plain(value.value)
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_plain(v) for v in value]
-    if isinstance(value, pydantic.BaseModel):
-        return _plain(value.model_dump(mode="json", exclude_none=True))
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _plain(dataclasses.asdict(value))
-    return f"<{type(value).__name__}>"
 
+    async def _tool_result(self, tool_call_id, tool_name, tool_result_message, *, is_final=True,
+                           spoken=True):
+        # Results leave only by the delivery rules (EffectRunner.deliver). Upstream would
+        # send them from push_frame and again from every context re-scan.
+        return None
+
+    async def _process_completed_function_calls(self, send_new_results: bool):
+        await super()._process_completed_function_calls(send_new_results=False)

@@ -5,22 +5,34 @@ Pure core (events, projection, decide) plus storage; it never imports pipecat.
 
 import importlib
 
-from .decide import Policy, choose_resumption, decide, due, seed_history
+from .decide import decide
+from .delivery import choose_resumption, due, seed_history
+from .policy import Policy
 from .errors import (CallClosed, CannotOpen, ConcurrencyConflict, CorruptEvent, EventDecodeError,
                      Fenced, SchemaMismatch, SchemaVersionTooNew, SessionStoreError,
                      StoreClosed, StoreUnavailable, StreamDamaged, UnknownEventType)
 from .events import Event
-from .projection import CallState, SessionState, evolve, fold
+from .projection import evolve, fold
+from .state import CallState, SessionState
 from .records import RecordedEvent
 
 # The storage names are imported on first use (PEP 562): a process that only folds and
 # decides, or the SQLite writer process (batch planning and sqlite3), does not import
 # SQLAlchemy and the drivers (0.35 s).
 _LAZY = {"load_state": ".loading", "save_snapshot": ".loading", "SqlEventStore": ".storage",
-         "StreamReport": ".storage", "open_store": ".storage"}
+         "StreamReport": ".verify", "verify_log": ".verify", "open_store": ".storage"}
 
 
 def __getattr__(name: str):
+    if name == "__version__":
+        # One source of truth: the version pyproject.toml gave the installed distribution.
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            value = version("durable-gemini-sessions")
+        except PackageNotFoundError:  # (a checkout on sys.path that was never installed)
+            value = "0+unknown"
+        globals()[name] = value
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -30,8 +42,8 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "open_store", "SqlEventStore", "RecordedEvent", "Event", "StreamReport",
-    "SessionState", "CallState", "evolve", "fold", "load_state", "save_snapshot",
+    "__version__", "open_store", "SqlEventStore", "RecordedEvent", "Event", "StreamReport",
+    "verify_log", "SessionState", "CallState", "evolve", "fold", "load_state", "save_snapshot",
     "Policy", "decide", "due", "choose_resumption", "seed_history",
     "SessionStoreError", "ConcurrencyConflict", "Fenced", "EventDecodeError", "UnknownEventType",
     "SchemaVersionTooNew", "CorruptEvent", "SchemaMismatch", "StoreClosed", "StoreUnavailable",

@@ -45,6 +45,9 @@ class CallClosed(SessionStoreError):
         super().__init__(f"call {stream_id!r} ended (session.closed, at or before version "
                          f"{version}): nothing to take over; give a new call a new id")
 
+    def __reduce__(self):  # picklable: a takeover's outcome, from the SQLite writer process
+        return (self.__class__, (self.stream_id, self.version))
+
 
 class EventDecodeError(SessionStoreError):
     """A stored event cannot be turned back into a typed event. Never skipped silently."""
@@ -113,3 +116,11 @@ class StoreUnavailable(SessionStoreError):
     full, read-only). The append was not acknowledged; it is in the log only if the
     connection broke in the middle of its commit, so re-read the stream before appending
     again. The message says what the database reported."""
+
+
+class StoreFilesChanged(StoreUnavailable):
+    """SQLite: the database file or its write-ahead log was removed, replaced or truncated
+    while the store had them open. Commits since the last checkpoint may be lost with them,
+    and nothing written there now would be read again, so the store takes no more appends
+    (each one raises this, unacknowledged). Close it, and check the database (`session-store
+    verify`, a backup) before opening it again."""

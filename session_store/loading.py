@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from .projection import (CROSSING_WINDOW_US, HANDLE_TTL_US, PROJECTION_VERSION, HistoryNeeded,
-                         SessionState, compact, fold_into, from_snapshot, to_snapshot)
+from .compaction import compact
+from .policy import CROSSING_WINDOW_US, HANDLE_TTL_US
+from .projection import PROJECTION_VERSION, fold_into, from_snapshot, to_snapshot
+from .state import HistoryNeeded, SessionState
 from .storage import Snapshot, SqlEventStore
 
 log = logging.getLogger(__name__)
@@ -82,7 +84,7 @@ async def load_state(store: SqlEventStore, stream_id: str, *, use_snapshot: bool
 def snapshot_of(state: SessionState, *, handle_ttl_us: int = HANDLE_TTL_US,
                 crossing_window_us: int = CROSSING_WINDOW_US) -> Snapshot:
     """The snapshot of `state`: its compacted form (bounded however long the call; see
-    projection.compact), serialised now, so the caller may go on changing `state`."""
+    compaction.compact), serialised now, so the caller may go on changing `state`."""
     text = to_snapshot(compact(state, handle_ttl_us=handle_ttl_us,
                                crossing_window_us=crossing_window_us))
     return Snapshot(state.stream_id, state.version, PROJECTION_VERSION, text)

@@ -14,22 +14,30 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.autogenerate import compare_metadata
 from alembic.util import CommandError
-from sqlalchemy import pool
+from sqlalchemy import inspect, pool
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from .errors import SchemaMismatch, SessionStoreError, StoreUnavailable, driver_said, refused
-from .schema import check_known_revisions
+from .schema import check_known_revisions, metadata, on_dialect, streams, unrecorded_revision
 
 ALEMBIC_INI = Path(__file__).resolve().parent.parent / "alembic.ini"
+# Where an installed wheel carries the migrations (pyproject's force-include): no alembic.ini
+# there, so the configuration is built here.
+PACKAGED_MIGRATIONS = Path(__file__).resolve().parent / "_migrations"
 
 
 def alembic_config(url: str, schema: str | None = None) -> Config:
-    if not ALEMBIC_INI.exists():
-        raise FileNotFoundError(f"{ALEMBIC_INI} not found: install the project from its checkout "
-                                "(pip install -e .) so the migrations are available")
-    cfg = Config(str(ALEMBIC_INI))
+    if ALEMBIC_INI.exists():  # a checkout (also an editable install): its alembic.ini
+        cfg = Config(str(ALEMBIC_INI))
+    elif (PACKAGED_MIGRATIONS / "env.py").exists():
+        cfg = Config()
+        cfg.set_main_option("script_location", str(PACKAGED_MIGRATIONS))
+    else:
+        raise FileNotFoundError(f"no migrations: neither {ALEMBIC_INI} nor "
+                                f"{PACKAGED_MIGRATIONS} exists (a broken install?)")
     cfg.attributes["url"] = url
     if schema:
         cfg.attributes["schema"] = schema
@@ -50,9 +58,14 @@ async def _run(url: str, schema: str | None, fn, revision: str) -> None:
 async def _run_locked(url: str, schema: str | None, fn, revision: str) -> None:
     from .storage import check_url
 
-    check_url(url)  # a URL that cannot be parsed or names another driver: ValueError
+    if check_url(url) == "sqlite+aiosqlite":  # (a URL that cannot be parsed: ValueError)
+        from .storage.sqlite.files import check_database_file, check_writable, database_path
+
+        path = database_path(url)  # (in memory: ValueError, nothing would persist)
+        check_database_file(path, creating=True)
+        check_writable(path)
     if schema:
-        from .storage.postgres import check_schema_name
+        from .storage.postgres.dialect import check_schema_name
 
         check_schema_name(schema)  # the same rule as the store's
     cfg = alembic_config(url, schema)
@@ -63,7 +76,12 @@ async def _run_locked(url: str, schema: str | None, fn, revision: str) -> None:
             def migrate(sync_conn) -> None:
                 # Before Alembic looks for the stored revision in its scripts (and fails
                 # with "Can't locate revision"): say it as the store does.
-                check_known_revisions(MigrationContext.configure(sync_conn).get_current_heads())
+                heads = MigrationContext.configure(sync_conn).get_current_heads()
+                check_known_revisions(heads)
+                if not heads and inspect(sync_conn).has_table(streams.name):
+                    # Tables and no revision (alembic_version emptied or dropped): the first
+                    # migration would fail on "table already exists", after nothing.
+                    raise SchemaMismatch(unrecorded_revision(_matches_this_code(sync_conn)))
                 cfg.attributes["connection"] = sync_conn
                 fn(cfg, revision)
 
@@ -79,6 +97,13 @@ async def _run_locked(url: str, schema: str | None, fn, revision: str) -> None:
         raise SchemaMismatch(f"cannot migrate the schema: {exc}") from exc
     finally:
         await engine.dispose()
+
+
+def _matches_this_code(sync_conn) -> bool:
+    """Are the database's tables exactly this code's schema (Alembic's comparison)?"""
+    context = MigrationContext.configure(sync_conn, opts={
+        "compare_type": True, "include_object": on_dialect(sync_conn.dialect.name)})
+    return not compare_metadata(context, metadata)
 
 
 def _unusable(exc: OSError | DBAPIError) -> SessionStoreError:

@@ -35,6 +35,20 @@ def valid_id(text: str | None, max_len: int = STREAM_ID_MAX) -> bool:
     return True
 
 
+def valid_stream_id(text: str | None) -> bool:
+    """Could this be a stream (call) id: `valid_id`, and not empty."""
+    return bool(text) and valid_id(text)
+
+
+def check_stream_id(stream_id: str) -> None:
+    """ValueError unless `valid_stream_id`: the store's one rule for the ids it appends to
+    and reads, on both databases (SQLite took an empty id, PostgreSQL refused a NUL with a
+    driver error on every read)."""
+    if not valid_stream_id(stream_id):
+        raise ValueError(f"a stream id must be valid UTF-8 text of 1 to {STREAM_ID_MAX} "
+                         f"characters without NUL, not {stream_id!r:.80}")
+
+
 metadata = MetaData()
 
 # SQLite needs exactly INTEGER PRIMARY KEY to make `position` the rowid (assigned in commit
@@ -56,6 +70,8 @@ streams = Table(
     Column("epoch", BigInteger, nullable=False),
     Column("created_at_us", BigInteger, nullable=False),
     Column("updated_at_us", BigInteger, nullable=False),
+    # The call list reads heads newest first, a page at a time (migration 0003).
+    Index("ix_session_streams_created_at_us_stream_id", "created_at_us", "stream_id"),
 )
 
 events = Table(
@@ -86,8 +102,9 @@ snapshots = Table(
 )
 
 # Alembic revisions this code knows, oldest first; the last is the one it runs on.
-# tests/store/test_migrations.py checks this list against migrations/versions.
-KNOWN_REVISIONS: tuple[str, ...] = ("0001_initial", "0002_sqlite_order_by_position")
+# tests/store/contract/test_migrations.py checks this list against migrations/versions.
+KNOWN_REVISIONS: tuple[str, ...] = ("0001_initial", "0002_sqlite_order_by_position",
+                                     "0003_streams_by_start")
 HEAD_REVISION = KNOWN_REVISIONS[-1]
 
 
@@ -103,10 +120,29 @@ def on_dialect(dialect_name: str):
 def check_known_revisions(found: Iterable[str]) -> None:
     """SchemaMismatch if the database is at a revision this code does not know: it was
     migrated by newer code, which this code must not downgrade or run on. (The wording of
-    the store's own check, storage/base.py `_check_schema`.)"""
+    the store's own check, storage/store.py `_check_schema`.)"""
     found = list(found)
     if any(r not in KNOWN_REVISIONS for r in found):
         raise SchemaMismatch(
             f"the database schema is at revision {found or 'none'}, which this code does not know "
             f"(it runs on {HEAD_REVISION}); it was migrated by newer code: upgrade this code, "
             "do not downgrade the database under a newer deployment")
+
+
+def unrecorded_revision(matches: bool | None = None) -> str:
+    """What to say of a database with the session store's tables and no recorded revision
+    (alembic_version missing or emptied): `migrate` must not create the tables over them.
+    `matches`: whether they are this code's schema (migrate compares), None if unknown."""
+    stamp = ("`alembic -c alembic.ini -x url=URL [-x schema=NAME] stamp "
+             f"{HEAD_REVISION}` (from the project's checkout), then run `session-store migrate`")
+    if matches is None:
+        then = (f"if they are this code's schema (revision {HEAD_REVISION}; `session-store "
+                f"migrate` says), record it with {stamp}")
+    elif matches:
+        then = f"they are this code's schema (revision {HEAD_REVISION}): record it with {stamp}"
+    else:
+        then = ("they are not this code's schema either (an older or edited one): restore "
+                "alembic_version from a backup, or stamp the revision they are at")
+    return ("the database has session store tables but no recorded schema revision (the "
+            "alembic_version table is missing or empty), so which migrations it has is "
+            f"unknown and migrate will not create the tables over them; {then}")

@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from session_store.projection import SessionState, fold_into
+from session_store.projection import fold_into
 from session_store import events as ev
+from session_store.delivery import unanswered, undelivered_parts
+from session_store.lineage import in_model
+from session_store.state import SessionState
 
 
 def check_call(scenario, records, reports, server, ledger: list[dict]) -> list[str]:
@@ -35,17 +38,21 @@ def _check_log(scenario, records, reports) -> list[str]:
     state = SessionState(stream_id=records[0].stream_id if records else "")
     for rec in records:
         e = rec.event
-        # I4: no tool starts while the bot speaks; deferred calls start in request order.
+        # I4: no blocking tool starts while the bot speaks (a NON_BLOCKING one is not
+        # deferred by default: the model talks while it runs); deferred calls start in
+        # request order.
         if isinstance(e, ev.ToolCallStarted) and e.attempt == 1:
-            if state.bot_speaking:
+            call = state.calls.get(e.call_id)
+            if state.bot_speaking and (call is None or call.mode == "blocking"):
                 out.append(f"I4: {e.call_id} started while the bot was speaking (v{rec.version})")
             earlier = [c.call_id for c in state.pending()]
             if earlier and earlier[0] != e.call_id:
                 out.append(f"I4: {e.call_id} started before earlier deferred {earlier[0]}")
         # I5: a settings reconnect never cuts a turn, and comes after deferred calls start.
         if isinstance(e, ev.Disconnected) and e.reason == "settings":
-            if state.bot_speaking:
-                out.append(f"I5: settings reconnect while the bot was speaking (v{rec.version})")
+            if not state.idle:
+                out.append(f"I5: settings reconnect while the bot was speaking or the model "
+                           f"still working (v{rec.version})")
             if state.pending():
                 out.append(f"I5: settings reconnect before deferred calls started (v{rec.version})")
         # I6: every start is made by the worker holding the newest epoch.
@@ -77,15 +84,18 @@ def _check_log(scenario, records, reports) -> list[str]:
                 out.append(f"I3: {e.call_id} answered from {e.reused_from}, whose recorded "
                            f"result differs (v{rec.version})")
         fold_into(state, [rec])
-    # I1: every call asked for ended delivered (result or failure) or cancelled.
+    # I1: every call asked for ended delivered (result or failure) or cancelled, and every
+    # intermediate result logged before a call's outcome reached the model.
     out += [f"I1: call {c.call_id} ({c.name}) is {c.status}, not delivered"
-            for c in state.unanswered()]
+            for c in unanswered(state)]
+    out += [f"I1: intermediate result {part} of {c.call_id} ({c.name}) never reached the model"
+            for c, part in undelivered_parts(state) if part]
     required = scenario.tool_names if scenario.every_tool_required else []
     for name in required:
-        if not any(c.name == name and c.has_outcome and state.in_model(c)
+        if not any(c.name == name and c.has_outcome and in_model(state, c)
                    for c in state.calls.values()):
             out.append(f"I1: no result of {name} reached the model")
-    if not required and not any(c.has_outcome and state.in_model(c)
+    if not required and not any(c.has_outcome and in_model(state, c)
                                 for c in state.calls.values()):
         out.append("I1: no tool result reached the model (did the model call any tool?)")
     return out
@@ -113,9 +123,11 @@ def _check_server(scenario, server, records) -> list[str]:
         # without a trace in the log passed.
         out += [f"I1: the model still waits for {cid} ({last.state.issued[cid]}) on the last "
                 f"connection" for cid in last.state.outstanding()]
-        if scenario.new_prompt and last.system_instruction != scenario.new_prompt:
-            out.append(f"prompt: the last session runs with {last.system_instruction!r}, "
-                       f"not the new prompt")
+        # (The model state's prompt: a setup's, or a contextUpdate's; a resumed session
+        # keeps its handle's whatever its setup says.)
+        if scenario.new_prompt and last.state.system_instruction != scenario.new_prompt:
+            out.append(f"prompt: the last session runs with "
+                       f"{last.state.system_instruction!r}, not the new prompt")
     return out
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from service.local_live import (Audio, Call, Dynamic, GoAway, OutputTranscript, Script,
                                 ToolCall, TurnComplete, WaitFor, WaitToolResponse)
+from session_store.delivery import lacks_context, unanswered, undelivered_parts
+from session_store.lineage import in_model
 
 PROMPT = "You are a helpful order assistant. Be brief."
 
@@ -34,6 +36,10 @@ class Scenario:
     tool_results: dict[str, dict] = field(default_factory=dict)
     # Scripted scenarios ask for every tool; a real model chooses (at least one is needed).
     every_tool_required: bool = True
+    # Tools that report this many intermediate results before their outcome (registered
+    # with cancel_on_interruption=False: pipecat declares them NON_BLOCKING where the model
+    # takes such declarations, and only such calls take intermediate results).
+    progress: dict[str, int] = field(default_factory=dict)
 
     @property
     def tool_names(self) -> list[str]:
@@ -53,6 +59,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              description="an idempotent tool re-run with its key when in doubt"),
     Scenario("go_away", (("lookup_order", {"id": 1}), ("refund_order", {"id": 1})),
              go_away_after_first=True, description="goAway between two calls"),
+    Scenario("progress_call", (("track_parcel", {"id": 9}), ("lookup_order", {"id": 9})),
+             progress={"track_parcel": 2}, tool_delay_s=0.15,
+             description="a NON_BLOCKING call that reports two intermediate results"),
     Scenario("live", (("lookup_order", {"id": 42}), ("refund_order", {"id": 42})),
              new_prompt=("You are a refunds specialist for an online shop. Be brief. When the "
                          "customer wants a refund, call refund_order with the order id."),
@@ -71,6 +80,16 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
 
 # Scenarios the offline crash harness runs (the live one needs the real API).
 SCRIPTED = tuple(name for name in SCENARIOS if SCENARIOS[name].every_tool_required)
+
+
+def scripted_for(model: str) -> tuple[str, ...]:
+    """The scripted scenarios a model can run: intermediate results need NON_BLOCKING calls,
+    which 3.1 does not have (pipecat refuses such tools there)."""
+    from session_store.models import rules_for
+
+    rules = rules_for(model)
+    return tuple(name for name in SCRIPTED if not SCENARIOS[name].progress
+                 or rules.non_blocking_declarations)
 
 
 def known_results(conn) -> set[str]:
@@ -119,13 +138,14 @@ class ServerPlan:
 def scenario_complete(scenario: Scenario, state) -> bool:
     """From the log alone: every logical call's result is in the model, settings applied."""
     for name in scenario.tool_names:
-        if not any(c.name == name and c.has_outcome and state.in_model(c)
+        if not any(c.name == name and c.has_outcome and in_model(state, c)
                    for c in state.calls.values()):
             return False
-    if scenario.new_prompt and state.settings.get("system_instruction") != scenario.new_prompt:
+    if scenario.new_prompt and (state.settings.get("system_instruction") != scenario.new_prompt
+                                or lacks_context(state)):
         return False
     return (state.connected and not state.reconnect_pending and not state.bot_speaking
-            and not state.unanswered())
+            and not unanswered(state) and not undelivered_parts(state))
 
 
 def live_complete(scenario: Scenario, quiet_s: float = 6.0):
@@ -139,11 +159,11 @@ def live_complete(scenario: Scenario, quiet_s: float = 6.0):
         import time
 
         settled = (
-            any(c.has_outcome and state.in_model(c) for c in state.calls.values())
+            any(c.has_outcome and in_model(state, c) for c in state.calls.values())
             and (not scenario.new_prompt
                  or state.settings.get("system_instruction") == scenario.new_prompt)
             and state.connected and not state.reconnect_pending and not state.bot_speaking
-            and not state.unanswered())
+            and not unanswered(state))
         if not settled:
             quiet_since.clear()
             return False

@@ -17,11 +17,11 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from pipecat.frames.frames import LLMUpdateSettingsFrame
+from pipecat.frames.frames import FunctionCallResultProperties, LLMUpdateSettingsFrame
 
 from service.crash.scenarios import PROMPT, SCENARIOS, live_complete, scenario_complete
 from service.gemini_live import DurableGeminiLiveLLMService
-from service.local_live.server import http_options
+from service.local_live import http_options
 from service.testing.pipeline import MODEL, ToolLedger, run_pipeline, tools_schema
 from session_store import Policy, load_state, open_store
 
@@ -114,13 +114,19 @@ async def run_worker(cfg: WorkerConfig) -> None:
                           "pid": os.getpid(), "at": time.time()})
             if cfg.kill_in_tool == name:
                 _die(cfg, f"died in {name} ({params.tool_call_id}), after its side effect")
+            for step in range(1, scenario.progress.get(name, 0) + 1):
+                await asyncio.sleep(scenario.tool_delay_s)
+                await params.result_callback(
+                    {"tool": name, "step": step},
+                    properties=FunctionCallResultProperties(is_final=False, run_llm=False))
             await asyncio.sleep(scenario.tool_delay_s)
             await params.result_callback({"ok": True, "tool": name, "args": params.arguments,
                                           **scenario.tool_results.get(name, {})})
         return handler
 
     for name in scenario.tool_names:
-        llm.register_function(name, make_handler(name))
+        llm.register_function(name, make_handler(name),
+                              cancel_on_interruption=name not in scenario.progress)
 
     async def control(task) -> None:
         complete_since = None

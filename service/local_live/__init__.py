@@ -1,10 +1,13 @@
-"""A protocol-faithful, scriptable local Gemini Live server for offline tests.
+"""The testing kit: a protocol-faithful, scriptable Gemini Live server for offline tests.
 
-It imports neither pipecat nor google-genai (only ``LocalLiveServer.http_options``
-imports google-genai, lazily), so it can run in a harness process of its own.
+The names below (``__all__``) are the kit's stable API (docs/testing-kit.md); the modules
+of this package are its inside. It imports neither pipecat nor google-genai (only
+``http_options`` imports google-genai, lazily), so it can run in a process of its own.
 """
 
-from .record import ClientMessage, Connection, HandleRecord, ModelState, SentMessage, ToolResult
+from .profiles import PROFILES, Profile, profile_for
+from .model_state import ConversationEntry, ModelState, ToolResult
+from .record import ClientMessage, Connection, HandleRecord, SentMessage
 from .script import (
     DEFAULT_REPLY,
     DROP_SETUP,
@@ -17,6 +20,7 @@ from .script import (
     Dynamic,
     GoAway,
     InputTranscript,
+    InteractionStatus,
     Interrupted,
     OutputTranscript,
     Raw,
@@ -28,6 +32,7 @@ from .script import (
     TurnComplete,
     Usage,
     WaitFor,
+    WaitIntermediate,
     WaitSignal,
     WaitToolResponse,
 )
@@ -43,15 +48,19 @@ __all__ = [
     "ClientMessage",
     "Close",
     "Connection",
+    "ConversationEntry",
     "Drop",
     "Dynamic",
     "GoAway",
     "HandleRecord",
     "InputTranscript",
+    "InteractionStatus",
     "Interrupted",
     "LocalLiveServer",
     "ModelState",
     "OutputTranscript",
+    "PROFILES",
+    "Profile",
     "Raw",
     "ResumptionUpdate",
     "Script",
@@ -64,7 +73,9 @@ __all__ = [
     "TurnComplete",
     "Usage",
     "WaitFor",
+    "WaitIntermediate",
     "WaitSignal",
     "WaitToolResponse",
     "http_options",
+    "profile_for",
 ]

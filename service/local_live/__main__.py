@@ -1,6 +1,7 @@
 """Run the local Gemini Live server in a process of its own.
 
     python -m service.local_live --scenario tool_call --record /tmp/live.json
+    python -m service.local_live --scenario speak --profile 3.1
     python -m service.local_live --script bench/turn_scripts.py:overhead_script:20 \
         --record /tmp/live.json --exit-after 1
 
@@ -8,6 +9,9 @@
 benchmark's own call, without importing what the benchmark imports). ``--exit-after N``
 stops once N connections have closed: a benchmark then measures against a server that does
 not share its event loop (nor its CPU time), as Gemini does not.
+
+Each connection follows the rules of the model generation its setup names (see
+``profiles.py``); ``--profile NAME`` forces one generation for every connection.
 
 Prints one JSON line (``base_url``, ``cert_path``, ``port``) once it listens, so a
 harness can point clients at it (see ``server.http_options(base_url, cert_path)``).
@@ -24,6 +28,7 @@ import json
 import signal
 from pathlib import Path
 
+from .profiles import PROFILES
 from .script import Audio, Call, Script, ToolCall, TurnComplete, WaitToolResponse
 from .server import LocalLiveServer
 
@@ -60,12 +65,13 @@ def load_script(spec: str) -> Script:
     return script
 
 
-async def _serve(port: int, script: Script, record: str | None, exit_after: int | None) -> None:
+async def _serve(port: int, script: Script, record: str | None, exit_after: int | None,
+                 profile: str | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    async with LocalLiveServer(script, port=port, record_path=record) as server:
+    async with LocalLiveServer(script, port=port, record_path=record, profile=profile) as server:
         ready = {"base_url": server.base_url, "cert_path": str(server.cert_path), "port": server.port}
         print(json.dumps(ready), flush=True)
         if exit_after is None:
@@ -88,9 +94,11 @@ def main() -> None:
                         "(instead of --scenario)")
     parser.add_argument("--record", help="JSON file to keep the server's record in")
     parser.add_argument("--exit-after", type=int, help="stop once this many connections closed")
+    parser.add_argument("--profile", choices=sorted(PROFILES),
+                        help="follow this generation's rules whatever model a setup names")
     args = parser.parse_args()
     script = load_script(args.script) if args.script else SCENARIOS[args.scenario]
-    asyncio.run(_serve(args.port, script, args.record, args.exit_after))
+    asyncio.run(_serve(args.port, script, args.record, args.exit_after, args.profile))
 
 
 if __name__ == "__main__":

@@ -135,24 +135,47 @@ def usage_metadata(prompt_tokens: int, response_tokens: int) -> dict[str, Any]:
     }
 
 
+def usage_only_content(prompt_tokens: int = 0) -> dict[str, Any]:
+    """An empty ``serverContent`` carrying only ``usageMetadata`` (Gemini 3.1 after setup)."""
+    return {"serverContent": {}, **usage_metadata(prompt_tokens, 0)}
+
+
+def interaction_status(status: str) -> dict[str, Any]:
+    """A ``serverContent`` holding only ``interactionStatus`` (``IDLE``, ``IN_PROGRESS``)."""
+    return server_content(interactionStatus=status)
+
+
+# serverContent fields that are the model's output: the end of "before the first model turn".
+MODEL_OUTPUT_FIELDS = ("modelTurn", "outputTranscription")
+# serverContent fields that belong to a model turn (thinking models say IN_PROGRESS with them).
+TURN_FIELDS = (*MODEL_OUTPUT_FIELDS, "inputTranscription", "generationComplete",
+               "turnComplete", "interrupted")
+
+
 # --- function results and calls inside conversation content ---------------------------
 
 
 @dataclass(frozen=True)
 class ContentResult:
-    """A function result found in ``clientContent`` (a part or pipecat's text form)."""
+    """A function result found in conversation content (a part or pipecat's text form).
+
+    ``final`` is False for a progress report (an intermediate result written as text).
+    """
 
     name: str
     response: Any
     call_id: str | None
+    final: bool = True
 
 
 # "[Function NAME returned VALUE]" is what pipecat's seed writes; an optional
 # "(id X)" / "(call_id X)" after the name lets a sender name the call it answers.
 # A name may be empty: a function call the server sent without one is answered as "".
+# "[Function NAME (call_id X) reported progress VALUE]" is an intermediate result written as
+# text, for a session that does not know the call.
 _RESULT_TEXT = re.compile(
     r"\[Function (?P<name>[^\s()\]]*)"
-    r"(?: \((?:call[_ ])?id[:= ]\s*(?P<id>[^)\s]+)\))? returned "
+    r"(?: \((?:call[_ ])?id[:= ]\s*(?P<id>[^)\s]+)\))? (?P<verb>returned|reported progress) "
 )
 _CALL_TEXT = re.compile(r"\[Called function (?P<name>[^\s()\]]*) with args ")
 
@@ -194,8 +217,46 @@ def content_results(turns: list[Any]) -> list[ContentResult]:
             )
         text = part.get("text")
         if isinstance(text, str):
-            found.extend(_results_in_text(text))
+            found.extend(text_results(text))
     return found
+
+
+def content_texts(turns: list[Any]) -> list[tuple[str, str]]:
+    """(role, text) of every text part that carries no function result, in order."""
+    texts = []
+    for turn in turns if isinstance(turns, list) else [turns]:
+        if not isinstance(turn, dict):
+            continue
+        role = str(turn.get("role") or "user")
+        for part in turn.get("parts") or []:
+            text = part.get("text") if isinstance(part, dict) else None
+            if isinstance(text, str) and not _RESULT_TEXT.search(text):
+                texts.append((role, text))
+    return texts
+
+
+def declared_behaviors(tools: Any) -> dict[str, str | None]:
+    """Function name -> declared ``behavior`` (None when undeclared), from normalised tools."""
+    behaviors: dict[str, str | None] = {}
+    for tool in tools if isinstance(tools, list) else []:
+        if not isinstance(tool, dict):
+            continue
+        for declaration in tool.get("function_declarations") or []:
+            if isinstance(declaration, dict) and isinstance(declaration.get("name"), str):
+                behavior = declaration.get("behavior")
+                behaviors[declaration["name"]] = str(behavior).upper() if behavior else None
+    return behaviors
+
+
+def instruction_text(instruction: Any) -> str | None:
+    """A system instruction's text parts joined by newlines (None when absent)."""
+    if instruction is None:
+        return None
+    if isinstance(instruction, str):
+        return instruction
+    parts = (instruction.get("parts") if isinstance(instruction, dict) else None) or []
+    return "\n".join(part["text"] for part in parts
+                     if isinstance(part, dict) and isinstance(part.get("text"), str))
 
 
 def content_calls(turns: list[Any]) -> list[str]:
@@ -219,7 +280,8 @@ def _parts(turns: list[Any]) -> list[dict[str, Any]]:
     return parts
 
 
-def _results_in_text(text: str) -> list[ContentResult]:
+def text_results(text: str) -> list[ContentResult]:
+    """Results and progress reports written in one text, in order."""
     decoder = json.JSONDecoder()
     found = []
     for match in _RESULT_TEXT.finditer(text):
@@ -231,5 +293,6 @@ def _results_in_text(text: str) -> list[ContentResult]:
         except ValueError:
             close = text.find("]", start)
             value = text[start:] if close < 0 else text[start:close]
-        found.append(ContentResult(match["name"], as_response_dict(value), match["id"]))
+        found.append(ContentResult(match["name"], as_response_dict(value), match["id"],
+                                   final=match["verb"] == "returned"))
     return found

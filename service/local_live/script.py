@@ -94,10 +94,10 @@ class CancelToolCalls:
 class ResumptionUpdate:
     """A ``sessionResumptionUpdate``.
 
-    ``resumable=None`` follows Gemini's rule: a handle only when no function call is
-    outstanding, else ``resumable=false`` without a handle. ``True`` forces a handle
-    anyway (to test a client against a server that breaks the rule); ``False`` never
-    issues one. ``last_consumed`` adds ``lastConsumedClientMessageIndex`` (Vertex only).
+    ``resumable=None`` follows Gemini's rule: a handle only when no BLOCKING function call
+    is outstanding (an open NON_BLOCKING call does not stop one), else ``resumable=false``
+    without a handle. ``True`` forces a handle anyway (to test a client against a server
+    that breaks the rule); ``False`` never issues one. ``last_consumed`` adds ``lastConsumedClientMessageIndex`` (Vertex only).
     """
 
     resumable: bool | None = None
@@ -171,6 +171,32 @@ class WaitToolResponse:
         object.__setattr__(self, "required", required)
 
 
+@dataclass(frozen=True)
+class WaitIntermediate:
+    """Wait until the model state holds ``count`` intermediate results of call ``call_id``.
+
+    Intermediate results are ``toolResponse``s with ``willContinue: true`` on a NON_BLOCKING
+    call and progress reports written as content; duplicates do not count. Timeouts behave
+    as in :class:`WaitToolResponse`.
+    """
+
+    call_id: str
+    count: int = 1
+    timeout: float = 5.0
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class InteractionStatus:
+    """A ``serverContent`` holding only ``interactionStatus`` (``"IDLE"``, ``"IN_PROGRESS"``).
+
+    Thinking profiles send these on their own; this step sends one at any point, on any
+    profile (to test a client against a server that says something unexpected).
+    """
+
+    status: str = "IDLE"
+
+
 # Kinds :class:`WaitFor` understands: the client message kinds, plus
 # "function_result" (any result, by toolResponse or content) and "any".
 WAIT_KINDS = (
@@ -237,14 +263,16 @@ Step = Union[
     Sleep,
     Raw,
     WaitToolResponse,
+    WaitIntermediate,
     WaitFor,
     WaitSignal,
+    InteractionStatus,
 ]
 
 DEFAULT_REPLY: tuple[Step, ...] = (Audio(chunks=2), TurnComplete())
 
 # Events that make the server run ``Script.reply`` once the steps are done.
-REPLY_TRIGGERS = frozenset({"tool_result", "turn_complete"})
+REPLY_TRIGGERS = frozenset({"tool_result", "turn_complete", "realtime_text"})
 
 #: How the server refuses a resumption handle it does not (or no longer) hold: it closes
 #: before ``setupComplete`` with a client-error code, the way the Live API closes on a setup
@@ -267,13 +295,15 @@ class Script:
       aborts the connection as a network failure does. :meth:`refusing_handle` refuses
       the way the API refuses a resumption handle (``HANDLE_REFUSED``).
     - Once the steps are done, ``reply`` runs each time one of ``reply_on`` happens:
-      ``"tool_result"`` when a result arrives and no issued call is left outstanding
+      ``"tool_result"`` when a final result arrives and no BLOCKING call is left open
       (Gemini waits for all parallel results; a result sent as content counts once its
-      turn is complete), ``"turn_complete"`` when the client sends
-      ``clientContent`` with ``turnComplete: true``.
+      turn is complete; an intermediate result or one scheduled ``SILENT`` never
+      triggers), ``"turn_complete"`` when the client sends ``clientContent`` with
+      ``turnComplete: true``, ``"realtime_text"`` when it sends a non-blank
+      ``realtimeInput.text`` that carries no function result.
     - ``resumption_after_turn`` sends a rule-following ``sessionResumptionUpdate`` after
       every ``turnComplete`` when the client's setup asked for session resumption, as
-      Gemini does.
+      Gemini does (no handle while a BLOCKING call is open).
     """
 
     steps: tuple[Step, ...] = ()

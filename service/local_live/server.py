@@ -4,7 +4,9 @@ The real google-genai client (and so the real Pipecat service) connects to it th
 ``http_options``. Each connection follows a :class:`~.script.Script`; everything the
 client sends is recorded and judged against the model state of its session lineage, so
 a test can assert that no tool result was lost, duplicated or sent for a call the
-session does not know.
+session does not know. Each connection also follows the wire rules of the model
+generation its setup names (:mod:`.profiles`): a message that generation refuses closes
+the socket as the real API does.
 """
 
 from __future__ import annotations
@@ -21,18 +23,13 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from . import certs, protocol
-from .record import (
-    ClientMessage,
-    Connection,
-    HandleRecord,
-    ModelState,
-    ToolResult,
-    admit,
-    judge_content_result,
-    judge_tool_response,
-)
+from . import certs, profiles, protocol
+from .profiles import INVALID_ARGUMENT, Profile, Refusal
+from .intake import Intake
+from .model_state import ToolResult
+from .record import Connection, HandleRecord
 from .script import Script
+from .server_record import ServerRecord
 from .session import LiveSession
 
 ScriptSource = Union[None, Script, Sequence[Script], Callable[[Connection], Script]]
@@ -61,7 +58,9 @@ class LocalLiveServer:
     given the :class:`Connection` (its setup already parsed) that returns one.
     ``keep_audio`` records audio payloads instead of their sizes. With ``record_path``
     the record is dumped there whenever a connection closes and on :meth:`stop`, so a
-    harness in another process can read it.
+    harness in another process can read it. ``profile`` (a :class:`~.profiles.Profile` or
+    its name) makes every connection follow that generation's rules whatever model its
+    setup names; by default each follows ``profiles.profile_for(setup model)``.
     """
 
     def __init__(
@@ -74,23 +73,27 @@ class LocalLiveServer:
         setup_timeout: float = 10.0,
         cert_dir: Path | None = None,
         record_path: Path | str | None = None,
+        profile: Profile | str | None = None,
+        hold_until_input: float = 0.0,
     ) -> None:
         self.scripts = scripts
+        self.profile = profiles.resolve(profile)
+        # A fresh model says nothing before it has input: with this many seconds, a fresh
+        # session's first model output (audio, transcript, toolCall, turnComplete) waits at
+        # most that long for the client's first message after the setup (its seed, audio,
+        # text); handles and the like are not held. 0: scripts run as written.
+        self.hold_until_input = hold_until_input
         self.host = host
         self.port = port
         self.keep_audio = keep_audio
         self.setup_timeout = setup_timeout
         self.record_path = Path(record_path) if record_path is not None else None
         self.connections: list[Connection] = []
-        self.violations: list[dict[str, Any]] = []
-        self.handles: dict[str, HandleRecord] = {}
-        self.errors: list[str] = []
+        self.shared = ServerRecord()
+        self._intake = Intake(self.shared, keep_audio)
         self._certificate = certs.ensure_certificate(cert_dir)
         self._server: Server | None = None
         self._sessions: dict[int, LiveSession] = {}
-        self._signals: dict[str, asyncio.Event] = {}
-        self._changed = asyncio.Event()
-        self._handle_count = 0
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -140,15 +143,26 @@ class LocalLiveServer:
         """``google.genai.types.HttpOptions`` pointing the real client at this server."""
         return http_options(self.base_url, self.cert_path)
 
+    # --- what it recorded across connections --------------------------------------------
+
+    @property
+    def violations(self) -> list[dict[str, Any]]:
+        return self.shared.violations
+
+    @property
+    def handles(self) -> dict[str, HandleRecord]:
+        return self.shared.handles
+
+    @property
+    def errors(self) -> list[str]:
+        return self.shared.errors
+
     # --- test controls -----------------------------------------------------------------
 
     def signal(self, name: str) -> None:
         """Release every :class:`~.script.WaitSignal` on ``name``, now and later."""
-        self.signal_event(name).set()
-        self._notify()
-
-    def signal_event(self, name: str) -> asyncio.Event:
-        return self._signals.setdefault(name, asyncio.Event())
+        self.shared.signal_event(name).set()
+        self.shared.notify()
 
     def inject(self, connection: int, steps: Sequence[Any]) -> None:
         """Queue steps on a live connection; they run after what it is sending now."""
@@ -159,16 +173,7 @@ class LocalLiveServer:
 
     async def wait_until(self, condition: Callable[[], bool], timeout: float = 5.0) -> None:
         """Return once ``condition()`` holds; it is re-checked after every recorded event."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while not condition():
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                raise TimeoutError(f"condition not met within {timeout}s")
-            changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), remaining)
-            except TimeoutError:
-                pass
+        await self.shared.wait_until(condition, timeout)
 
     async def wait_for_connection(self, index: int, timeout: float = 5.0) -> Connection:
         """The connection with this index, once its setup has arrived."""
@@ -231,18 +236,6 @@ class LocalLiveServer:
         partial.write_text(json.dumps(self.to_json(), indent=1, default=str))
         os.replace(partial, target)
 
-    # --- used by sessions --------------------------------------------------------------
-
-    def add_violation(self, kind: str, connection: int, call_id: str | None, detail: str) -> None:
-        self.violations.append(
-            {"kind": kind, "connection": connection, "id": call_id, "detail": detail, "at": time.time()}
-        )
-        self._notify()
-
-    def new_handle_name(self, connection: int) -> str:
-        self._handle_count += 1
-        return f"handle-{connection}-{self._handle_count}"
-
     # --- connection handling -----------------------------------------------------------
 
     def _check_path(self, connection: ServerConnection, request: Request) -> Response | None:
@@ -255,7 +248,7 @@ class LocalLiveServer:
     async def _handle(self, websocket: ServerConnection) -> None:
         record = Connection(len(self.connections), websocket.request.path, time.time())
         self.connections.append(record)
-        self._notify()
+        self.shared.notify()
         try:
             await self._serve(websocket, record)
         except ConnectionClosed:
@@ -272,56 +265,58 @@ class LocalLiveServer:
         try:
             frame = await asyncio.wait_for(websocket.recv(), self.setup_timeout)
         except TimeoutError:
-            self.add_violation(
+            self.shared.add_violation(
                 "setup_expected", record.index, None, f"no setup within {self.setup_timeout}s"
             )
             await websocket.close(1007, "expected a setup message")
             return
-        message = self._record_frame(record, frame)
+        message = self._intake.record_frame(record, frame)
         if message is None or message.kind != "setup" or not isinstance(message.body, dict):
-            self.add_violation(
+            self.shared.add_violation(
                 "setup_expected", record.index, None, "first client message was not a setup"
             )
             await websocket.close(1007, "expected a setup message")
             return
         record.setup = message.body
-        record.state = self._initial_state(record)
-        session = LiveSession(self, websocket, record, self._script_for(record))
-        self._notify()
+        profile = self.profile or profiles.profile_for(str(record.setup.get("model") or ""))
+        record.profile = profile.name
+        refusal = profiles.refuse_declarations(
+            profile, protocol.declared_behaviors(record.setup.get("tools"))
+        )
+        if refusal is not None:
+            await self._refuse(websocket, record, refusal)
+            return
+        record.state = self._intake.initial_state(record, profile)
+        session = LiveSession(
+            self.shared, websocket, record, self._script_for(record), profile,
+            keep_audio=self.keep_audio,
+            hold_until_input=self.hold_until_input,
+        )
+        self.shared.notify()
         if not await session.open():
             return
         self._sessions[record.index] = session
         runner = asyncio.create_task(session.run())
         try:
             async for frame in websocket:
-                message = self._record_frame(record, frame)
+                message = self._intake.record_frame(record, frame)
                 if message is None:
                     continue
                 try:
-                    self._apply(session, message)
+                    refusal = self._intake.apply(session, message)
                 except (AttributeError, TypeError, ValueError) as error:
-                    self.add_violation(
+                    self.shared.add_violation(
                         "malformed_client_message", record.index, None,
                         f"{message.kind} #{message.index} has an unexpected shape: {error!r}",
                     )
+                    continue
+                if refusal is not None:
+                    await self._refuse(websocket, record, refusal)
+                    break
         finally:
             runner.cancel()
             session.cancel_timers()
             await asyncio.gather(runner, return_exceptions=True)
-
-    def _initial_state(self, record: Connection) -> ModelState:
-        """A fresh session knows nothing; a resumed one knows what its handle captured."""
-        handle = record.resumption_handle
-        if handle is None:
-            return ModelState()
-        issued = self.handles.get(handle)
-        if issued is None:
-            self.add_violation(
-                "unknown_resumption_handle", record.index, None, f"handle {handle!r} never issued"
-            )
-            return ModelState()
-        record.resumed_from = handle
-        return issued.state.snapshot()
 
     def _script_for(self, record: Connection) -> Script:
         source = self.scripts
@@ -333,99 +328,10 @@ class LocalLiveServer:
             return source(record)
         return source[record.index] if record.index < len(source) else Script()
 
-    def _record_frame(self, record: Connection, frame: str | bytes) -> ClientMessage | None:
-        """Decode, normalise and record one client frame; None if it was malformed."""
-        index = len(record.received)
-        try:
-            text = frame.decode("utf-8") if isinstance(frame, bytes) else frame
-            decoded = json.loads(text)
-            if not isinstance(decoded, dict):
-                raise ValueError("a client message must be a JSON object")
-        except ValueError as error:
-            shown = frame if isinstance(frame, str) else repr(frame)
-            record.received.append(ClientMessage(index, "malformed", shown, time.time()))
-            self.add_violation("malformed_client_message", record.index, None, f"{error}: {shown[:200]}")
-            return None
-        message = protocol.normalise(decoded)
-        kind = protocol.message_kind(message)
-        body = message if kind == "unknown" else message[kind]
-        if not self.keep_audio and kind == "realtime_input":
-            body = protocol.summarise_audio(body)
-        recorded = ClientMessage(index, kind, body, time.time())
-        record.received.append(recorded)
-        if kind == "unknown":
-            self.add_violation(
-                "unknown_client_message", record.index, None, f"keys {sorted(message)}"
-            )
-        self._notify()
-        return recorded
-
-    def _apply(self, session: LiveSession, message: ClientMessage) -> None:
-        """Take a client message into the model state and fire the script's triggers."""
-        body = message.body if isinstance(message.body, dict) else {}
-        if message.kind == "tool_response":
-            for response in body.get("function_responses") or []:
-                self._take_result(
-                    session, message, response.get("id"), str(response.get("name", "")),
-                    protocol.as_response_dict(response.get("response", {})), "tool_response",
-                )
-        elif message.kind == "client_content":
-            state = session.record.state
-            turns = body.get("turns") or []
-            complete = bool(body.get("turn_complete"))
-            state.history_calls.extend(protocol.content_calls(turns))
-            for found in protocol.content_results(turns):
-                self._take_result(
-                    session, message, found.call_id, found.name, found.response, "content",
-                    acted_on=complete,
-                )
-            if complete:
-                # The turn is complete: Gemini now goes on with every result it was given
-                # as content meanwhile (turnComplete false only adds to the context).
-                waited = bool(state.awaiting_turn)
-                state.awaiting_turn.clear()
-                if waited and not state.outstanding():
-                    session.trigger("tool_result")
-                session.trigger("turn_complete")
-        self._notify()
-
-    def _take_result(
-        self,
-        session: LiveSession,
-        message: ClientMessage,
-        call_id: str | None,
-        name: str,
-        response: Any,
-        via: str,
-        acted_on: bool = True,
-    ) -> None:
-        record = session.record
-        state = record.state
-        if via == "tool_response":
-            verdict = judge_tool_response(state, call_id, name)
-        else:
-            verdict = judge_content_result(
-                state, protocol.ContentResult(name, response, call_id)
-            )
-        result = ToolResult(
-            connection=record.index,
-            id=verdict.call_id,
-            name=name,
-            response=response,
-            via=via,
-            accepted=verdict.accepted,
-            client_message_index=message.index,
-            at=message.at,
-        )
-        record.results.append(result)
-        if verdict.violation is not None:
-            self.add_violation(verdict.violation, record.index, verdict.call_id, verdict.detail)
-        if verdict.accepted:
-            admit(state, result, call_id)
-            if not acted_on and result.id is not None:
-                state.awaiting_turn.add(result.id)
-            elif not state.outstanding():
-                session.trigger("tool_result")
+    async def _refuse(self, websocket: ServerConnection, record: Connection, refusal: Refusal) -> None:
+        """Close as the Live API does on a message or setup its model will not take."""
+        self.shared.add_violation(refusal.kind, record.index, None, refusal.detail)
+        await websocket.close(*INVALID_ARGUMENT)
 
     def _record_close(self, websocket: ServerConnection, record: Connection) -> None:
         protocol_state = websocket.protocol
@@ -438,9 +344,4 @@ class LocalLiveServer:
             record.closed_by = "client" if protocol_state.close_rcvd_then_sent else "server"
         if self.record_path is not None:
             self.dump(self.record_path)
-        self._notify()
-
-    def _notify(self) -> None:
-        """Wake everything waiting in :meth:`wait_until`."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self.shared.notify()

@@ -16,15 +16,16 @@ from typing import Any
 from google.genai.types import HttpOptions
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
-from pipecat.frames.frames import EndFrame, Frame, LLMRunFrame, StartFrame
+from pipecat.frames.frames import (EndFrame, Frame, FunctionCallResultProperties, LLMRunFrame,
+                                   StartFrame)
 from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.runner import PipelineRunner
-from pipecat.pipeline.task import PipelineParams, PipelineTask
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.services.llm_service import FunctionCallParams
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import TransportParams
+from pipecat.workers.runner import WorkerRunner
 
 MODEL = "models/gemini-2.5-flash-native-audio-preview"
 
@@ -70,9 +71,11 @@ def http_options_for(base_url: str, ssl_ctx) -> HttpOptions:
     return HttpOptions(base_url=base_url, async_client_args={"ssl": ssl_ctx})
 
 
-def make_tool(name: str, ledger: ToolLedger, *, delay: float = 0.05,
-              result: Callable[[dict], Any] | None = None):
-    """A tool handler that records its side effect in the ledger, then answers."""
+def make_tool(name: str, ledger: ToolLedger, delay: float = 0.05, *,
+              result: Callable[[dict], Any] | None = None, progress: int = 0):
+    """A tool handler that records its side effect in the ledger, then answers (after
+    `progress` intermediate results, `delay` apart: register it with
+    cancel_on_interruption=False, as pipecat takes those only from async tools)."""
 
     async def handler(params: FunctionCallParams) -> None:
         key = None
@@ -81,6 +84,10 @@ def make_tool(name: str, ledger: ToolLedger, *, delay: float = 0.05,
             key = llm.idempotency_key(params.tool_call_id)
         ledger.write({"tool": name, "call_id": params.tool_call_id, "args": params.arguments,
                       "idempotency_key": key})
+        for step in range(1, progress + 1):
+            await asyncio.sleep(delay)
+            await params.result_callback({"tool": name, "step": step},
+                                         properties=FunctionCallResultProperties(is_final=False))
         await asyncio.sleep(delay)
         value = result(params.arguments) if result else {"ok": True, "tool": name,
                                                            "args": params.arguments}
@@ -89,18 +96,25 @@ def make_tool(name: str, ledger: ToolLedger, *, delay: float = 0.05,
     return handler
 
 
+async def run_worker(worker: PipelineWorker) -> None:
+    """Run one pipeline to its end, as pipecat 1.14 runs workers (a runner that is handed the
+    worker in run() is deprecated)."""
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    await runner.run()
+
+
 async def run_pipeline(llm, *, frames: list[Frame] | None = None,
                        until: Callable[[], Awaitable[None]] | None = None,
                        initial_messages: list[dict] | None = None,
                        timeout: float = 30.0,
-                       control: Callable[[PipelineTask], Awaitable[None]] | None = None) -> None:
+                       control: Callable[[PipelineWorker], Awaitable[None]] | None = None) -> None:
     """Run `llm` in a real pipeline until `until()` (or `control(task)`, which may queue
     frames into the running task) returns, then end the pipeline."""
     context = LLMContext(messages=initial_messages or [{"role": "user", "content": "Hello"}])
     aggregators = LLMContextAggregatorPair(context)
     pipeline = Pipeline([aggregators.user(), llm, PlaybackOutput(), aggregators.assistant()])
-    task = PipelineTask(pipeline, params=PipelineParams(), cancel_on_idle_timeout=False)
-    runner = PipelineRunner(handle_sigint=False)
+    task = PipelineWorker(pipeline, params=PipelineParams(), cancel_on_idle_timeout=False)
 
     async def drive() -> None:
         await task.queue_frames([LLMRunFrame(), *(frames or [])])
@@ -110,7 +124,7 @@ async def run_pipeline(llm, *, frames: list[Frame] | None = None,
             await control(task)
         await task.queue_frame(EndFrame())
 
-    run = asyncio.create_task(runner.run(task))
+    run = asyncio.create_task(run_worker(task))
     try:
         await asyncio.wait_for(asyncio.gather(run, drive()), timeout)
     finally:

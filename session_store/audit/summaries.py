@@ -4,7 +4,8 @@ A call's status: `closed` (a session.closed event exists), `open` (not closed, a
 the last `STALE_AFTER_US`), `stale` (not closed and silent for longer: the worker probably
 died and nobody took the call over). Counts come from event types: tool calls requested,
 deferred, failed, cancelled; anomalies; reconnects (connections after the first); takeovers
-(session.worker_attached: a new worker after a crash or a deploy).
+(session.worker_attached: a new worker), split into crashes (the old worker died mid-call)
+and hand-overs (it let the call go: timeline.PLANNED_REASONS, timeline.LETTING_GO).
 """
 
 from __future__ import annotations
@@ -48,18 +49,36 @@ class CallSummary:
     anomalies: int = 0
     reconnects: int = 0
     takeovers: int = 0
+    handovers: int = 0  # takeovers after the old worker let the call go
+    now_us: int | None = None  # when the summary was made (for `silent_s`)
+
+    @property
+    def crashes(self) -> int:
+        return self.takeovers - self.handovers
+
+    @property
+    def silent_s(self) -> float | None:
+        """Seconds since the last event, for a call not closed."""
+        if self.closed or self.now_us is None:
+            return None
+        return round(max(self.now_us - self.last_event_at_us, 0) / 1e6, 3)
 
     @property
     def duration_s(self) -> float:
         return round((self.last_event_at_us - self.started_at_us) / 1e6, 3)
 
     def to_json(self) -> dict[str, Any]:
-        return {"call": self.call_id, "status": self.status, "start": iso(self.started_at_us),
-                "last_event": iso(self.last_event_at_us), "duration_s": self.duration_s,
-                "events": self.events, "epoch": self.epoch, "tool_calls": self.tool_calls,
-                "deferred": self.deferred, "failures": self.failures,
-                "cancelled": self.cancelled, "anomalies": self.anomalies,
-                "reconnects": self.reconnects, "takeovers": self.takeovers}
+        from .models import CallSummary as Model, dump
+
+        return dump(Model, {
+            "call": self.call_id, "status": self.status, "start": iso(self.started_at_us),
+            "last_event": iso(self.last_event_at_us), "duration_s": self.duration_s,
+            "silent_s": self.silent_s, "events": self.events, "epoch": self.epoch,
+            "tool_calls": self.tool_calls, "deferred": self.deferred,
+            "failures": self.failures, "cancelled": self.cancelled,
+            "anomalies": self.anomalies, "reconnects": self.reconnects,
+            "takeovers": self.takeovers, "crashes": self.crashes,
+            "handovers": self.handovers})
 
 
 def status_of(closed: bool, last_event_at_us: int, now_us: int,
@@ -70,8 +89,9 @@ def status_of(closed: bool, last_event_at_us: int, now_us: int,
 
 
 def summarise(head: tuple, counts: dict[str, int], now_us: int,
-              stale_after_us: int = STALE_AFTER_US) -> CallSummary:
-    """One summary from a stream head (id, version, epoch, created, updated) and type counts."""
+              stale_after_us: int = STALE_AFTER_US, handovers: int = 0) -> CallSummary:
+    """One summary from a stream head (id, version, epoch, created, updated), type counts
+    and how many of its takeovers were planned hand-overs."""
     call_id, version, epoch, created, updated = head
     closed = counts.get("session.closed", 0) > 0
     c = {COUNTED_TYPES[t]: n for t, n in counts.items() if t in COUNTED_TYPES}
@@ -81,27 +101,68 @@ def summarise(head: tuple, counts: dict[str, int], now_us: int,
         tool_calls=c.get("tool_calls", 0), deferred=c.get("deferred", 0),
         failures=c.get("failures", 0), cancelled=c.get("cancelled", 0),
         anomalies=c.get("anomalies", 0), reconnects=max(c.get("connects", 0) - 1, 0),
-        takeovers=c.get("takeovers", 0))
+        takeovers=c.get("takeovers", 0), handovers=handovers, now_us=now_us)
+
+
+#: Orders of a listing: name -> (what it sorts by, descending?).
+SORTS = {"newest": ("start", True), "oldest": ("start", False),
+         "longest": ("duration", True), "shortest": ("duration", False),
+         "most-events": ("events", True), "recent-activity": ("last_event", True)}
 
 
 @dataclass(frozen=True)
 class CallFilter:
-    """Which calls a listing shows: newest first, `limit` per page, after call `after`."""
+    """Which calls a listing shows, in which order (`sort`, see SORTS), `limit` per page,
+    after call `after`."""
     since_us: int | None = None  # started at or after
     until_us: int | None = None  # started before
     status: str | None = None
     search: str | None = None  # substring of the call id
     after: str | None = None  # the last call id of the previous page
     limit: int = 50
+    text: str | None = None  # in a transcript, a tool's arguments or result (any case)
+    tool: str | None = None  # asked for this tool
+    failed: bool = False  # a tool call failed
+    takeover: bool = False  # taken over by another worker
+    anomaly: bool = False  # an anomaly was recorded
+    min_duration_s: float | None = None
+    max_duration_s: float | None = None
+    sort: str = "newest"
 
     def __post_init__(self):
         if self.status is not None and self.status not in STATUSES:
             raise ValueError(f"unknown status {self.status!r}; use one of {', '.join(STATUSES)}")
         if not 1 <= self.limit <= 10_000:
             raise ValueError("limit must be between 1 and 10000")
+        if self.sort not in SORTS:
+            raise ValueError(f"unknown sort {self.sort!r}; use one of {', '.join(SORTS)}")
+        for name in ("min_duration_s", "max_duration_s"):
+            value = getattr(self, name)
+            if value is not None and not (value >= 0 and value < 10**9):
+                raise ValueError(f"{name.replace('_s', '')} must be a number of seconds >= 0")
+
+    def counted(self) -> "CallFilter":
+        """The same calls, not paged (what a total counts)."""
+        import dataclasses
+
+        return dataclasses.replace(self, after=None)
 
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h)?$")
+
+
+def parse_duration(text: str | None) -> float | None:
+    """`90`, `90s`, `1.5m`, `2h`, `500ms`: seconds."""
+    if text is None or str(text).strip() == "":
+        return None
+    m = _DURATION.match(str(text).strip())
+    if not m:
+        raise ValueError(f"not a duration: {text!r} (use 90s, 1.5m, 2h or 500ms)")
+    scale = {"ms": 0.001, "s": 1, None: 1, "m": 60, "h": 3600}[m.group(2)]
+    return float(m.group(1)) * scale
 
 
 def parse_time(text: str | None, now: datetime | None = None) -> int | None:
@@ -132,3 +193,28 @@ def like_pattern(search: str) -> str:
     """A LIKE pattern matching `search` literally anywhere (escape char: backslash)."""
     escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
+
+
+_OFFSET = re.compile(r"^\+(\d+(?:\.\d+)?)\s*(ms|s|m|h)?$")
+
+
+def parse_point(text: str) -> tuple[str, int]:
+    """A point in a call: `20` (version 20), `+12.5s` / `+500ms` / `+2m` (that long after
+    the call's first event) or an ISO 8601 time. ("version", v), ("offset", µs) or
+    ("time", µs since the epoch)."""
+    text = str(text).strip()
+    if re.fullmatch(r"-?\d+", text):  # (a negative one is checked against the call's range)
+        return "version", int(text)
+    m = _OFFSET.match(text)
+    if m:
+        scale = {"ms": 1_000, "s": 1_000_000, None: 1_000_000, "m": 60_000_000,
+                 "h": 3_600_000_000}[m.group(2)]
+        return "offset", int(float(m.group(1)) * scale)
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not a point in a call: {text!r} (a version like 20, a time since "
+                         "the call began like +12.5s, or an ISO 8601 time)") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return "time", (dt - EPOCH) // timedelta(microseconds=1)

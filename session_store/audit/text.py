@@ -1,30 +1,50 @@
-"""Rich renderables for the CLI (pure: builds tables, prints nothing).
+"""Rich renderables for the CLI (pure: builds tables, prints nothing), and its console.
 
-Every cell is a `rich.text.Text`, never markup: call ids, transcripts and tool results are
-data, and a "[bold]" inside them must print as written.
+Every cell is a `rich.text.Text` made by `T`, never markup, and through `fmt.printable`: call
+ids, transcripts and tool results are data; a "[bold]" inside them prints as written and an
+escape sequence prints escaped. Id columns never shrink (`id_column`): a terminal too narrow
+for a table gets it wider than itself (`show` in the CLI) rather than a cut id.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
+import sys
+from typing import Any, TextIO
 
 from rich import box
-from rich.console import Group
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from .fmt import clip, iso, printable, stamp, words
 from .replay import ReplayReport
 from .summaries import CallSummary
-from .fmt import iso
-from .timeline import Timeline
+from .timeline import Entry, Timeline
 
 LEVEL_STYLE = {"info": "", "warn": "yellow", "error": "bold red"}
 STATUS_STYLE = {"open": "green", "closed": "", "stale": "yellow"}
+#: Width a console takes when its output is not a terminal: no line is ever wrapped.
+UNWRAPPED = 1_000_000
+
+
+def output_console(file: TextIO | None = None, stderr: bool = False,
+                   width: int | None = None) -> Console:
+    """The console every command prints on. A terminal gets its width (or `width`) and
+    colours; a pipe or a file gets no wrapping at all, whatever $COLUMNS says, and no
+    colours."""
+    stream = file or (sys.stderr if stderr else sys.stdout)
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if tty:
+        return Console(file=file, stderr=stderr, width=width)
+    return Console(file=file, stderr=stderr, width=UNWRAPPED, soft_wrap=True,
+                   no_color=True, highlight=False, force_terminal=False)
 
 
 def T(value: Any, style: str = "") -> Text:  # noqa: N802 - reads like a constructor
-    return Text("" if value is None else str(value), style=style)
+    return Text("" if value is None else printable(value), style=style)
 
 
 def _dur(ms_value: float | None) -> str:
@@ -33,51 +53,97 @@ def _dur(ms_value: float | None) -> str:
     return f"{ms_value:.0f} ms" if ms_value < 10_000 else f"{ms_value / 1000:.1f} s"
 
 
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} days"
+
+
+def _table(*columns: str, title: str | None = None, caption: str | None = None,
+           wrap: tuple[str, ...] = ()) -> Table:
+    """A table whose `wrap` columns (free text) wrap on a narrow terminal, never crop; the
+    others (ids, times, counts) keep each value on one line, whatever the width: the CLI
+    prints a table wider than the terminal rather than cut an id (`unbreakable`)."""
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, title=title,
+              title_justify="left", title_style="bold", caption=caption,
+              caption_justify="left")
+    for name in columns:
+        if name in wrap:
+            t.add_column(name, overflow="fold")
+        else:
+            t.add_column(name, no_wrap=True, overflow="fold")
+    return t
+
+
+def unbreakable(renderable: Any) -> Any:
+    """The renderable with each no-wrap column as wide as its widest value, so that rich
+    measures what it needs whole (it measures text by its longest word otherwise, then
+    crops the cell)."""
+    parts = renderable.renderables if isinstance(renderable, Group) else [renderable]
+    for part in parts:
+        if isinstance(part, Table):
+            for column in part.columns:
+                if column.no_wrap:
+                    cells = [Text.from_markup(c) if isinstance(c, str) else c
+                             for c in column.cells]
+                    widest = max([c.cell_len for c in cells if isinstance(c, Text)]
+                                 + [Text(str(column.header)).cell_len])
+                    column.min_width = max(column.min_width or 0, widest)
+    return renderable
+
+
+CALLS_LEGEND = ("tools: tool calls; recon: reconnects; crash: takeovers after the worker died; "
+                "handover: planned takeovers; err: failed tool calls + anomalies; silent: "
+                "since the last event")
+
+
 def calls_table(calls: list[CallSummary], next_after: str | None) -> Group:
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
-                  caption_justify="left",
-                  caption="tools: tool calls; recon: reconnects; crash: takeovers by a new "
-                          "worker; err: failed tool calls + anomalies")
-    table.add_column("call", no_wrap=True, overflow="fold", min_width=10)
-    table.add_column("start (UTC)", no_wrap=True)
-    table.add_column("dur", justify="right", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    for name in ("ev", "tools", "recon", "crash", "err"):
-        table.add_column(name, justify="right", no_wrap=True)
+    table = _table("call", "start (UTC)", "dur", "status", "ev", "tools", "recon", "crash",
+                   "handover", "err", "silent", caption=CALLS_LEGEND)
     for c in calls:
         errors = c.failures + c.anomalies
         table.add_row(T(c.call_id), T((iso(c.started_at_us) or "")[:16].replace("T", " ")),
                       T(f"{c.duration_s:.1f}s"), T(c.status, STATUS_STYLE.get(c.status, "")),
                       T(c.events), T(c.tool_calls), T(c.reconnects),
-                      T(c.takeovers, "yellow" if c.takeovers else ""),
-                      T(errors, "red" if errors else ""))
+                      T(c.crashes, "yellow" if c.crashes else ""), T(c.handovers),
+                      T(errors, "red" if errors else ""), T(_ago(c.silent_s)))
     parts: list[Any] = [table]
     if next_after is not None:
         parts.append(T(f"more: --after {next_after}", "dim"))
     return Group(*parts)
 
 
+def entry_line(e: Entry, call: str | None = None) -> str:
+    """One event as one line (tail): UTC time, call and version, lane, the summary."""
+    where = f"{call}@v{e.version}" if call else f"v{e.version}"
+    return printable(f"{stamp(e.at_us)} {where} {e.lane:<12} {e.summary}")
+
+
 def timeline_view(tl: Timeline) -> Group:
     def off(at_us: int | None) -> str:
         return "–" if at_us is None else f"+{(at_us - tl.t0_us) / 1e6:.3f}"
 
-    def table(*columns: str, title: str | None = None) -> Table:
-        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, title=title,
-                  title_justify="left", title_style="bold")
-        for i, name in enumerate(columns):
-            t.add_column(name, no_wrap=i == 0, overflow="fold")
-        return t
-
-    parts: list[Any] = [T(f"call {tl.call_id}: versions {tl.first_version}–{tl.last_version}, "
-                          f"started {iso(tl.t0_us)} (+s: seconds since then)", "bold")]
-    entries = table("v", "+s", "lane", "what")
+    head = (f" of {tl.head}" if tl.head and (tl.first_version != 1 or tl.last_version != tl.head)
+            else "")
+    parts: list[Any] = [T(f"call {tl.call_id}: versions {tl.first_version}–{tl.last_version}"
+                          f"{head}, started {iso(tl.t0_us)} (+s: seconds since then)", "bold")]
+    entries = _table("v", "+s", "lane", "what", wrap=("what",))
     for e in tl.entries:
+        what = e.summary
+        if "last_of_worker" in e.flags:
+            what += "  ◀ last event of this worker before the takeover"
         entries.add_row(T(e.version), T(f"{e.offset_ms / 1000:.3f}"), T(e.lane),
-                        T(e.summary, LEVEL_STYLE.get(e.level, "")))
+                        T(what, LEVEL_STYLE.get(e.level, "")))
     parts.append(entries)
     if tl.tool_calls:
-        tools = table("call", "tool", "asked", "deferred", "waited", "ran", "outcome",
-                      "delivered", "in model", title="tool calls")
+        tools = _table("call", "tool", "asked", "deferred", "waited", "ran", "outcome", "sent",
+                       "in model", title="tool calls", wrap=("outcome", "sent"))
         for c in tl.tool_calls.values():
             outcome = c.outcome or ("running" if c.started_at_us else "waiting")
             if c.reused_from:
@@ -85,62 +151,74 @@ def timeline_view(tl: Timeline) -> Group:
             if c.outcome_unknown:
                 outcome += " (unknown)"
             confirmed = len([s for s in c.sends if s.confirmed])
-            delivered = (f"{off(c.delivered_at_us)} {c.delivered_via} g{c.delivered_generation}"
-                         + (f" (+{confirmed - 1} more)" if confirmed > 1 else "")
-                         if c.delivered_at_us else "not delivered")
-            in_model = "" if c.in_model is None else ("yes" if c.in_model else "NO")
-            tools.add_row(T(c.call_id), T(c.name), T(off(c.requested_at_us)),
+            sent = (f"{off(c.sent_at_us)} {words(c.sent_via)} g{words(c.sent_generation)}"
+                    + (f" (+{confirmed - 1} more)" if confirmed > 1 else "")
+                    if c.sent_at_us else "not sent")
+            in_model = c.in_model_words
+            tools.add_row(T(c.tool_call_id), T(words(c.name)), T(off(c.requested_at_us)),
                           T("yes" if c.deferred else ""), T(_dur(c.wait_ms)), T(_dur(c.run_ms)),
                           T(outcome, "red" if c.outcome == "failed" else ""),
-                          T(delivered, "" if c.delivered_at_us else "yellow"),
+                          T(sent, "" if c.sent_at_us else "yellow"),
                           T(in_model, "bold red" if in_model == "NO" else ""))
         parts.append(tools)
     if tl.reconnects:
-        rec = table("requested", "reason", "waited", "disconnected", "down", "generation",
-                    "resumed from", title="reconnects")
+        rec = _table("requested", "reason", "waited", "disconnected", "down", "generation",
+                     "resumed from", title="reconnects", wrap=("reason",))
         for r in tl.reconnects:
-            reason = r.reason or ""
+            reason = words(r.reason) if r.reason else "–"
             if r.keys:
-                reason += f" ({', '.join(map(str, r.keys))})"
+                reason += f" ({words(r.keys)})"
             if r.disconnect_reason and r.disconnect_reason != r.reason:
-                reason += f"; disconnect: {r.disconnect_reason}"
+                reason += f"; disconnect: {words(r.disconnect_reason)}"
             rec.add_row(T(f"v{r.requested_version} {off(r.requested_at_us)}"
                           if r.requested_version else "–"), T(reason), T(_dur(r.waited_ms)),
                         T(f"v{r.disconnected_version} {off(r.disconnected_at_us)}"
                           if r.disconnected_version else "–"), T(_dur(r.downtime_ms)),
-                        T(f"{r.from_generation} → {r.generation or '–'}"),
-                        T(r.resumed_handle or ("fresh (seeded)" if r.connected_version
-                                               else "(not reconnected)")))
+                        T(f"{words(r.from_generation)} → {words(r.generation)}"),
+                        T(clip(r.resumed_handle, 60) if r.resumed_handle else
+                          ("fresh (seeded)" if r.connected_version else "(not reconnected)")))
         parts.append(rec)
     if tl.speech:
         talk = [s.duration_ms for s in tl.speech if s.duration_ms is not None]
-        parts.append(T(f"bot speech: {len(tl.speech)} turns, "
+        parts.append(T(f"bot speech: {len(tl.speech)} turn{'s' if len(tl.speech) != 1 else ''}, "
                        f"{sum(talk) / 1000:.1f} s in total"))
     for t in tl.takeovers:
-        parts.append(T(f"takeover at v{t['version']} {off(t['at_us'])}: worker {t['worker']} "
-                       f"epoch {t['epoch']} ({t['reason']})", "yellow"))
+        what = "planned hand-over" if t.kind == "planned" else "crash"
+        before = (f"; worker {words(t.previous_worker)}'s last event v{t.last_event_version} "
+                  f"{off(t.last_event_at_us)} ({t.last_event_type}), then "
+                  f"{t.silent_ms / 1000:.2f} s of silence" if t.last_event_version else "")
+        parts.append(T(f"takeover at v{t.version} {off(t.at_us)} ({what}){before}; worker "
+                       f"{words(t.worker)} took over, epoch {words(t.epoch)}", "yellow"))
     if tl.problems:
-        probs = table("v", "problem", "detail", title="problems")
+        probs = _table("v", "problem", "detail", title="problems", wrap=("detail",))
         for p in tl.problems:
-            probs.add_row(T(p["version"]), T(p["kind"], "red"),
-                          T(json.dumps(p["detail"], ensure_ascii=False, default=str)[:200]))
+            probs.add_row(T(p["version"]), T(p["kind"], "red"), T(clip(p["detail"], 200)))
         parts.append(probs)
     return Group(*parts)
 
 
 def state_view_text(view: dict[str, Any]) -> Group:
     head = Table.grid(padding=(0, 2))
+    head.add_column(no_wrap=True)
+    head.add_column(overflow="fold")
     for key in ("call", "version", "closed", "worker", "epoch", "takeovers", "generation",
                 "connected", "bot_speaking", "reconnect_pending", "newest_handle", "deferred",
-                "running", "in_doubt", "undelivered", "unanswered"):
-        head.add_row(T(key, "bold"), T(view.get(key)))
-    calls = Table("call", "tool", "status", "attempt", "delivered", "sends")
-    for cid, c in view["calls"].items():
-        sends = ", ".join(f"{s['via']}@{s['generation']}{'' if s['confirmed'] else '?'}"
-                          for s in c["sends"])
-        calls.add_row(T(cid), T(c["name"]), T(c["status"]), T(c["attempt"]),
-                      T(c["delivered"]), T(sends))
-    return Group(head, calls)
+                "running", "in_doubt", "to_send", "unanswered"):
+        head.add_row(T(key, "bold"), T(words(view.get(key), 400)))
+    event = view.get("event")
+    if event:
+        head.add_row(T("event", "bold"), T(f"{event['type']} at {event['recorded_at']}"))
+    calls = _table("tool call", "tool", "status", "attempt", "in current session", "sends",
+                   wrap=("sends",))
+    for c in view["tool_calls"]:
+        sends = "; ".join(f"{words(s['via'])} g{words(s['generation'])} v{s['version']} "
+                          + ("sent" if s["confirmed"] else "not confirmed")
+                          for s in c["sends"]) or "none"
+        calls.add_row(T(c["tool_call_id"]), T(words(c["name"])), T(c["status"]),
+                      T(words(c["attempt"])), T(words(c["in_current_session"])), T(sends))
+    note = T("sends: sent = the write returned; not confirmed = the process may have died "
+             "before it did", "dim")
+    return Group(head, calls, note) if view["tool_calls"] else Group(head)
 
 
 def replay_text(report: ReplayReport) -> Group:
@@ -150,11 +228,38 @@ def replay_text(report: ReplayReport) -> Group:
                           "bold green" if report.ok else "bold red")]
     for d in report.divergences:
         where = f"v{d.version}" + (f"–{d.to_version}" if d.to_version != d.version else "")
-        parts.append(T(f"\n{where} [{d.kind}] {d.message}", "bold"))
+        parts.append(T(""))
+        parts.append(T(f"{where} [{d.kind}] {d.message}", "bold"))
         if d.observation:
-            parts.append(T(f"  observation: {json.dumps(d.observation, default=str)}"))
-        parts.append(T(f"  logged:  {json.dumps(d.logged, default=str, ensure_ascii=False)}"))
-        parts.append(T(f"  today:   {json.dumps(d.decided, default=str, ensure_ascii=False)}"))
+            parts.append(T(f"  observation: {clip(d.observation, 2000)}"))
+        parts.append(T(f"  logged:  {clip(d.logged, 2000)}"))
+        parts.append(T(f"  today:   {clip(d.decided, 2000)}"))
     if report.error:
         parts.append(T(f"error: {report.error}", "bold red"))
+    return Group(*parts)
+
+
+def stats_view(data: dict[str, Any]) -> Group:
+    """`session-store stats`: the fleet over a time range (models.Stats)."""
+    parts: list[Any] = [T(f"calls that started {data['since']} – {data['until']}: "
+                          f"{data['calls']}", "bold")]
+    hours = _table("hour (UTC)", "calls", title="calls per hour")
+    for h in data["calls_per_hour"]:
+        if h["calls"]:
+            hours.add_row(T(h["hour"][:13].replace("T", " ") + ":00"), T(h["calls"]))
+    parts.append(hours)
+    t, a = data["takeovers"], data["anomalies"]
+    parts.append(T(f"takeovers: {t['crash']} after a crash, {t['planned']} planned hand-overs"))
+    parts.append(T(f"anomalies: {a['total']}" + (" (" + ", ".join(
+        f"{k} {n}" for k, n in a["by_kind"].items()) + ")" if a["by_kind"] else "")))
+    parts.append(T(f"calls with a tool call in doubt: {len(data['in_doubt_calls'])}"
+                   + (f" ({words(data['in_doubt_calls'], 400)})" if data["in_doubt_calls"]
+                      else "")))
+    lat = _table("latency", "count", "p50", "p90", "p99", "max", title="latency (ms)")
+    for key, label in (("tool_wait_ms", "tool wait (requested → started)"),
+                       ("result_send_ms", "result send (outcome → write returned)")):
+        p = data[key]
+        lat.add_row(T(label), T(p["count"]), *(T(words(p[q])) for q in ("p50", "p90", "p99",
+                                                                         "max")))
+    parts.append(lat)
     return Group(*parts)

@@ -1,17 +1,20 @@
-"""Storage backends of the event log: one SQLAlchemy Core implementation, two dialects."""
+"""The event log's storage: one SQLAlchemy Core store (store.py, reads.py, group_commit.py,
+heads.py, batch.py) given a dialect (dialect.py): a package per database (sqlite/,
+postgres/), each a committer and its statements."""
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
 
+from .urls import SQLALCHEMY_ONLY_OPTIONS, URL_HINT, check_url
+
 if TYPE_CHECKING:
-    from .base import SqlEventStore
+    from .store import SqlEventStore
 
 # Imported on first use (PEP 562), as the package's names: the SQLite writer process imports
-# `storage.batch` and `storage.sqlite_commit` only, without SQLAlchemy.
-_MODULE_OF = {"SqlEventStore": ".base", "Snapshot": ".reads", "StreamHead": ".reads",
-              "StreamReport": ".verify"}
+# `storage.batch` and `storage.sqlite.commit` only, without SQLAlchemy.
+_MODULE_OF = {"SqlEventStore": ".store", "Snapshot": ".reads", "StreamHead": ".reads"}
 
 
 def __getattr__(name: str):
@@ -21,61 +24,6 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
-
-
-#: How to write a URL for each driver the store runs on (said when a URL is refused).
-URL_HINT = "use sqlite+aiosqlite:///path.db or postgresql+asyncpg://user@host/db"
-
-
-def check_url(url: str) -> str:
-    """The driver named by a database URL, or ValueError if it cannot be parsed (a path
-    without its scheme, a port that is not a number) or names a driver the store does not
-    run on. The message never quotes the URL: it may hold a password."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-        # make_url takes any number as a port; the driver's connect() then fails deep
-        # inside (asyncpg: OverflowError) instead of as bad input.
-        if parsed.port is not None and not 0 < parsed.port < 65536:
-            raise ValueError("port out of range")
-        driver = parsed.drivername
-    except (ArgumentError, ValueError):
-        raise ValueError(f"the database URL cannot be parsed: {URL_HINT}") from None
-    if driver not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
-        raise ValueError(f"unsupported database URL driver {driver!r}: {URL_HINT}")
-    if driver == "postgresql+asyncpg":
-        _check_asyncpg_options(parsed.query)
-    return driver
-
-
-#: URL options SQLAlchemy's asyncpg adaptor takes for itself; every other one goes to
-#: asyncpg.connect (the writers and the listener pass them on as the pool does).
-SQLALCHEMY_ONLY_OPTIONS = ("prepared_statement_cache_size", "prepared_statement_name_func",
-                           "async_creator_fn")
-# libpq's spellings people paste from other tools, and what asyncpg calls them.
-_LIBPQ_SPELLINGS = {"sslmode": "ssl (e.g. ?ssl=require)", "dbname": "the path (/db)",
-                    "connect_timeout": "the store's attempt_timeout option",
-                    "application_name": "nothing: the store names its connections itself"}
-
-
-def _check_asyncpg_options(query) -> None:
-    """Refuse a URL option asyncpg.connect does not take: it fails every connect with a
-    TypeError deep inside the driver. Names the option (never its value: it may be a
-    password, as with `?password=`)."""
-    import inspect
-
-    import asyncpg
-
-    taken = set(inspect.signature(asyncpg.connect).parameters) - {"dsn", "loop",
-                                                                   "connection_class"}
-    unknown = sorted(k for k in query if k not in taken and k not in SQLALCHEMY_ONLY_OPTIONS)
-    if unknown:
-        hints = "; ".join(f"for {k} use {_LIBPQ_SPELLINGS[k]}" for k in unknown
-                          if k in _LIBPQ_SPELLINGS)
-        raise ValueError(f"the database URL has options asyncpg does not take: "
-                         f"{', '.join(unknown)}" + (f" ({hints})" if hints else ""))
 
 
 async def open_store(url: str, **options) -> SqlEventStore:
@@ -89,18 +37,13 @@ async def open_store(url: str, **options) -> SqlEventStore:
     `read_timeout` (the same for a read, default 30); SQLite `inline`, `inline_budget`.
     """
     if check_url(url) == "sqlite+aiosqlite":
-        from .sqlite import SqliteEventStore
-        store: SqlEventStore = SqliteEventStore(url, **options)
+        from .sqlite.dialect import sqlite_store as unopened
     else:
-        from .postgres import PostgresEventStore
-        store = PostgresEventStore(url, **options)
-    try:
-        await store._start()
-    except BaseException:
-        await store._close_dialect()
-        await store._engine.dispose()
-        raise
+        from .postgres.dialect import postgres_store as unopened
+    store = unopened(url, **options)
+    await store._open()
     return store
 
 
-__all__ = ["check_url", "open_store", "SqlEventStore", "Snapshot", "StreamHead", "StreamReport"]
+__all__ = ["URL_HINT", "SQLALCHEMY_ONLY_OPTIONS", "check_url", "open_store", "SqlEventStore",
+           "Snapshot", "StreamHead"]

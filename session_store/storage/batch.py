@@ -8,14 +8,29 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConcurrencyConflict, Fenced
+from ..errors import CallClosed, ConcurrencyConflict, Fenced
+from ..events import SessionClosed
 from ..records import GENESIS_HASH, chain_hash
+
+#: The event after which a call is not taken over (`Claim`).
+CLOSED_TYPE = SessionClosed.TYPE
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A takeover (`SqlEventStore.take_over`): the events go at the stream's head, whatever
+    its version, if the request's epoch is above the stream's. `after_version`: what the
+    caller has read; the head must be at it or past it, and no session.closed stored after
+    it."""
+    after_version: int
 
 
 @dataclass(eq=False)
 class _AppendRequest:
     stream_id: str
     rows: list[tuple[str, int, str]]  # (type, schema_version, data_json), encoded by the caller
+    # The version the events go after: the caller's, or for a claim the head's, set when
+    # planned (a retry recognises the commit by it, as any other).
     expected_version: int
     epoch: int | None
     recorded_at_us: int
@@ -23,6 +38,7 @@ class _AppendRequest:
     future: asyncio.Future | None = None  # only for a request that waits for a writer
     final_hash: str | None = None  # set when first computed: recognises a commit whose ack was lost
     seq: int = 0  # order of acceptance: a batch commits its requests in this order
+    claim: Claim | None = None
 
     @property
     def abandoned(self) -> bool:
@@ -105,20 +121,30 @@ def stored_hashes_wanted(batch: list[_AppendRequest]) -> list[tuple[str, int]]:
                    for r in batch if r.final_hash is not None})
 
 
+def claims_wanted(batch: list[_AppendRequest]) -> list[tuple[str, int]]:
+    """(stream, after_version) of each claim: the writer reads, under the same lock as the
+    heads, the first session.closed stored after it (`plan_batch`'s `closed`)."""
+    return sorted({(r.stream_id, r.claim.after_version) for r in batch if r.claim is not None})
+
+
 def plan_batch(batch: list[_AppendRequest],
                heads: dict[str, tuple[int, str, int]],
-               stored: dict[tuple[str, int], str] | None = None) -> BatchPlan:
+               stored: dict[tuple[str, int], str] | None = None,
+               closed: dict[tuple[str, int], int] | None = None) -> BatchPlan:
     """Check each request against the stream heads and build the rows to write (pure).
 
     `heads` maps stream id to (version, last_hash, epoch) as read inside the batch's
     transaction (under SQLite's write lock / PostgreSQL row locks), or as cached (then
     the writer checks them when it writes, see `_plan_from_cache`). Requests of one
     stream in one batch chain onto each other. `heads` is updated in place. `stored`: the
-    hashes stored at `stored_hashes_wanted(batch)`, as read in the same transaction.
+    hashes stored at `stored_hashes_wanted(batch)`, as read in the same transaction;
+    `closed`: for each of `claims_wanted(batch)` that has one, the version of the first
+    session.closed stored after it.
     """
     plan = BatchPlan(before=dict(heads))
     existed = plan.before
     touched: dict[str, int] = {}
+    closed = dict(closed or {})
     committed = _committed_by_an_earlier_try(batch, heads, stored or {})
     for r in batch:
         version, last_hash, epoch = heads.get(r.stream_id, (0, GENESIS_HASH, 0))
@@ -126,18 +152,21 @@ def plan_batch(batch: list[_AppendRequest],
         if id(r) in committed:
             plan.outcomes.append(r.expected_version + n)
             continue
-        if r.epoch is not None and r.epoch < epoch:
-            plan.outcomes.append(Fenced(r.stream_id, r.epoch, epoch))
+        refused = _refusal(r, version, epoch, closed)
+        if refused is not None:
+            plan.outcomes.append(refused)
             continue
-        if version != r.expected_version:
-            plan.outcomes.append(ConcurrencyConflict(r.stream_id, r.expected_version, version))
-            continue
+        r.expected_version = version  # (a claim's: wherever the head is)
         h = last_hash
         for i, (etype, schema_version, data_json) in enumerate(r.rows, start=version + 1):
             h = chain_hash(h, r.stream_id, i, etype, schema_version, r.recorded_at_us,
                            data_json)
             plan.events.append((r.stream_id, i, etype, schema_version, data_json,
                                 r.recorded_at_us, h))
+            if etype == CLOSED_TYPE:  # (for a claim later in this very batch)
+                for key in claims_wanted(batch):
+                    if key[0] == r.stream_id and key[1] < i:
+                        closed.setdefault(key, i)
         r.final_hash = h
         heads[r.stream_id] = (version + n, h, max(epoch, r.epoch or 0))
         touched[r.stream_id] = r.recorded_at_us
@@ -152,6 +181,31 @@ def plan_batch(batch: list[_AppendRequest],
         else:
             plan.updated.append((sid, version, h, epoch, at, *old))
     return plan
+
+
+def _refusal(r: _AppendRequest, version: int, epoch: int,
+             closed: dict[tuple[str, int], int]) -> Exception | None:
+    """Why the request cannot go on a head at (version, epoch), or None.
+
+    A claim does not depend on the version: it only needs an epoch above the stream's, so
+    an old worker appending as fast as it can never starves it (an append at an expected
+    version, read first, lost every race to it). Its commit raises the head's epoch, and
+    from then on every append of a lower epoch is Fenced: the old worker's appends that
+    committed before it stay, after the version its caller read."""
+    if r.claim is None:
+        if r.epoch is not None and r.epoch < epoch:
+            return Fenced(r.stream_id, r.epoch, epoch)
+        if version != r.expected_version:
+            return ConcurrencyConflict(r.stream_id, r.expected_version, version)
+        return None
+    if r.epoch <= epoch:  # another takeover got there first
+        return Fenced(r.stream_id, r.epoch, epoch)
+    if version < r.claim.after_version:  # the events its caller read are gone
+        return ConcurrencyConflict(r.stream_id, r.claim.after_version, version)
+    ended = closed.get((r.stream_id, r.claim.after_version))
+    if ended is not None:
+        return CallClosed(r.stream_id, ended)
+    return None
 
 
 def _committed_by_an_earlier_try(batch: list[_AppendRequest],

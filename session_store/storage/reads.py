@@ -1,11 +1,10 @@
-"""The read side of the event log: one stream, the global order, following, snapshots, verify.
+"""The read side of the event log: one stream, the global order, following, snapshots, and
+the hash chains as stored (for `session_store.verify`).
 
-A base class of `SqlEventStore` (base.py holds the append side: the group-commit queue and
-the head cache). These methods need only what the store gives every read: `_check_open`,
-`_connect` (an outage becomes StoreUnavailable), `_insert` (the dialect's INSERT) and, to
-follow, `_closed`, `_changed` and `poll_interval`; a dialect narrows what tailing readers
-see (`_visible_to_tailing_readers`), orders them (`_after_cursor`) and wakes followers
-(`_change_notifications`).
+`LogReads` is the read half of `SqlEventStore` (store.py adds opening, closing, appends): it
+sets up what reads use itself (the dialect, the open and read-only state, the pooled
+connections, the change signal) and asks the dialect (dialect.py) only for what differs:
+its INSERT, the global order, and what wakes followers.
 """
 
 from __future__ import annotations
@@ -15,12 +14,16 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from sqlalchemy import func, literal_column, null, select, tuple_, union_all
+from sqlalchemy import literal_column, null, select, union_all
 
+from ..errors import StoreClosed, StoreUnavailable
 from ..records import RecordedEvent
-from ..schema import events, snapshots, streams
-from .verify import StreamReport, verify_stream
+from ..schema import check_stream_id, events, snapshots, streams
+
+if TYPE_CHECKING:
+    from .dialect import Dialect
 
 _EVENT_COLUMNS = (events.c.stream_id, events.c.version, events.c.position, events.c.type,
                   events.c.schema_version, events.c.data, events.c.recorded_at_us,
@@ -28,18 +31,20 @@ _EVENT_COLUMNS = (events.c.stream_id, events.c.version, events.c.position, event
 
 
 def _events_and_head(stream_id: str):
-    """One stream's events (version order), then its head row as (stream_id, version, NULLs,
-    last_hash): one statement, one snapshot of both; the last column tells them apart."""
+    """One stream's events (version order), then its head row as (stream_id, version, epoch,
+    NULLs, last_hash): one statement, one snapshot of both; the last column tells them
+    apart."""
     rows = select(*_EVENT_COLUMNS, literal_column("0").label("is_head")).where(
         events.c.stream_id == stream_id)
-    blank = [null()] * (len(_EVENT_COLUMNS) - 3)
-    head = select(streams.c.stream_id, streams.c.version, *blank, streams.c.last_hash,
-                  literal_column("1")).where(streams.c.stream_id == stream_id)
+    blank = [null()] * (len(_EVENT_COLUMNS) - 4)
+    head = select(streams.c.stream_id, streams.c.version, streams.c.epoch, *blank,
+                  streams.c.last_hash, literal_column("1")).where(
+                      streams.c.stream_id == stream_id)
     both = union_all(rows, head)
     return both.order_by(both.selected_columns.is_head, both.selected_columns.version)
 
 
-class _InProcessOnly:
+class InProcessOnly:
     """Change notifications of a store without cross-process ones: in-process wake-ups
     always work; commits of other processes are found by polling."""
 
@@ -69,13 +74,59 @@ class Snapshot:
 
 
 class LogReads:
-    """Reads of the log (see the module's docstring for what a subclass provides)."""
+    """Reads of the log, over the pool of the dialect's engine."""
+
+    def __init__(self, dialect: Dialect):
+        self._dialect = dialect
+        self._engine = dialect.engine
+        self._read_only = bool(dialect.read_only)
+        self._closed = False  # the store was closed: reads refused, followers stop
+        self._changed = asyncio.Event()  # set (and replaced) by `_signal_change` at each commit
+        #: Wait for a change notification at most this long before polling the table again.
+        self.poll_interval = dialect.poll_interval
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise StoreClosed("this store was opened read_only: it takes no appends (nor "
+                              "snapshots)")
+
+    @contextlib.asynccontextmanager
+    async def _connect(self, *, begin: bool = False):
+        """A pooled connection for reads (and snapshot writes). A database that is down
+        gives StoreUnavailable naming the cause, as an append does, not the driver's own
+        exception (a bare ConnectionRefusedError, a wrapped "the database system is starting
+        up"), so callers can tell an outage from a bug."""
+        try:
+            async with (self._engine.begin() if begin else self._engine.connect()) as conn:
+                yield conn
+        except Exception as exc:  # noqa: BLE001 - sorted out below
+            cause = self._outage_cause(exc)
+            if cause is None:
+                raise
+            raise StoreUnavailable("cannot reach the database "
+                                   f"({self._dialect.committer.describe_outage(cause)})"
+                                   ) from exc
+
+    def _outage_cause(self, exc: BaseException) -> BaseException | None:
+        """The driver's outage error behind `exc`, which SQLAlchemy may have wrapped (`orig`,
+        and the asyncpg adapter's `__cause__`)."""
+        orig = getattr(exc, "orig", None)
+        for candidate in (exc, orig, getattr(orig, "__cause__", None)):
+            if candidate is not None and not isinstance(candidate, StoreUnavailable) \
+                    and self._dialect.committer.is_outage(candidate):
+                return candidate
+        return None
 
     # ------------------------------------------------------------------ read
     async def read(self, stream_id: str, from_version: int = 1, to_version: int | None = None,
                    *, limit: int | None = None) -> list[RecordedEvent]:
         """Events of one stream in version order, from `from_version` (inclusive)."""
         self._check_open()
+        check_stream_id(stream_id)
         stmt = (select(*_EVENT_COLUMNS)
                 .where(events.c.stream_id == stream_id, events.c.version >= from_version)
                 .order_by(events.c.version))
@@ -88,6 +139,7 @@ class LogReads:
 
     async def stream_version(self, stream_id: str) -> int:
         self._check_open()
+        check_stream_id(stream_id)
         async with self._connect() as conn:
             v = await conn.scalar(select(streams.c.version).where(streams.c.stream_id == stream_id))
         return v or 0
@@ -95,23 +147,13 @@ class LogReads:
     async def stream_head(self, stream_id: str) -> tuple[int, str, int] | None:
         """The stream's head row: (version, last_hash, epoch), or None if there is none."""
         self._check_open()
+        check_stream_id(stream_id)
         # (`_connect`, as every read: an outage is StoreUnavailable, not the driver's error.)
         async with self._connect() as conn:
             row = (await conn.execute(select(streams.c.version, streams.c.last_hash,
                                              streams.c.epoch)
                                       .where(streams.c.stream_id == stream_id))).first()
         return tuple(row) if row else None
-
-    def _visible_to_tailing_readers(self):
-        """Extra WHERE clause for read_all: only rows no in-flight writer can precede."""
-        return None
-
-    def _after_cursor(self, cursor_order, from_position: int):
-        """read_all's WHERE (rows after the cursor) and ORDER BY: the global order is
-        (tx_order, position), as PostgreSQL's concurrent writers need (postgres.py)."""
-        return (tuple_(events.c.tx_order, events.c.position)
-                > tuple_(func.coalesce(cursor_order, -1), from_position),
-                (events.c.tx_order, events.c.position))
 
     async def read_all(self, from_position: int = 0, limit: int = 1000) -> list[RecordedEvent]:
         """Events of all streams in global order, after the event at `from_position`.
@@ -125,11 +167,8 @@ class LogReads:
         cursor_order = select(events.c.tx_order).where(
             events.c.position == from_position).scalar_subquery()
         # (The cursor's order comes back with the rows: see below.)
-        after, order = self._after_cursor(cursor_order, from_position)
-        stmt = select(*_EVENT_COLUMNS, cursor_order).where(after).order_by(*order).limit(limit)
-        guard = self._visible_to_tailing_readers()
-        if guard is not None:
-            stmt = stmt.where(guard)
+        where, order = self._dialect.global_order(cursor_order, from_position)
+        stmt = select(*_EVENT_COLUMNS, cursor_order).where(*where).order_by(*order).limit(limit)
         async with self._connect() as conn:
             rows = (await conn.execute(stmt)).all()
             # An empty page says nothing of the cursor (the rows carry its order): ask. (A
@@ -163,11 +202,10 @@ class LogReads:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    @contextlib.asynccontextmanager
-    async def _change_notifications(self):
+    def _change_notifications(self) -> contextlib.AbstractAsyncContextManager:
         """Yields what tells a follower whether commits elsewhere wake it: a dialect with
         cross-process notification (PostgreSQL's LISTEN) keeps it up there."""
-        yield _InProcessOnly()
+        return self._dialect.change_notifications(self._signal_change)
 
     async def subscribe(self, from_position: int = 0, *, stream_id: str | None = None,
                         batch_size: int = 500) -> AsyncIterator[RecordedEvent]:
@@ -180,6 +218,8 @@ class LogReads:
         A read the database does not answer raises StoreUnavailable: follow again from the
         position of the last event you got.
         """
+        if stream_id is not None:
+            check_stream_id(stream_id)
         position = from_position
         async with self._change_notifications() as notifications:
             while not self._closed:
@@ -199,7 +239,9 @@ class LogReads:
     async def save_snapshot(self, snapshot: Snapshot) -> None:
         """Cache a folded state; it never changes an answer, only how fast it is found."""
         self._check_open()
-        stmt = self._insert(snapshots).values(
+        self._check_writable()
+        check_stream_id(snapshot.stream_id)
+        stmt = self._dialect.insert(snapshots).values(
             stream_id=snapshot.stream_id, version=snapshot.version,
             projection_version=snapshot.projection_version, state=snapshot.state_json,
             created_at_us=now_us())
@@ -214,6 +256,7 @@ class LogReads:
 
     async def load_snapshot(self, stream_id: str) -> Snapshot | None:
         self._check_open()
+        check_stream_id(stream_id)
         async with self._connect() as conn:
             row = (await conn.execute(
                 select(snapshots.c.stream_id, snapshots.c.version,
@@ -221,10 +264,16 @@ class LogReads:
                 .where(snapshots.c.stream_id == stream_id))).first()
         return Snapshot(*row) if row else None
 
-    # ------------------------------------------------------------------ audit
-    async def verify(self, stream_id: str | None = None) -> list[StreamReport]:
-        """Recompute hash chains; one report per stream, naming the first bad event."""
+    # ------------------------------------------------------------------ chains
+    async def read_chains(self, stream_id: str | None = None
+                          ) -> AsyncIterator[tuple[str, list[RecordedEvent],
+                                                   tuple[int, str, int] | None]]:
+        """Each stream's events (version order) with its head row (version, last_hash, epoch;
+        None if it has none), stream by stream in id order: every stream that has a head row
+        or events, or only `stream_id`. What `session_store.verify` checks."""
         self._check_open()
+        if stream_id is not None:
+            check_stream_id(stream_id)
         async with self._connect() as conn:
             if stream_id is None:
                 ids = sorted(set((await conn.scalars(select(streams.c.stream_id))).all())
@@ -232,7 +281,6 @@ class LogReads:
                                  select(events.c.stream_id).distinct())).all()))
             else:
                 ids = [stream_id]
-            reports = []
             for sid in ids:
                 # The head and the events in one statement, so from one snapshot: read in two,
                 # an append committing between them made an intact live stream "damaged"
@@ -240,9 +288,7 @@ class LogReads:
                 head, rows = None, []
                 for *row, is_head in await conn.execute(_events_and_head(sid)):
                     if is_head:
-                        head = (row[1], row[7])
+                        head = (row[1], row[7], row[2])
                     else:
                         rows.append(RecordedEvent(*row))
-                reports.append(verify_stream(sid, rows, head))
-        return reports
-
+                yield sid, rows, head

@@ -6,6 +6,11 @@ takes the call over from the log; I1–I7 are checked against the local Gemini L
 record, the tools' side-effect ledger and the log. Then a short random soak (external
 SIGKILLs at random times). Both databases. The long soak runs by hand:
 `python -m service.crash.harness --mode soak --kills 1000 --db postgres`.
+
+Model generations: the boundaries run on each generation (the local server applying its
+wire rules). CI's matrix covers every generation and both databases without crossing them
+all (each scenario on 2.5 and on pipecat's default, 3.8; the scenarios 3.1 and 3.8 thinking
+change on those); CRASH_MATRIX=all runs every scenario on every generation and database.
 """
 
 from __future__ import annotations
@@ -19,10 +24,26 @@ import sys
 import pytest
 
 from service.crash.harness import Databases, run_boundaries, run_soak, summarise
-from service.crash.scenarios import SCENARIOS, SCRIPTED, ServerPlan, known_results
+from service.crash.scenarios import SCENARIOS, SCRIPTED, ServerPlan, known_results, scripted_for
 from service.local_live import LocalLiveServer
+from service.testing.pipeline import MODEL
 
 pytestmark = pytest.mark.timeout(900)
+
+
+GENERATIONS = {"2.5": MODEL, "3.1": "models/gemini-3.1-flash-live-preview",
+               "3.8": "models/gemini-3.8-live",
+               "3.8-thinking": "models/gemini-3.8-live-extended-thinking"}
+# (database, generation, scenarios): None = every scenario the generation can run.
+SHORT_MATRIX = [("sqlite", "2.5", None), ("postgres", "3.8", None),
+                ("sqlite", "3.1", ("prompt_change", "single_call")),
+                ("postgres", "3.8-thinking", ("progress_call", "go_away"))]
+
+
+def boundary_matrix() -> list[tuple[str, str, tuple[str, ...] | None]]:
+    if os.environ.get("CRASH_MATRIX") == "all":
+        return [(db, g, None) for g in GENERATIONS for db in ("sqlite", "postgres")]
+    return SHORT_MATRIX
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -32,11 +53,24 @@ async def databases(request, tmp_path):
     await dbs.cleanup()
 
 
-async def test_every_boundary_of_every_scenario(databases, tmp_path):
-    results = await run_boundaries(sorted(SCRIPTED), databases, tmp_path, parallel=3)
+@pytest.mark.parametrize("db, generation, scenarios", boundary_matrix(),
+                         ids=lambda v: "-".join(v) if isinstance(v, tuple) else str(v))
+async def test_every_boundary_of_every_scenario(db, generation, scenarios, tmp_path):
+    model = GENERATIONS[generation]
+    chosen = sorted(scenarios or scripted_for(model))
+    databases = Databases(db, tmp_path)
+    try:
+        results = await run_boundaries(chosen, databases, tmp_path, parallel=3, model=model)
+    finally:
+        await databases.cleanup()
     summary = summarise(results)
     print(json.dumps(summary, indent=2))
-    assert summary["kills"] >= len(results) - len(SCRIPTED), "most cases must really kill"
+    # A kill after a version a call never reached does not fire: how many events a call
+    # appends varies with timing (facts that decide nothing share a commit or not), so a run
+    # may end short of the clean run's count (seen under load: 6 of 161). A case whose call
+    # did reach its kill point and did not die fails in run_case; this only catches a
+    # harness that stopped killing.
+    assert summary["kills"] >= 0.9 * len(results), "most cases must really kill"
     assert summary["violations"] == []
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.crash.harness import Databases, Kill, run_case
+from service.crash.case import Kill, run_case
+from service.crash.harness import Databases
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from service.crash.invariants import check_call
 from service.crash.scenarios import SCENARIOS
 from session_store import events as ev
+from session_store.verify import verify_log
 
 SINGLE = SCENARIOS["single_call"]
 ARGS = {"id": 42}
@@ -16,7 +17,7 @@ ARGS = {"id": 42}
 async def _check(store, call_id, events, ledger):
     await store.append(call_id, events, 0, epoch=1)
     records = await store.read(call_id)
-    return check_call(SINGLE, records, await store.verify(call_id), None, ledger)
+    return check_call(SINGLE, records, await verify_log(store, call_id), None, ledger)
 
 
 def _taken_over(outcome: ev.Event) -> list[ev.Event]:
@@ -75,7 +76,7 @@ async def test_a_run_without_its_start_in_the_log_is_reported(store):
     ], 0, epoch=1)
     run = {"tool": "send_receipt", "call_id": "c1", "args": ARGS, "idempotency_key": "k:c1"}
     records = await store.read(call_id)
-    problems = check_call(scenario, records, await store.verify(call_id), None, [run, run])
+    problems = check_call(scenario, records, await verify_log(store, call_id), None, [run, run])
     assert any(p.startswith("I3:") and "c1" in p for p in problems), problems
 
 
@@ -87,7 +88,7 @@ async def test_a_call_the_model_still_waits_for_at_the_end_is_reported(store):
     waited for ever."""
     from types import SimpleNamespace
 
-    from service.local_live.record import Connection, ToolResult
+    from service.local_live import Connection, ToolResult
 
     first, last = Connection(0, "/ws", 0.0, setup={}), Connection(1, "/ws", 1.0, setup={})
     last.state.issued["lookup_order-2"] = "lookup_order"
@@ -97,7 +98,7 @@ async def test_a_call_the_model_still_waits_for_at_the_end_is_reported(store):
     events = _taken_over(ev.ToolCallFailed("c1", "outcome unknown", outcome_unknown=True))
     await store.append("still-waiting", events, 0, epoch=1)
     records = await store.read("still-waiting")
-    problems = check_call(SINGLE, records, await store.verify("still-waiting"), server,
+    problems = check_call(SINGLE, records, await verify_log(store, "still-waiting"), server,
                           RAN_ONCE)
     assert problems == ["I1: the model still waits for lookup_order-2 (lookup_order) on the "
                         "last connection"], problems
@@ -119,7 +120,7 @@ async def test_a_result_without_its_run_in_the_ledger_is_reported(store):
     ]
     assert await _check(store, "ran-once", events, RAN_ONCE) == []
     problems = check_call(SINGLE, await store.read("ran-once"),
-                          await store.verify("ran-once"), None, [])
+                          await verify_log(store, "ran-once"), None, [])
     assert any(p.startswith("I3:") and "c1" in p and "ledger" in p for p in problems), problems
 
 
@@ -132,6 +133,6 @@ async def test_sessions_the_server_never_saw_are_reported(store):
     server = SimpleNamespace(violations=[], errors=[], connections=[])
     events = _taken_over(ev.ToolCallFailed("c1", "outcome unknown", outcome_unknown=True))
     await store.append("unseen", events, 0, epoch=1)
-    problems = check_call(SINGLE, await store.read("unseen"), await store.verify("unseen"),
+    problems = check_call(SINGLE, await store.read("unseen"), await verify_log(store, "unseen"),
                           server, RAN_ONCE)
     assert problems == ["server: the log has 2 connected sessions, the server saw 0"], problems

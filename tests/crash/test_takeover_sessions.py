@@ -18,19 +18,19 @@ import time
 import pytest
 from pipecat.frames.frames import EndFrame, LLMRunFrame
 from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.runner import PipelineRunner
-from pipecat.pipeline.task import PipelineParams, PipelineTask
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 from service.driver import now_us
-from service.connections import HANDLE_ATTEMPTS
+from service.link import HANDLE_ATTEMPTS
 from service.gemini_live import DurableGeminiLiveLLMService
 from service.local_live import LocalLiveServer, Script
-from service.testing.pipeline import MODEL, PlaybackOutput, tools_schema
+from service.testing.pipeline import MODEL, PlaybackOutput, run_worker, tools_schema
 from session_store import events as ev
 from session_store import load_state
+from session_store.delivery import undelivered
 from tests.service.helpers import PROMPT, TOOLS, Tap, TimedLedger, make_tool
 
 REFUSED = "handle-from-the-dead-worker"
@@ -40,7 +40,7 @@ REFUSED = "handle-from-the-dead-worker"
 @pytest.mark.parametrize("refusal", ["refused", "fails_every_time"])
 async def test_takeover_whose_handle_is_refused_falls_back_to_a_fresh_session(store, refusal):
     """`refused`: the server refuses the handle as the API does (a client-error close, see
-    service.connections.REFUSING_CLOSE_CODES): the next handshake is fresh. `fails_every_time`:
+    service.link.REFUSING_CLOSE_CODES): the next handshake is fresh. `fails_every_time`:
     a 1011 before setupComplete says nothing about the handle, so it is tried again
     (HANDLE_ATTEMPTS in all) before it is passed over, and the service is not given up."""
     call_id = f"review-refused-handle-{refusal}"
@@ -78,7 +78,7 @@ async def test_takeover_whose_handle_is_refused_falls_back_to_a_fresh_session(st
         f"after the server refused {REFUSED!r} ({refusal}), the next handshake must be fresh "
         f"(the log chooses no handle once the newest is bad); handles asked for: {asked}")
     assert not given_up, f"the service was given up: {given_up[0].data}"
-    assert len(delivered) == 1 and not state.undelivered(), (
+    assert len(delivered) == 1 and not undelivered(state), (
         f"c1's result never reached the model: {delivered}")
 
 
@@ -98,10 +98,10 @@ async def _run_service(store, server, call_id, *, seconds, until=None, before_se
         before_setup(llm)
     context = LLMContext(messages=[{"role": "user", "content": "Hello"}])
     aggregators = LLMContextAggregatorPair(context)
-    task = PipelineTask(Pipeline([aggregators.user(), llm, PlaybackOutput(), tap,
+    task = PipelineWorker(Pipeline([aggregators.user(), llm, PlaybackOutput(), tap,
                                   aggregators.assistant()]),
                         params=PipelineParams(), cancel_on_idle_timeout=False)
-    run = asyncio.create_task(PipelineRunner(handle_sigint=False).run(task))
+    run = asyncio.create_task(run_worker(task))
     states = []
     try:
         await task.queue_frames([LLMRunFrame()])

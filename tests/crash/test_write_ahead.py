@@ -17,8 +17,7 @@ import time
 import pytest
 from pipecat.frames.frames import EndFrame, LLMRunFrame
 from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.runner import PipelineRunner
-from pipecat.pipeline.task import PipelineParams, PipelineTask
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
@@ -26,9 +25,10 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 from service.driver import now_us
 from service.gemini_live import DurableGeminiLiveLLMService
 from service.local_live import LocalLiveServer, Script
-from service.testing.pipeline import MODEL, PlaybackOutput, tools_schema
+from service.testing.pipeline import MODEL, PlaybackOutput, run_worker, tools_schema
 from session_store import Policy, load_state
 from session_store import events as ev
+from session_store.delivery import undelivered
 from tests.service.helpers import PROMPT, TOOLS, Tap, TimedLedger, make_tool
 
 
@@ -70,10 +70,10 @@ async def test_an_in_doubt_idempotent_call_reruns_only_after_its_start_is_commit
                 llm.register_function(name, make_tool(name, ledger, 0.01))
             context = LLMContext(messages=[{"role": "user", "content": "Hello"}])
             aggregators = LLMContextAggregatorPair(context)
-            task = PipelineTask(Pipeline([aggregators.user(), llm, PlaybackOutput(), tap,
+            task = PipelineWorker(Pipeline([aggregators.user(), llm, PlaybackOutput(), tap,
                                           aggregators.assistant()]),
                                 params=PipelineParams(), cancel_on_idle_timeout=False)
-            run = asyncio.create_task(PipelineRunner(handle_sigint=False).run(task))
+            run = asyncio.create_task(run_worker(task))
             try:
                 await task.queue_frames([LLMRunFrame()])
                 deadline = time.monotonic() + 15
@@ -99,4 +99,4 @@ async def test_an_in_doubt_idempotent_call_reruns_only_after_its_start_is_commit
     state = await load_state(store, call_id, use_snapshot=False)
     c1 = state.calls["c1"]
     assert c1.status == "completed" and c1.attempt == 2 and c1.idempotency_key == f"{call_id}:c1"
-    assert len(delivered) == 1 and not state.undelivered()
+    assert len(delivered) == 1 and not undelivered(state)

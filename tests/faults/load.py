@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from session_store import SqlEventStore, StoreUnavailable
 from session_store import events as ev
 from session_store.events import canonical_json
+from session_store.verify import verify_log
 
 TOOLS = ("lookup_order", "check_stock", "book_delivery_slot")
 
@@ -205,7 +206,7 @@ async def check_log(store: SqlEventStore, load: Load, *, slack: float = 5.0) -> 
     by_stream: dict[str, list[Append]] = {}
     for a in load.appends:
         by_stream.setdefault(a.stream, []).append(a)
-    reports = {r.stream_id: r for r in await store.verify()}
+    reports = {r.stream_id: r for r in await verify_log(store)}
     for sid, appends in by_stream.items():
         log = await store.read(sid)
         versions = [r.version for r in log]

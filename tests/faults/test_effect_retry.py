@@ -26,7 +26,7 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 from service.local_live import (Audio, Call, Close, Script, Sleep, ToolCall, TurnComplete,
                                 WaitSignal, WaitToolResponse)
-from session_store.decide import SendResult
+from session_store.delivery import SendResult
 from tests.service.helpers import (Ctl, Flavour, assert_answered_once, assert_chain_ok,
                                    assert_log_settled, assert_ran_once, assert_server_clean,
                                    run_call, migrated_sqlite)
@@ -106,11 +106,11 @@ async def test_send_refused_on_the_new_session_is_retried_without_anything_else_
 
     async def drive(ctl: Ctl) -> None:
         llm = ctl.llm
-        perform = llm._perform
+        perform_round = llm.effects.perform_round
 
-        async def perform_with_fault(effects):
+        async def round_with_fault(kinds):
             # The real fault, at the one moment that matters: the send intent's append.
-            if not faulted and any(isinstance(e, SendResult) for e in effects):
+            if not faulted and any(isinstance(e, SendResult) for e in llm.driver.due()):
                 fault = Unwritable(db).__enter__()
                 faulted["down"] = time.time()
                 loop = asyncio.get_running_loop()
@@ -120,9 +120,9 @@ async def test_send_refused_on_the_new_session_is_retried_without_anything_else_
                     fault.__exit__(None, None, None)
 
                 loop.call_later(DOWN_S, lift)
-            return await perform(effects)
+            return await perform_round(kinds)
 
-        llm._perform = perform_with_fault
+        llm.effects.perform_round = round_with_fault
         assert await ctl.wait(lambda: ctl.script_done(1) and not ctl.tap.speaking,
                               timeout=20), "the result never reached the new session"
         await ctl.settle()

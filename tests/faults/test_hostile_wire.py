@@ -37,6 +37,7 @@ from service.local_live import (Audio, Call, Close, Dynamic, Script, ToolCall, T
 from service.local_live.script import Drop, OutputTranscript, Raw, WaitSignal
 from session_store.audit import replay
 from session_store.events import canonical_json
+from session_store.delivery import unanswered, undelivered
 from tests.service.helpers import (CallRun, Ctl, Flavour, assert_answered_once, assert_chain_ok,
                                    handles_of, run_call)
 
@@ -69,8 +70,8 @@ def assert_log_settled(run: CallRun, anomalies: Counter) -> None:
     """Like tests/service/helpers.assert_log_settled, with the anomalies each test expects."""
     state = run.state
     assert state is not None and state.closed, f"call not closed:\n{run.timeline()}"
-    assert state.undelivered() == [], f"undelivered results:\n{run.timeline()}"
-    assert state.unanswered() == [], f"calls never settled:\n{run.timeline()}"
+    assert undelivered(state) == [], f"undelivered results:\n{run.timeline()}"
+    assert unanswered(state) == [], f"calls never settled:\n{run.timeline()}"
     assert not state.pending(), f"deferred calls never started:\n{run.timeline()}"
     assert not [c for c in state.calls.values() if c.status in ("requested", "started")], (
         f"calls still open:\n{run.timeline()}")

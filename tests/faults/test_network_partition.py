@@ -24,6 +24,7 @@ from service.local_live import (Audio, Call, CancelToolCalls, GoAway, Script, To
 from session_store import Policy, StoreUnavailable, open_store
 from session_store.events import BotStartedSpeaking
 from session_store.migrate import upgrade
+from session_store.verify import verify_log
 from tests.service.helpers import (Ctl, Flavour, assert_cancelled_after_start, assert_chain_ok,
                                    assert_log_settled, assert_server_clean, handles_of,
                                    run_call)
@@ -96,7 +97,7 @@ async def test_append_in_a_partition_fails_at_its_own_deadline(behind_proxy):
     # same version goes in (the store forgot the head it could not confirm).
     assert await _rows(schema, "call") == [1, 2]
     assert await asyncio.wait_for(store.append("call", [_event()], v), HANG_S) == 3
-    assert [r.ok for r in await store.verify("call")] == [True]
+    assert [r.ok for r in await verify_log(store, "call")] == [True]
 
 
 async def test_commit_whose_answer_the_partition_ate_counts_once(behind_proxy):
@@ -120,7 +121,7 @@ async def test_commit_whose_answer_the_partition_ate_counts_once(behind_proxy):
     assert await _rows(schema, "call") == [1, 2, 3, 4]
     assert [e.data_json for e in await store.read("call", 4)] == [
         '{"generation":2,"source":"model"}']
-    assert [r.ok for r in await store.verify("call")] == [True]
+    assert [r.ok for r in await verify_log(store, "call")] == [True]
 
 
 async def test_a_lost_answer_is_recognised_after_another_writer_appended_behind_it(
@@ -148,7 +149,7 @@ async def test_a_lost_answer_is_recognised_after_another_writer_appended_behind_
     proxy.heal()
     assert await asyncio.wait_for(append, HANG_S) == 4  # ours, not a conflict
     assert await _rows(schema, "call") == [1, 2, 3, 4, 5]
-    assert [r.ok for r in await store.verify("call")] == [True]
+    assert [r.ok for r in await verify_log(store, "call")] == [True]
 
 
 async def test_two_appends_to_one_stream_whose_answer_was_lost_both_count_once(behind_proxy):
@@ -345,7 +346,7 @@ def _bot_audio_gap(run, down: float, up: float) -> float:
 async def test_go_away_in_a_partition_holds_no_audio_and_reconnects_once_logged(behind_proxy):
     """goAway arrives the moment the network goes, while nothing else holds the log: the
     receive loop tries to log it, and the bot's audio after it waits for that try. Before
-    stop 16 the try hung for the whole partition (no audio played); now it is cut at 0.5 s
+    2026-12-02 the try hung for the whole partition (no audio played); now it is cut at 0.5 s
     and the notes task logs it. The reconnect it asks for waits for the log (its
     `connection.disconnected` first), then resumes from the newest handle before goAway's
     deadline."""

@@ -24,10 +24,11 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 from service.gemini_live import DurableGeminiLiveLLMService
 from service.local_live import (Audio, Call, LocalLiveServer, Script, ToolCall, TurnComplete,
                                 WaitToolResponse)
-from service.testing.pipeline import MODEL, tools_schema
+from service.testing.pipeline import tools_schema
 from session_store import events as ev
 from session_store.audit.fmt import iso
 from session_store.schema import valid_id
+from session_store.verify import verify_log
 from tests.service.helpers import Ctl, Flavour, run_call
 from tests.store.helpers import sql
 from tests.tools.helpers import HOUR_US, T0, cli, support_call, write_call
@@ -46,10 +47,11 @@ FUZZ_EXAMPLES = int(os.environ.get("FAULTS_FUZZ_EXAMPLES", "60"))
 class KeyedFlavour(Flavour):
     """Our service with a real-looking API key (the shared harness uses a fixed test key)."""
 
-    def make_llm(self, server, *, call_id, system_instruction, tools, policy, **extra):
+    def make_llm(self, server, *, call_id, system_instruction, tools, policy, model=None,
+                 **extra):
         return DurableGeminiLiveLLMService(
             api_key=API_KEY,
-            settings=GeminiLiveLLMService.Settings(model=MODEL,
+            settings=GeminiLiveLLMService.Settings(model=model or self.model,
                                                    system_instruction=system_instruction),
             tools=tools_schema(list(tools)), http_options=server.http_options(),
             store=self.store, call_id=call_id, policy=policy, **extra)
@@ -256,7 +258,7 @@ async def test_cli_filters_and_call_ids_are_bound_parameters(migrated):
         if call in ids:
             assert r.exit_code in (0, 1) if command == "replay" else r.exit_code == 0, r.output
             if command == "export":
-                assert {json.loads(x)["stream_id"] for x in r.stdout.splitlines()} == {call}
+                assert {json.loads(x)["call"] for x in r.stdout.splitlines()} == {call}
             elif command in ("state", "timeline"):
                 assert json.loads(r.stdout)["call"] == call
         else:
@@ -267,7 +269,7 @@ async def test_cli_filters_and_call_ids_are_bound_parameters(migrated):
     assert await _table_counts(migrated) == before
     store = await migrated.open()
     try:
-        reports = await store.verify()
+        reports = await verify_log(store)
     finally:
         await store.close()
     assert sorted(r.stream_id for r in reports) == sorted(ids) and all(r.ok for r in reports)
@@ -284,11 +286,11 @@ SQL_WORD = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|PRAGMA|
 ALLOWED_IN_SQL = {"streams.name", "events.name", "_S", "_E", "BUSY_TIMEOUT_MS",
                   "int(busy_timeout_ms)",  # an int() cannot carry SQL
                   # the PostgreSQL batch function: its name, its error code, "$1, ..., $16"
-                  "_FN", "_HEADS_MOVED", "', '.join((f'${i}' for i in range(1, 17)))",
+                  "_FN", "HEADS_MOVED", "', '.join((f'${i}' for i in range(1, 17)))",
                   # the SQLite one-statement append: its view's name, its abort message
                   "APPEND_VIEW", "HEAD_MOVED"}
 #: The one `.format` on SQL: a run of "?" placeholders for the number of bound values.
-ALLOWED_FORMAT = {("session_store/storage/sqlite_commit.py",
+ALLOWED_FORMAT = {("session_store/storage/sqlite/commit.py",
                    "st.select_heads.format(marks=','.join('?' * len(part)))")}
 
 
@@ -344,17 +346,19 @@ def test_sql_is_never_built_from_runtime_values():
     assert formats == ALLOWED_FORMAT, formats ^ ALLOWED_FORMAT
     # What the allowed names are: plain identifiers and an integer, fixed at import.
     from session_store.schema import events, streams
-    from session_store.storage import postgres, sqlite, sqlite_commit
+    from session_store.storage.postgres import statements as postgres
+    from session_store.storage.sqlite import commit as sqlite_commit
+    from session_store.storage.sqlite import statements as sqlite
     for ident in (streams.name, events.name, postgres._S, postgres._E):
         assert re.fullmatch(r"[a-z_]+", ident)
     assert type(sqlite_commit.BUSY_TIMEOUT_MS) is int
     assert re.fullmatch(r"pg_temp\.[a-z_]+", postgres._FN)
-    assert re.fullmatch(r"[A-Z0-9]{5}", postgres._HEADS_MOVED)
+    assert re.fullmatch(r"[A-Z0-9]{5}", postgres.HEADS_MOVED)
     assert re.fullmatch(r"[a-z_]+", sqlite_commit.APPEND_VIEW)
     assert re.fullmatch(r"[a-z_: ]+", sqlite_commit.HEAD_MOVED)
     assert all(re.fullmatch(r"[a-z_]+", c) for c in sqlite_commit.APPEND_COLUMNS)
     # The writer process runs only SQL the store compiled at import from these.
-    assert sqlite._statements().select_heads == sqlite._SELECT_HEADS
+    assert sqlite.compile_statements().select_heads == sqlite.SELECT_HEADS
     # The scan can fail: each way of splicing a value into SQL is caught.
     spliced = ast.parse(
         "conn.execute(f\"SELECT * FROM t WHERE id = '{call_id}'\")\n"

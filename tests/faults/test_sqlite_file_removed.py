@@ -1,20 +1,26 @@
-"""A SQLite database file removed under a running store.
+"""A SQLite database file removed, replaced or truncated under a running store, or its WAL.
 
 SQLite keeps writing to a file that was unlinked while open (and to its WAL): every commit
-succeeds, into a file nobody will read again, gone when the process ends. Before stop 16 the
+succeeds, into a file nobody will read again, gone when the process ends. Before 2026-12-02 the
 store acknowledged such appends (three in a row, in the first test below): acknowledged and
-lost. Now each commit checks, before it is acknowledged, that the path still names the file
-it wrote to.
+lost. Then each commit checked, before it was acknowledged, that the path still names the
+file it wrote to; but with the WAL removed ~9,600 more appends were acknowledged (~225 of
+them gone after a kill -9, and verify said ok), and with the database file truncated to 0
+~9,300 (then "database disk image is malformed"). Now each commit checks the database file
+and the WAL it has open, before and after it, and the store refuses every append from then
+on (StoreFilesChanged).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 
 import pytest
 
 from session_store import SchemaMismatch, StoreUnavailable, open_store
+from session_store.errors import StoreFilesChanged
 from session_store.events import BotStartedSpeaking
 from tests.service.helpers import migrated_sqlite
 
@@ -62,3 +68,53 @@ async def test_a_store_opened_on_a_missing_file_says_what_to_run_and_creates_not
     with pytest.raises(SchemaMismatch, match="session-store migrate"):
         await open_store(f"sqlite+aiosqlite:///{path}")
     assert not path.exists(), "opening a store created an empty database"
+
+
+def _replace(path: str) -> None:
+    """A copy of the file renamed over it (what a restore or `sed -i` does)."""
+    shutil.copyfile(path, f"{path}.copy")
+    os.replace(f"{path}.copy", path)
+
+
+CHANGES = {
+    "wal-removed": (lambda db: os.unlink(f"{db}-wal"), "write-ahead log", "-wal was removed"),
+    "wal-replaced": (lambda db: _replace(f"{db}-wal"), "write-ahead log", "-wal was replaced"),
+    "db-truncated": (lambda db: os.truncate(db, 0), "database file", "was truncated (from"),
+    "db-shrunk": (lambda db: os.truncate(db, 4096), "database file", "was truncated (from"),
+    "db-replaced": (_replace, "database file", "was replaced"),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("inline", ["never", "always"])
+@pytest.mark.parametrize("change", list(CHANGES))
+async def test_appends_after_the_files_changed_are_refused_for_good(tmp_path, inline, change):
+    """Appending back to back (one append in flight at a time) while the file is changed:
+    at most the one in flight is acknowledged after it (it may have committed just before),
+    then every append fails at once with a clear error, and the store takes no more."""
+    path = tmp_path / "log.db"
+    do, what, said = CHANGES[change]
+    async with migrated_sqlite(path, inline=inline) as store:
+        acknowledged: list[int] = []
+
+        async def append_on() -> None:
+            v = 0
+            while True:
+                v = await store.append("call", [_event(v)], v)
+                acknowledged.append(v)
+
+        appending = asyncio.ensure_future(append_on())
+        while len(acknowledged) < 50 and not appending.done():
+            await asyncio.sleep(0.005)
+        # (A checkpoint copies the WAL into the file: each change then has something to act on.)
+        assert os.path.getsize(f"{path}-wal") > 0 and os.path.getsize(path) > 4096
+        before = len(acknowledged)
+        do(str(path))
+        with pytest.raises(StoreFilesChanged) as caught:
+            await asyncio.wait_for(appending, 10)
+        assert len(acknowledged) - before <= 1, f"{len(acknowledged) - before} acknowledged"
+        assert f"the {what} {path}" in str(caught.value) and said in str(caught.value)
+        assert "takes no more appends" in str(caught.value)
+        for stream in ("call", "another"):  # for good, on every path an append may take
+            with pytest.raises(StoreFilesChanged):
+                await store.append(stream, [_event()], 0, urgent=True)

@@ -1,4 +1,5 @@
-"""Issue #6, item 7: two (or eight) workers racing to take over one call.
+"""Issue #6, item 7: two (or eight) workers racing to take over one call; issue #27, item 1:
+a takeover of a call whose old worker appends as fast as it can.
 
 Each racer runs CallDriver.attach (the service's takeover path) on its own store instance,
 in one process (8 racers) or in separate processes (4), on SQLite and on PostgreSQL. Every
@@ -22,9 +23,11 @@ from service.driver import CallDriver
 from session_store import events as ev
 from session_store import load_state
 from session_store.errors import Fenced
+from session_store.verify import verify_log
 
 MODEL = dict(model="gemini-live", tools=["lookup_order"], settings={})
 WORKER = Path(__file__).with_name("race_worker.py")
+BUSY_WORKER = Path(__file__).with_name("busy_worker.py")
 
 
 async def _a_call_in_progress(store, call_id: str) -> CallDriver:
@@ -47,7 +50,7 @@ async def _judge_log(store, call_id: str, attached: dict[str, int], before: int,
     new = [r.event for r in recs[before:] if r.type == "conversation.message"]
     owner = max(attached, key=attached.get)
     assert recorded_by == [owner] and [m.text for m in new] == [f"from {owner}"]
-    report, = await store.verify(call_id)
+    report, = await verify_log(store, call_id)
     assert report.ok, report
     state = await load_state(store, call_id)
     assert (state.epoch, state.worker, state.takeovers) == (len(attached) + 1, owner,
@@ -126,3 +129,68 @@ async def test_worker_processes_race_to_take_over_one_call(migrated, store):
             if p.returncode is None:
                 p.kill()
             await p.wait()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("old_inline", ["never", "always"])
+async def test_a_takeover_wins_against_an_old_worker_appending_as_fast_as_it_can(
+        migrated, old_inline, monkeypatch):
+    """The old worker (a process of its own) records messages back to back. An attach read
+    the log and appended at the version it read: on PostgreSQL, with the old worker
+    appending every 2 ms, every attach lost its 8 rounds (ConcurrencyConflict) and the old
+    worker kept the call, unfenced. Here every read of the attach is followed by at least
+    one append of the old worker before it goes on (as a busy worker does), which made
+    the old attach lose every round. The takeover wins the first; what the old worker
+    committed before it is in the new worker's state; nothing of it lands after."""
+    if migrated.name == "postgres" and old_inline == "always":
+        pytest.skip("inline commits are SQLite's")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(BUSY_WORKER), migrated.url, migrated.options.get("schema", ""),
+        "busy", old_inline, "100", stdout=asyncio.subprocess.PIPE, cwd=str(WORKER.parents[2]))
+    store = await migrated.open()
+    real_load_state = driver_module.load_state
+    outpaced = []
+
+    async def outpaced_by_the_old_worker(store_, call_id, **kwargs):
+        state = await real_load_state(store_, call_id, **kwargs)
+        if kwargs.get("to_version") is None:
+            for _ in range(500):  # (at most 5 s; it appends every millisecond or two)
+                if await store_.stream_version(call_id) > state.version:
+                    outpaced.append(state.version)
+                    break
+                await asyncio.sleep(0.01)
+        return state
+
+    try:
+        async def line():
+            return json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+
+        assert "opened" in await line()
+        busy = await line()
+        assert "busy" in busy, busy
+        monkeypatch.setattr(driver_module, "load_state", outpaced_by_the_old_worker)
+        new = CallDriver(store, "busy", worker_id="new")
+        await new.attach(**MODEL)
+        end = await line()
+        assert "fenced" in end, end
+        assert len(outpaced) == 1, outpaced  # one round, and the old worker did move
+
+        recs = await store.read("busy")
+        attached, = [r for r in recs if r.type == "session.worker_attached"]
+        assert attached.version > outpaced[0] + 1 and attached.event.epoch == new.epoch == 2
+        # Every append the old worker was told about is there, in order, all before the
+        # takeover; nothing after it but the new owner's.
+        old = [r for r in recs if r.type == "conversation.message"]
+        assert [r.event.text for r in old] == [f"old {i}" for i in range(end["fenced"])]
+        assert all(r.version < attached.version for r in old)
+        assert new.state.version == attached.version == len(recs)
+        assert new.state.worker == "new" and new.state.epoch == 2
+        assert new.state == await load_state(store, "busy")
+        await new.record(ev.ConversationMessage("user", "from new", 1))
+        report, = await verify_log(store, "busy")
+        assert report.ok, report
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+        await store.close()

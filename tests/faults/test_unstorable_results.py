@@ -44,9 +44,9 @@ async def test_a_result_the_log_cannot_store_is_answered_as_a_failure(flavour, k
                                                                        monkeypatch):
     real = helpers.make_tool
 
-    def make_tool(name, ledger, delay):
+    def make_tool(name, ledger, delay, **options):
         if name != ORDER:
-            return real(name, ledger, delay)
+            return real(name, ledger, delay, **options)
 
         async def handler(params):
             ledger.write({"tool": name, "call_id": params.tool_call_id,

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import websockets
@@ -41,6 +41,7 @@ from service.local_live import (
     WaitToolResponse,
     http_options,
 )
+from tests.local_live.helpers import receive_until, turn_complete
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MODEL = "gemini-2.5-flash-native-audio-preview-09-2025"
@@ -72,30 +73,6 @@ def live_config(**overrides: Any) -> types.LiveConnectConfig:
 def connect(server: LocalLiveServer, **overrides: Any):
     client = genai.Client(api_key="test-key", http_options=server.http_options())
     return client.aio.live.connect(model=MODEL, config=live_config(**overrides))
-
-
-async def receive_until(
-    session, done: Callable[[types.LiveServerMessage], bool], timeout: float = 5.0
-) -> list[types.LiveServerMessage]:
-    """Messages up to and including the first one ``done`` accepts.
-
-    ``session.receive()`` stops after each turnComplete, so it is restarted as needed.
-    """
-    messages: list[types.LiveServerMessage] = []
-
-    async def read() -> None:
-        while True:
-            async for message in session.receive():
-                messages.append(message)
-                if done(message):
-                    return
-
-    await asyncio.wait_for(read(), timeout)
-    return messages
-
-
-def turn_complete(message: types.LiveServerMessage) -> bool:
-    return bool(message.server_content and message.server_content.turn_complete)
 
 
 def answer(call_id: str, name: str = "lookup_order", **response: Any) -> types.FunctionResponse:

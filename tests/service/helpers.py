@@ -20,11 +20,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from pipecat.frames.frames import (BotStartedSpeakingFrame, BotStoppedSpeakingFrame, EndFrame,
                                    Frame, LLMRunFrame, TTSAudioRawFrame)
 from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.runner import PipelineRunner
-from pipecat.pipeline.task import PipelineParams, PipelineTask
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
@@ -33,10 +33,13 @@ from pipecat.services.llm_service import FunctionCallParams
 
 from service.gemini_live import DurableGeminiLiveLLMService
 from service.local_live import HandleRecord, LocalLiveServer, Script, ToolResult
-from service.testing.pipeline import MODEL, PlaybackOutput, ToolLedger, tools_schema
+from service.testing.pipeline import MODEL, PlaybackOutput, ToolLedger, make_tool, run_worker, tools_schema
 from session_store import Policy, RecordedEvent, SessionState, load_state, open_store
 from session_store.migrate import upgrade
+from session_store.models import rules_for
 from session_store.storage import SqlEventStore
+from session_store.delivery import unanswered, undelivered
+from session_store.verify import verify_log
 
 PROMPT = "Be brief."
 TOOLS = ("lookup_order", "get_weather")
@@ -62,17 +65,18 @@ class Flavour:
 
     name: str  # sqlite | postgres | stock
     store: SqlEventStore | None = None
+    model: str = MODEL  # the model the setup names (conftest: GEMINI_MODELS)
 
     @property
     def durable(self) -> bool:
         return self.store is not None
 
     def make_llm(self, server: LocalLiveServer, *, call_id: str, system_instruction: str,
-                 tools: Sequence[str], policy: Policy | None,
+                 tools: Sequence[str], policy: Policy | None, model: str | None = None,
                  **extra: Any) -> GeminiLiveLLMService:
         common = dict(
             api_key="local-test-key",
-            settings=GeminiLiveLLMService.Settings(model=MODEL,
+            settings=GeminiLiveLLMService.Settings(model=model or self.model,
                                                    system_instruction=system_instruction),
             tools=tools_schema(list(tools)), http_options=server.http_options())
         # Arguments of pipecat's own service go to both; the rest are ours.
@@ -135,23 +139,12 @@ class TimedLedger(ToolLedger):
         super().write({**entry, "t": time.time()})
 
 
-def make_tool(name: str, ledger: ToolLedger, delay: float):
-    """A tool that records its side effect (with the start time) in the ledger, then answers."""
-
-    async def handler(params: FunctionCallParams) -> None:
-        ledger.write({"tool": name, "call_id": params.tool_call_id, "args": params.arguments})
-        await asyncio.sleep(delay)
-        await params.result_callback({"ok": True, "tool": name, "args": params.arguments})
-
-    return handler
-
-
 @dataclass
 class Ctl:
     """What a scenario's `drive` gets: the live call, to steer and watch it."""
 
     server: LocalLiveServer
-    task: PipelineTask
+    task: PipelineWorker
     llm: GeminiLiveLLMService
     tap: Tap
     ledger: TimedLedger
@@ -244,31 +237,41 @@ async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script | Callab
                    end_timeout: float = 3.0, call_id: str | None = None,
                    run_first: bool = True, messages: Sequence[dict[str, Any]] | None = None,
                    server_handles: Mapping[str, HandleRecord] | None = None,
+                   model: str | None = None, progress: Mapping[str, int] | None = None,
                    **llm_extra: Any) -> CallRun:
     """`call_id`: a call whose log a test wrote beforehand (a takeover); `run_first=False`:
     the pipeline's first context (LLMRunFrame) is left to `drive` (`ctl.run_llm()`);
     `messages`: the pipeline context's opening messages (one user "Hello" by default);
-    `server_handles`: handles the server issued before this worker (to a dead one)."""
+    `server_handles`: handles the server issued before this worker (to a dead one);
+    `model`: the model the setup names (the server applies its generation's rules; by
+    default the flavour's: conftest's GEMINI_MODELS);
+    `progress`: tools that report that many intermediate results (registered as async
+    tools, cancel_on_interruption=False: pipecat declares them NON_BLOCKING)."""
     call_id = call_id or f"call-{uuid.uuid4().hex[:10]}"
     ledger = TimedLedger()
     tap = Tap()
     # A Script for every connection, a list (one per connection) or a callable choosing one.
     source = scripts if isinstance(scripts, Script) or callable(scripts) else list(scripts)
-    async with LocalLiveServer(source) as server:
+    model = model or flavour.model
+    # A real model says nothing before it has input: a fresh session's script waits for the
+    # client's first message (its seed; 3.x refuses a seed after the model's first output).
+    async with LocalLiveServer(source, hold_until_input=2.0) as server:
         server.handles.update(server_handles or {})
         llm = flavour.make_llm(server, call_id=call_id, system_instruction=system_instruction,
-                               tools=tools, policy=policy, **llm_extra)
+                               tools=tools, policy=policy, model=model, **llm_extra)
+        progress = dict(progress or {})
         for name in tools:
             delay = tool_delay.get(name, 0.05) if isinstance(tool_delay, dict) else tool_delay
-            llm.register_function(name, make_tool(name, ledger, delay))
+            llm.register_function(name, make_tool(name, ledger, delay,
+                                                  progress=progress.get(name, 0)),
+                                  cancel_on_interruption=name not in progress)
         context = LLMContext(messages=list(messages or [{"role": "user", "content": "Hello"}]))
         aggregators = LLMContextAggregatorPair(context)
         pipeline = Pipeline([aggregators.user(), llm, PlaybackOutput(), tap,
                              aggregators.assistant()])
-        task = PipelineTask(pipeline, params=PipelineParams(), cancel_on_idle_timeout=False)
-        runner = PipelineRunner(handle_sigint=False)
+        task = PipelineWorker(pipeline, params=PipelineParams(), cancel_on_idle_timeout=False)
         ctl = Ctl(server, task, llm, tap, ledger)
-        run = asyncio.create_task(runner.run(task))
+        run = asyncio.create_task(run_worker(task))
         try:
             if run_first:
                 await ctl.run_llm()
@@ -292,6 +295,28 @@ def assert_server_clean(run: CallRun, allow: Sequence[str] = ()) -> None:
     run.server.assert_clean(allow=allow)
     rejected = [r for r in run.results() if not r.accepted]
     assert not rejected, f"results the server did not take in: {rejected}"
+
+
+BLOCKING_CALLS = pytest.mark.generations(
+    "2.5", "3.1", "3.8", reason="the scenario's calls are blocking ones, deferred while the "
+                                "bot speaks; on 3.8 thinking every call is NON_BLOCKING, not "
+                                "deferred by default (tests/service/test_generations.py)")
+PROMPT_RECONNECTS = pytest.mark.generations(
+    "2.5", "3.1", reason="a prompt change reconnects only where the model takes no contextUpdate "
+                         "(3.8 on: tests/service/test_generations.py)")
+
+
+def content_via(run: CallRun, *, logged: bool = False) -> str:
+    """How a result for a call the session never issued reaches the server (ToolResult.via,
+    or with `logged` the log's `via`): clientContent on 2.5, realtimeInput.text from 3.1 on
+    (a seed is clientContent on all)."""
+    if rules_for(run.flavour.model).client_content_mid_session:
+        return "content"
+    return "text" if logged else "realtime"
+
+
+def generation_of(run: CallRun) -> str:
+    return rules_for(run.flavour.model).family
 
 
 def assert_answered_once(run: CallRun, call_id: str, name: str, *, via: str | None = None,
@@ -342,8 +367,8 @@ def assert_log_settled(run: CallRun, *, anomalies: int = 0) -> None:
         return
     state = run.state
     assert state is not None and state.closed, f"call not closed:\n{run.timeline()}"
-    assert state.undelivered() == [], f"undelivered results:\n{run.timeline()}"
-    assert state.unanswered() == [], f"calls never settled:\n{run.timeline()}"
+    assert undelivered(state) == [], f"undelivered results:\n{run.timeline()}"
+    assert unanswered(state) == [], f"calls never settled:\n{run.timeline()}"
     assert not state.pending(), f"deferred calls never started:\n{run.timeline()}"
     assert state.anomalies == anomalies, f"anomalies in the log:\n{run.timeline()}"
     assert not [c for c in state.calls.values() if c.status in ("requested", "started")], (
@@ -354,7 +379,7 @@ def assert_log_settled(run: CallRun, *, anomalies: int = 0) -> None:
 
 async def assert_chain_ok(run: CallRun) -> None:
     if run.flavour.durable:
-        (report,) = await run.flavour.store.verify(run.call_id)
+        (report,) = await verify_log(run.flavour.store, run.call_id)
         assert report.ok, report
 
 

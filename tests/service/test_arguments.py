@@ -13,7 +13,7 @@ from service.driver import CallDriver
 from service.gemini_live import DurableGeminiLiveLLMService
 from session_store import Policy
 from session_store.decide import FunctionCall, ToolCallsArrived, decide
-from session_store.projection import SessionState
+from session_store.state import SessionState
 
 
 @pytest.mark.parametrize("kwargs, says", [

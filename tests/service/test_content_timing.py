@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from service.local_live import (Audio, Call, Close, Script, Sleep, ToolCall, TurnComplete,
-                                WaitToolResponse)
+                                WaitFor, WaitToolResponse)
 
 from .helpers import (Ctl, assert_answered_once, assert_log_settled, assert_ran_once,
-                      assert_server_clean, run_call)
+                      assert_server_clean, content_via, run_call)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -26,8 +26,11 @@ TOOL_S = 0.8
                        "the new session never issued")
 async def test_a_result_as_content_waits_for_the_bot_to_stop_speaking(flavour):
     scripts = [
-        Script([Audio(chunks=2), TurnComplete(), ToolCall(Call("c1", ORDER, {"id": 1})),
-                Sleep(0.2), Close(1011, "internal error")], reply=()),
+        # (It speaks once it has the opening seed: a session whose seed never arrived would
+        # not be resumed from, rightly, and the test is about a resumed one.)
+        Script([WaitFor("client_content"), Audio(chunks=2), TurnComplete(),
+                ToolCall(Call("c1", ORDER, {"id": 1})), Sleep(0.2),
+                Close(1011, "internal error")], reply=()),
         # The resumed session talks for 1.2 s at once; the tool finishes meanwhile.
         Script([Audio(chunks=30), TurnComplete(), WaitToolResponse("c1", timeout=6),
                 Audio(chunks=2), TurnComplete()], reply=()),
@@ -41,7 +44,7 @@ async def test_a_result_as_content_waits_for_the_bot_to_stop_speaking(flavour):
 
     assert len(run.connections) == 2
     assert_server_clean(run)
-    result = assert_answered_once(run, "c1", ORDER, via="content", connection=1)
+    result = assert_answered_once(run, "c1", ORDER, via=content_via(run), connection=1)
     ran = assert_ran_once(run, "c1")
     talk_from = run.connections[1].sent[1].at  # (sent[0] is setupComplete)
     stop = run.tap.first_stop_after(talk_from)

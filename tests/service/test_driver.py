@@ -14,8 +14,9 @@ import pytest
 from service.driver import CallDriver
 from session_store import Policy, load_state
 from session_store import events as ev
-from session_store.decide import (FunctionCall, Reconnect, SpeechStarted, StartCall,
-                                  ToolCallsArrived, due)
+from session_store.decide import FunctionCall, SpeechStarted, ToolCallsArrived
+from session_store.delivery import (Reconnect, SendResult, StartCall, due, unanswered,
+                                    undelivered)
 from session_store.errors import Fenced, StoreUnavailable
 from session_store.projection import to_snapshot
 
@@ -25,11 +26,7 @@ async def same_as_log(driver: CallDriver) -> None:
     assert to_snapshot(driver.state) == to_snapshot(stored)
 
 
-def starts(driver: CallDriver):
-    def then(state):
-        return [ev.ToolCallStarted(e.call_id, e.attempt, e.idempotency_key, driver.epoch)
-                for e in due(state, driver.policy, 0) if isinstance(e, StartCall)]
-    return then
+STARTS = frozenset({StartCall})
 
 
 async def test_state_is_exactly_the_fold_of_the_log(store):
@@ -39,13 +36,14 @@ async def test_state_is_exactly_the_fold_of_the_log(store):
     driver.note(SpeechStarted(1, "model"))
     driver.note(ev.HandleIssued(1, "h1", None))
     started = await driver.observe(
-        ToolCallsArrived((FunctionCall("c1", "lookup_order", {"id": 1}),), 1), then=starts(driver))
+        ToolCallsArrived((FunctionCall("c1", "lookup_order", {"id": 1}),), 1), intend=STARTS)
     # Speaking when the call arrived (noted first): deferred, so nothing started.
-    assert not [e for e in started if isinstance(e, ev.ToolCallStarted)]
-    started = await driver.record(ev.BotStoppedSpeaking(1, "transport"), then=starts(driver))
-    assert [type(e).__name__ for e in started] == ["BotStoppedSpeaking", "ToolCallStarted"]
+    assert not started.intents
+    started = await driver.record(ev.BotStoppedSpeaking(1, "transport"), intend=STARTS)
+    assert [type(e).__name__ for e in started.events] == ["BotStoppedSpeaking",
+                                                          "ToolCallStarted"]
     await driver.record(ev.ToolCallCompleted("c1", {"ok": True}),
-                        then=lambda s: [ev.ToolResultSending("c1", s.generation, "tool_response")])
+                        intend=frozenset({SendResult}))
     await driver.record(ev.ToolResultSent("c1", 1, "tool_response"))
     await same_as_log(driver)
     types = [r.type for r in await store.read("call-a")]
@@ -62,9 +60,9 @@ async def test_a_record_and_what_it_lets_happen_share_one_commit(store):
     before = store.stats["batches"]
     started = await driver.observe(
         ToolCallsArrived((FunctionCall("c1", "t", {}), FunctionCall("c2", "t", {"a": 1})), 1),
-        then=starts(driver))
+        intend=STARTS)
     assert store.stats["batches"] == before + 1
-    assert [e.call_id for e in started if isinstance(e, ev.ToolCallStarted)] == ["c1", "c2"]
+    assert [e.call_id for e in started.intents] == ["c1", "c2"]
     recs = (await store.read("call-b"))[-4:]
     assert len({r.recorded_at_us for r in recs}) == 1
     await same_as_log(driver)
@@ -78,10 +76,10 @@ async def test_notes_are_kept_when_an_append_fails(store):
     await store.append("call-c", [ev.ConversationMessage("user", "hi", 1)], 2, epoch=1)
     driver.note(ToolCallsArrived((FunctionCall("c1", "t", {}),), 1))
     with pytest.raises(Exception):
-        await driver.flush()
+        await driver.observe()
     assert driver.has_notes, "a noted tool call must not be lost with the failed append"
     assert driver.due() == [], "nothing is due from a state the log may not hold"
-    await driver.flush()  # re-reads the log, decides the note again
+    await driver.observe()  # re-reads the log, decides the note again
     assert driver.state.calls["c1"].status == "requested"
     await same_as_log(driver)
 
@@ -107,7 +105,7 @@ async def test_a_fact_the_log_cannot_store_becomes_an_anomaly_not_a_stuck_log(st
     await driver.record(ev.Connected(1, None, "x"))
     driver.note(ev.ConversationMessage("assistant", "caf\udce9", 1))
     driver.note(ev.HandleIssued(1, "h1", None))
-    await driver.flush()
+    await driver.observe()
     await driver.record(ev.ConversationMessage("user", "still logging", 1))
     types = [r.type for r in await store.read("call-e")]
     assert types[-3:] == ["anomaly.recorded", "connection.handle_issued", "conversation.message"]
@@ -137,7 +135,7 @@ async def test_an_append_that_committed_under_a_cancelled_caller_is_not_made_twi
     finally:
         store.append = real_append
     driver.note(ev.HandleIssued(1, "h2", None))
-    await driver.flush()
+    await driver.observe()
     handles = [r.data["handle"] for r in await store.read("call-f")
                if r.type == "connection.handle_issued"]
     assert handles == ["h1", "h2"]
@@ -159,7 +157,7 @@ async def test_an_append_that_failed_keeps_its_notes(store):
             await driver.record(ev.Connected(1, None, "x"))
     finally:
         store.append = real_append
-    await driver.flush()
+    await driver.observe()
     assert [r.type for r in await store.read("call-g")][-1] == "connection.handle_issued"
     await same_as_log(driver)
 
@@ -175,9 +173,9 @@ async def test_snapshots_are_compacted_and_a_takeover_loads_from_them(store):
         cid = f"c{turn}"
         await first.record(ev.ConversationMessage("user", f"question {turn}", 1))
         await first.observe(ToolCallsArrived((FunctionCall(cid, "lookup", {"t": turn}),), 1),
-                            then=starts(first))
+                            intend=STARTS)
         await first.record(ev.ToolCallCompleted(cid, {"answer": turn}),
-                           then=lambda s, cid=cid: [ev.ToolResultSending(cid, 1, "tool_response")])
+                           intend=frozenset({SendResult}))
         await first.record(ev.ToolResultSent(cid, 1, "tool_response"),
                            ev.HandleIssued(1, f"h{turn}", None))
     await first._snapshot_task
@@ -188,11 +186,11 @@ async def test_snapshots_are_compacted_and_a_takeover_loads_from_them(store):
     state = await second.attach(model="m", tools=["lookup"], settings={})
     assert not state.history_complete and state.archived
     full = await load_state(store, "long", use_snapshot=False)
-    assert second.due() == due(full, policy, 0) and not state.unanswered()
+    assert second.due() == due(full, policy, 0) and not unanswered(state)
     assert second.resumption_handle() == "h11"
     # Resuming the newest handle needs nothing compaction left out.
     await second.record(ev.Connected(2, "h11", "x"))
-    assert not second.state.history_complete and not second.state.undelivered()
+    assert not second.state.history_complete and not undelivered(second.state)
 
     # A fresh session lacks every archived result: the driver folds the whole log, and the
     # seed then has them all.
@@ -200,7 +198,7 @@ async def test_snapshots_are_compacted_and_a_takeover_loads_from_them(store):
     await third.attach(model="m", tools=["lookup"], settings={})
     await third.record(ev.Connected(3, None, "x"))
     assert third.state.history_complete
-    assert {c.call_id for c in third.state.undelivered()} == {f"c{t}" for t in range(12)}
+    assert {c.call_id for c in undelivered(third.state)} == {f"c{t}" for t in range(12)}
     await same_as_log(third)
     await second.ensure_history()  # fenced or not, it can always read the history
     assert second.state.history_complete and second.state.messages == 12
@@ -238,7 +236,7 @@ async def test_a_stale_worker_that_rereads_a_newer_epoch_is_fenced(store):
     # The partition heals; the old worker's notes task flushes (nothing noted): it re-reads
     # the log, which now belongs to epoch 2.
     try:
-        await old.flush()
+        await old.observe()
     except Fenced:
         pass
     effects = old.due()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from service import effects
+from service import log_writer
 from service.local_live import Audio, Call, Script, Sleep, ToolCall, TurnComplete, WaitToolResponse
 from session_store import Policy
 
@@ -46,7 +46,7 @@ def sqlite_store(request):
 
 @pytest.fixture
 def lazy_for_long(monkeypatch):
-    monkeypatch.setattr(effects, "LAZY_NOTE_WAIT_S", 30.0)
+    monkeypatch.setattr(log_writer, "LAZY_NOTE_WAIT_S", 30.0)
 
 
 def speech_then_call() -> list[Script]:

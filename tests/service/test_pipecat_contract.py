@@ -1,6 +1,7 @@
 """The private pipecat surface DurableGeminiLiveLLMService depends on, pinned.
 
-service/gemini_live.py (with its mixins service/effects.py and service/seeding.py) overrides or calls private hooks of pipecat's GeminiLiveLLMService and
+service/gemini_live.py overrides private hooks of pipecat's GeminiLiveLLMService (and its parts
+in service/ call some of them) and
 reads its private attributes. None of that is a public API: an upgrade may rename, re-type or
 re-wire any of it without notice, and the subclass would then fail quietly (a hook that is
 never called again is not an error). This file fails loudly instead. When it fails after an
@@ -52,6 +53,7 @@ METHODS = {
         _G, "(self, frame: pipecat.frames.frames.Frame, "
             "direction: pipecat.processors.frame_processor.FrameDirection)", True),
     "_handle_connection_error": (_G, "(self, error: Exception) -> bool", True),
+    "_tag_tool_behaviors": (_G, "(self, tools: list) -> None", False),
     "_handle_interruptions": (_LLM, "(self, _: 'InterruptionFrame')", True),
     "_run_function_call": (_LLM, "(self, runner_item: 'FunctionCallRunnerItem')", True),
     # called
@@ -101,6 +103,9 @@ WIRING = [
     ("_compose_system_instruction", "_base_system_instruction"),
     ("_connect", "_connection_task_handler"),
     ("setup", "_connect"),
+    # Declarations are tagged where the model takes NON_BLOCKING ones (we read them back).
+    ("_connect", "_tag_tool_behaviors"),
+    ("_tag_tool_behaviors", "_function_is_async"),
     # A call pipecat stops without a result (its timeout) reaches our push_frame as a
     # FunctionCallCancelFrame; interruptions cancel calls only through _handle_interruptions.
     ("_timeout_function_call", "_cancel_function_call_tasks"),
@@ -153,7 +158,7 @@ def test_override_accepts_what_pipecat_passes(name):
     theirs = inspect.signature(getattr(GeminiLiveLLMService, name))
     shape = [(p.name, p.kind, p.default) for p in theirs.parameters.values()]
     assert [(p.name, p.kind, p.default) for p in ours.parameters.values()] == shape
-    assert inspect.iscoroutinefunction(_our_override(name))
+    assert inspect.iscoroutinefunction(_our_override(name)) == METHODS[name][2]
 
 
 def test_private_attributes_exist_with_their_initial_values():
@@ -167,6 +172,28 @@ def test_private_attributes_exist_with_their_initial_values():
     assert llm._is_gemini_3 is False
     assert GeminiLiveLLMService(api_key="x")._is_gemini_3 is True  # the 3.8 default model
     assert gemini_live_module.MAX_CONSECUTIVE_FAILURES == 3
+
+
+@pytest.mark.parametrize("model", [
+    None, "models/gemini-2.5-flash-native-audio-preview", "gemini-live-2.5-flash-preview",
+    "gemini-2.0-flash-live-001", "gemini-3.1-flash-live-preview", "gemini-3.0-live",
+    "gemini-3.8-live", "gemini-3.8-live-extended-thinking", "models/gemini-4.2-live-thinking",
+    "gemini-2.5-flash-exp-native-audio-thinking-dialog", "some-live-model"])
+def test_our_generation_rules_agree_with_pipecats_branches(model):
+    """session_store.models decides per generation without pipecat; where pipecat branches
+    on the same facts, both must say the same for every model id."""
+    from session_store.models import model_version, rules_for
+
+    llm = GeminiLiveLLMService(api_key="x", settings=GeminiLiveLLMService.Settings(
+        model=model) if model else None)
+    rules = rules_for(str(llm._settings.model))
+    assert model_version(str(llm._settings.model)) == llm._gemini_version
+    # (pipecat's "3.x" means major 3; ours groups 4.x with the newest rules it knows)
+    assert (rules.family != "2.5") == llm._is_gemini_3 or llm._gemini_version >= (4, 0)
+    assert rules.non_blocking_declarations == llm._supports_non_blocking_tools
+    assert rules.calls_default_non_blocking == llm._tools_default_to_non_blocking
+    assert rules.blocking_declarations == llm._supports_blocking_tools
+    assert rules.interaction_status == llm._expects_interaction_status
 
 
 @pytest.mark.parametrize("method,mentions", WIRING)
@@ -247,8 +274,8 @@ def test_async_client_args_reach_the_websocket_connect(tmp_path):
     from google.genai.live import AsyncLive
     assert "**self._api_client._websocket_ssl_ctx" in inspect.getsource(AsyncLive.connect)
     from service.gemini_live import MAX_FRAME_BYTES
-    from session_store.storage.sqlite import SqliteEventStore
-    unopened = SqliteEventStore(f"sqlite+aiosqlite:///{tmp_path}/unused.db")  # no I/O yet
+    from session_store.storage.sqlite.dialect import sqlite_store
+    unopened = sqlite_store(f"sqlite+aiosqlite:///{tmp_path}/unused.db")  # no I/O yet
     llm = DurableGeminiLiveLLMService(api_key="x", store=unopened, call_id="c")
     assert llm._client._api_client._websocket_ssl_ctx["max_size"] == MAX_FRAME_BYTES
 
@@ -270,3 +297,18 @@ def test_a_restored_prompt_is_composed_once_with_pipecats_addons():
     llm._compose_system_instruction()
     assert llm._settings.system_instruction == logged
     assert base_prompt("Speak French.", "Be brief.", "Be brief.") == "Speak French."
+
+
+def test_the_constructor_spells_out_every_parameter_of_pipecats():
+    """Every parameter of pipecat's constructor is one of ours too, with its default, so IDEs
+    and type checkers see it (a `**kwargs` pass-through hid them); the rest go on to the
+    base services through `**kwargs`."""
+    theirs = inspect.signature(GeminiLiveLLMService.__init__).parameters
+    ours = inspect.signature(DurableGeminiLiveLLMService.__init__).parameters
+    for name, param in theirs.items():
+        if name == "self" or param.kind is inspect.Parameter.VAR_KEYWORD:
+            continue
+        assert name in ours, f"pipecat's {name!r} is not spelled out"
+        assert ours[name].default == param.default, name
+        assert ours[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+    assert not any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in ours.values())

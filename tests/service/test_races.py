@@ -16,7 +16,7 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 from service.local_live import (Audio, Call, CancelToolCalls, Script, Sleep, ToolCall,
                                 TurnComplete, WaitToolResponse)
 
-from .helpers import Ctl, run_call
+from .helpers import (PROMPT_RECONNECTS, Ctl, run_call)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -30,7 +30,7 @@ async def test_a_cancellation_during_the_start_commit_stops_the_call(flavour):
     on a real database it is the ~1 ms of any commit, or a whole outage). Gemini's
     toolCallCancellation(c1) arrives meanwhile: the receive loop sees c1 as started (staged),
     finds no task to stop yet, and can only note the cancellation (the log is busy with the
-    start). Until stop 17 the tool then started when the commit returned and ran in full,
+    start). Until 2026-12-02 the tool then started when the commit returned and ran in full,
     after Gemini cancelled it; now the start is an intent in the log never carried out."""
     store = flavour.store
     real_append = store.append
@@ -67,6 +67,7 @@ async def test_a_cancellation_during_the_start_commit_stops_the_call(flavour):
     assert run.state.calls["c1"].status == "cancelled"
 
 
+@PROMPT_RECONNECTS
 @pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
 async def test_a_prompt_changed_during_the_first_handshake_reaches_a_session(flavour):
     """The first session's handshake is slow (setupComplete 1.5 s after setup). The app

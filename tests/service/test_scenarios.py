@@ -21,9 +21,10 @@ from service.local_live import (Audio, Call, CancelToolCalls, Close, GoAway, Int
                                 Sleep, ToolCall, TurnComplete, WaitSignal, WaitToolResponse)
 from session_store import Policy
 
-from .helpers import (Ctl, assert_answered_once, assert_cancelled_after_start, assert_chain_ok,
-                      assert_log_settled, assert_no_fallback_names, assert_ran_once,
-                      assert_server_clean, handles_of, run_call)
+from .helpers import (BLOCKING_CALLS, PROMPT_RECONNECTS, Ctl, assert_answered_once,
+                      assert_cancelled_after_start, assert_chain_ok, assert_log_settled,
+                      assert_no_fallback_names, assert_ran_once, assert_server_clean,
+                      content_via, handles_of, run_call)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -33,6 +34,7 @@ WEATHER = "get_weather"
 
 # --------------------------------------------------------------------------- deferral (P1)
 
+@BLOCKING_CALLS
 @pytest.mark.stock_bug("runs a tool call at once, while the bot is still speaking")
 async def test_tool_call_while_bot_speaks_is_deferred_then_run_and_answered_once(flavour):
     scripts = [Script([Audio(chunks=10), ToolCall(Call("c1", ORDER, {"id": 1})), Audio(chunks=10),
@@ -69,6 +71,7 @@ async def test_tool_call_while_bot_speaks_is_deferred_then_run_and_answered_once
         await assert_chain_ok(run)
 
 
+@BLOCKING_CALLS
 @pytest.mark.stock_bug("runs a tool call at once, while the bot is still speaking")
 async def test_audio_faster_than_real_time_keeps_the_call_deferred_until_playback_ends(flavour):
     """Gemini streams audio faster than it plays. The service's silence watchdog (for
@@ -98,6 +101,7 @@ async def test_audio_faster_than_real_time_keeps_the_call_deferred_until_playbac
         assert_log_settled(run)
 
 
+@BLOCKING_CALLS
 @pytest.mark.slow
 @pytest.mark.stock_bug("runs a tool call at once, while the bot is still speaking")
 async def test_turn_complete_held_until_the_tool_response_does_not_deadlock(flavour):
@@ -125,6 +129,7 @@ async def test_turn_complete_held_until_the_tool_response_does_not_deadlock(flav
 
 # --------------------------------------------------------------------------- settings (P2, P3)
 
+@PROMPT_RECONNECTS
 @pytest.mark.stock_bug("a system_instruction update only logs a warning: no new session, "
                        "the new prompt never reaches Gemini")
 async def test_prompt_change_mid_turn_reconnects_after_the_turn_with_the_new_prompt(flavour):
@@ -203,7 +208,7 @@ async def test_result_produced_during_a_reconnect_is_delivered_once_on_the_new_s
     assert_server_clean(run)
     # The resumed state predates the call: it never issued c1, so the result goes in as
     # conversation content, with the function's own name.
-    assert_answered_once(run, "c1", ORDER, via="content", connection=1)
+    assert_answered_once(run, "c1", ORDER, via=content_via(run), connection=1)
     assert_ran_once(run, "c1")
 
     if flavour.durable:
@@ -211,11 +216,13 @@ async def test_result_produced_during_a_reconnect_is_delivered_once_on_the_new_s
         assert run.at("connection.disconnected", generation=1) < completed < run.at(
             "connection.connected", generation=2), "the result was not produced mid-reconnect"
         assert [(e.data["generation"], e.data["via"])
-                for e in run.find("tool.result_sent", call_id="c1")] == [(2, "content")]
+                for e in run.find("tool.result_sent", call_id="c1")] == [
+                    (2, content_via(run, logged=True))]
         assert_log_settled(run)
         await assert_chain_ok(run)
 
 
+@BLOCKING_CALLS
 @pytest.mark.stock_bug("the result of a call whose session closed is lost: dropped while "
                        "reconnecting, or sent as a toolResponse the new session never issued")
 async def test_server_closes_1011_right_after_a_tool_call(flavour):
@@ -236,7 +243,7 @@ async def test_server_closes_1011_right_after_a_tool_call(flavour):
     assert run.connections[1].resumption_handle == handles_of(run.server, 0)[-1]
     assert_server_clean(run)
     assert_no_fallback_names(run)
-    assert_answered_once(run, "c1", ORDER, via="content", connection=1)
+    assert_answered_once(run, "c1", ORDER, via=content_via(run), connection=1)
     assert_ran_once(run, "c1")
 
     if flavour.durable:
@@ -288,6 +295,7 @@ async def test_go_away_reconnects_before_the_deadline_with_the_newest_handle(fla
         await assert_chain_ok(run)
 
 
+@BLOCKING_CALLS
 @pytest.mark.stock_bug("goAway is ignored: the server closes the session at the deadline "
                        "(and the call runs at once, mid-speech)")
 async def test_go_away_while_the_bot_keeps_speaking_reconnects_before_the_deadline(flavour):
@@ -325,7 +333,7 @@ async def test_go_away_while_the_bot_keeps_speaking_reconnects_before_the_deadli
         f"the deferred call ran at {ran['t']:.3f}, while the old session's audio still "
         f"played: {run.tap.intervals()}")
     assert ran["t"] > first.closed_at
-    assert_answered_once(run, "c1", ORDER, via="content", connection=1)
+    assert_answered_once(run, "c1", ORDER, via=content_via(run), connection=1)
     if flavour.durable:
         assert run.find("connection.disconnected", generation=1)[0].data["reason"] == "go_away"
         started = run.at("tool.call_started", call_id="c1")
@@ -336,6 +344,7 @@ async def test_go_away_while_the_bot_keeps_speaking_reconnects_before_the_deadli
 
 # --------------------------------------------------------------------------- cancellation
 
+@BLOCKING_CALLS
 @pytest.mark.stock_bug("toolCallCancellation is ignored (and the call ran at once, mid-speech): "
                        "the cancelled call runs and is answered")
 async def test_cancellation_before_the_call_started_never_runs_never_answers(flavour):
@@ -471,6 +480,7 @@ async def test_a_tool_past_its_timeout_is_answered_with_an_explicit_failure(flav
 
 # --------------------------------------------------------------------------- speech
 
+@BLOCKING_CALLS
 @pytest.mark.stock_bug("runs the tool at once, mid-speech, instead of when the interruption "
                        "ends the bot's turn")
 async def test_interruption_ends_speech_and_starts_the_deferred_call(flavour):
@@ -501,6 +511,7 @@ async def test_interruption_ends_speech_and_starts_the_deferred_call(flavour):
         await assert_chain_ok(run)
 
 
+@BLOCKING_CALLS
 @pytest.mark.stock_bug("runs parallel tool calls at once, while the bot is still speaking")
 async def test_parallel_calls_in_one_tool_call(flavour):
     calls = [Call("c1", ORDER, {"id": 1}), Call("c2", WEATHER, {"id": 2}),
@@ -534,6 +545,7 @@ async def test_parallel_calls_in_one_tool_call(flavour):
 
 # --------------------------------------------------------------------------- long calls
 
+@PROMPT_RECONNECTS
 @pytest.mark.stock_bug("after a reconnect pipecat forgets what it sent and re-sends earlier "
                        "results as 'tool_call_result'; it ignores goAway; a new prompt never "
                        "gets a session")
@@ -565,15 +577,23 @@ async def test_three_reconnects_in_one_call(flavour):
     assert_server_clean(run)
     assert_no_fallback_names(run)
     assert len(run.connections) == 4
-    for index in (1, 2, 3):
+    for index in (1, 2):
         assert run.connections[index].resumption_handle == handles_of(run.server, index - 1)[-1]
+    # A new prompt on a model without contextUpdate: a fresh session seeded from the log (a
+    # resumed one is not known to adopt the prompt of its setup).
+    assert run.connections[3].resumption_handle is None
     assert [c.system_instruction for c in run.connections] == ["Be brief."] * 3 + ["V3"]
     assert run.connections[1].closed_by == "client", "goAway: we must leave before the deadline"
     for index, (call_id, name) in enumerate([("c1", ORDER), ("c2", WEATHER), ("c3", ORDER),
                                              ("c4", WEATHER)]):
-        assert_answered_once(run, call_id, name, via="tool_response", connection=index)
+        answers = run.results(call_id)
+        assert [(r.connection, r.via, r.name) for r in answers] == (
+            [(index, "tool_response", name)]
+            # the fresh session's seed carries the earlier results (a new model state)
+            + ([(3, "content", name)] if index < 3 else [])), answers
+        assert all(r.accepted for r in answers)
         assert_ran_once(run, call_id)
-    assert len(run.results()) == 4
+    assert len(run.results()) == 7
 
     if flavour.durable:
         assert [e.data["reason"] for e in run.find("connection.disconnected")] == [
@@ -583,6 +603,7 @@ async def test_three_reconnects_in_one_call(flavour):
         await assert_chain_ok(run)
 
 
+@BLOCKING_CALLS
 @pytest.mark.stock_bug("a result for a call two sessions old goes out as a toolResponse the "
                        "current session never issued, under the name 'tool_call_result'")
 async def test_result_for_a_call_issued_two_generations_ago(flavour):
@@ -604,7 +625,7 @@ async def test_result_for_a_call_issued_two_generations_ago(flavour):
     assert run.connections[2].resumption_handle == handles_of(run.server, 1)[-1]
     assert_server_clean(run)
     assert_no_fallback_names(run)
-    assert_answered_once(run, "c1", ORDER, via="content", connection=2)
+    assert_answered_once(run, "c1", ORDER, via=content_via(run), connection=2)
     assert_ran_once(run, "c1")
 
     if flavour.durable:
@@ -612,6 +633,7 @@ async def test_result_for_a_call_issued_two_generations_ago(flavour):
         assert run.at("connection.connected", generation=3) < run.at("tool.call_completed",
                                                                      call_id="c1")
         assert [(e.data["generation"], e.data["via"])
-                for e in run.find("tool.result_sent", call_id="c1")] == [(3, "content")]
+                for e in run.find("tool.result_sent", call_id="c1")] == [
+                    (3, content_via(run, logged=True))]
         assert_log_settled(run)
         await assert_chain_ok(run)

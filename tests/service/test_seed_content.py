@@ -11,7 +11,7 @@ import pytest
 
 from service.local_live import Audio, Close, Script, Sleep, TurnComplete
 
-from .helpers import Ctl, assert_log_settled, assert_server_clean, run_call
+from .helpers import (Ctl, assert_log_settled, assert_server_clean, generation_of, run_call)
 
 pytestmark = [pytest.mark.timeout(60),
               pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)]
@@ -29,8 +29,8 @@ def seeds(connection) -> list[list[tuple[str, str]]]:
 
 async def test_fresh_sessions_are_seeded_with_each_speaker_in_its_role(flavour):
     """The first session dies before Gemini issued any handle: the second starts fresh and
-    is seeded from the log. Both seeds give the bot's opening line to the model, and end
-    with a (blank) user turn."""
+    is seeded from the log. Both seeds give the bot's opening line to the model, and on 2.5
+    end with a (blank) user turn (pipecat: 2.5 wants a seed to end with one; 3.x does not)."""
     scripts = [Script([Sleep(0.3), Close(1011, "internal error")], reply=(),
                       resumption_after_turn=False),
                Script([Audio(chunks=2), TurnComplete()], reply=())]
@@ -43,7 +43,8 @@ async def test_fresh_sessions_are_seeded_with_each_speaker_in_its_role(flavour):
 
     assert len(run.connections) == 2
     assert run.connections[1].resumption_handle is None
-    expected = [("user", "Hello"), ("model", "Hi, how can I help?"), ("user", " ")]
+    expected = [("user", "Hello"), ("model", "Hi, how can I help?")] + (
+        [("user", " ")] if generation_of(run) == "2.5" else [])
     for connection in run.connections:
         assert seeds(connection) == [expected], (
             f"connection {connection.index} was seeded with {seeds(connection)}")

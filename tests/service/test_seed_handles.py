@@ -14,10 +14,11 @@ from __future__ import annotations
 import pytest
 
 from service.local_live import (Audio, Call, Close, ResumptionUpdate, Script, Sleep, ToolCall,
-                                TurnComplete, WaitToolResponse)
-from service.local_live.server import LocalLiveServer
+                                TurnComplete, WaitFor, WaitToolResponse)
+from service.local_live import LocalLiveServer
 
-from .helpers import Ctl, assert_log_settled, assert_ran_once, assert_server_clean, run_call
+from .helpers import (Ctl, assert_log_settled, assert_ran_once, assert_server_clean,
+                      content_via, run_call)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -109,8 +110,10 @@ async def test_a_handle_issued_before_a_result_sent_as_content_is_not_resumed(fl
     resumed state never issued c1), while Gemini's first message, a handle, is on its way.
     That handle lacks c1's result; resumed from it, the model would never get it."""
     scripts = [
-        Script([Audio(chunks=2), TurnComplete(), ToolCall(Call("c1", ORDER, {"id": 1})),
-                Close(1011, "internal error")], reply=()),
+        # (Speaking once it has the opening seed: this test is about the resumed session.)
+        Script([WaitFor("client_content"), Audio(chunks=2), TurnComplete(),
+                ToolCall(Call("c1", ORDER, {"id": 1})), Close(1011, "internal error")],
+               reply=()),
         Script([ResumptionUpdate(), Sleep(0.6), Close(1011, "internal error")], reply=(),
                setup_delay=0.8, resumption_after_turn=False),
         Script([WaitToolResponse("c1", timeout=3), Audio(chunks=2), TurnComplete()], reply=()),
@@ -130,7 +133,7 @@ async def test_a_handle_issued_before_a_result_sent_as_content_is_not_resumed(fl
     assert "c1" in run.connections[2].state.results
     if flavour.durable:
         assert [e.data["via"] for e in run.find("tool.result_sent", call_id="c1")][0] == \
-            "content", run.timeline()
+            content_via(run, logged=True), run.timeline()
         assert_log_settled(run)
 
 

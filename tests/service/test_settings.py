@@ -8,12 +8,13 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 from service.local_live import Audio, Script, TurnComplete
 
-from .helpers import Ctl, assert_log_settled, assert_server_clean, run_call
+from .helpers import (PROMPT_RECONNECTS, Ctl, assert_log_settled, assert_server_clean, run_call)
 
 pytestmark = [pytest.mark.timeout(60),
               pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)]
 
 
+@PROMPT_RECONNECTS
 async def test_a_settings_frame_that_changes_nothing_is_no_reconnect(flavour):
     """The app sends the prompt the session already has (a UI that re-applies its settings):
     nothing changed, so nothing is logged and no session is replaced. The real change the

@@ -14,8 +14,8 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 from service.local_live import (Audio, Call, OutputTranscript, Script, ToolCall, TurnComplete,
                                 WaitSignal, WaitToolResponse)
 
-from .helpers import (Ctl, assert_answered_once, assert_log_settled, assert_ran_once,
-                      assert_server_clean, run_call)
+from .helpers import (BLOCKING_CALLS, PROMPT_RECONNECTS, Ctl, assert_answered_once,
+                      assert_log_settled, assert_ran_once, assert_server_clean, run_call)
 
 pytestmark = [pytest.mark.timeout(90),
               pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)]
@@ -31,6 +31,7 @@ def _stop_before_start(run, call_id: str):
     return stops[-1]
 
 
+@BLOCKING_CALLS
 async def test_model_signal_ends_speech_at_turn_complete(flavour):
     """speaking_signal="model": the bot speaks until the model's turnComplete. A call
     deferred mid-turn starts on that turnComplete, not on the transport's stop (2 s of audio
@@ -61,6 +62,7 @@ async def test_model_signal_ends_speech_at_turn_complete(flavour):
     assert_log_settled(run)
 
 
+@BLOCKING_CALLS
 async def test_watchdog_ends_speech_no_transport_ever_reported(flavour):
     """A turn with no audio (output transcription only, as Vertex sends ahead of the audio, or
     a text turn) makes the model "respond", but the transport never plays anything, so it
@@ -87,6 +89,7 @@ async def test_watchdog_ends_speech_no_transport_ever_reported(flavour):
     assert_log_settled(run)
 
 
+@PROMPT_RECONNECTS
 async def test_model_signal_prompt_change_mid_turn_delivers_on_the_new_session(flavour):
     """speaking_signal="model", a prompt change while the model speaks (P2): the reconnect
     is due at the turnComplete (P3), while the transport still plays the turn. The new

@@ -5,7 +5,7 @@ old one's handle may be gone, and here it never had one. Its first session can b
 before the pipeline's first context, and pipecat seeds a fresh session only with that
 context. A result the log says is due must wait for the seed: the seed carries every result
 the model has not got, so one sent on its own just before reaches the model twice
-(`SessionSeeding._awaiting_seed`). Until this test, only one timing-dependent crash case
+(`Seeder.awaiting_seed`). Until this test, only one timing-dependent crash case
 caught a service that sent it early; here the order is forced: the context is held back
 until the session is ready and has had time to send.
 """
@@ -20,12 +20,15 @@ import pytest
 from service.driver import CallDriver
 from service.local_live import (Audio, Call, Close, HandleRecord, ModelState, Script, ToolCall,
                                 ToolResult, TurnComplete)
+from service.testing.pipeline import MODEL
 from session_store import Policy
 from session_store import events as ev
-from session_store.decide import FunctionCall, StartCall, ToolCallsArrived, due
+from session_store.decide import FunctionCall, ToolCallsArrived
+from session_store.delivery import StartCall
 from session_store.errors import CallClosed
+from session_store.models import rules_for
 
-from .helpers import (Ctl, assert_answered_once, assert_log_settled, assert_server_clean,
+from .helpers import (TOOLS, Ctl, assert_answered_once, assert_log_settled, assert_server_clean,
                       run_call)
 
 pytestmark = pytest.mark.timeout(60)
@@ -34,21 +37,17 @@ ORDER = "lookup_order"
 RESULT = {"ok": True, "status": "shipped"}
 
 
-async def dead_workers_log(store, call_id: str, *, completed: bool = True) -> None:
+async def dead_workers_log(store, call_id: str, *, completed: bool = True,
+                           model: str = MODEL) -> None:
     """What a worker killed after c1's tool returned left in the log: the call connected (no
     handle yet), the user spoke, c1 ran and completed; its result was never sent.
     `completed=False`: killed while c1 ran (the call is in doubt)."""
     driver = CallDriver(store, call_id, Policy(defer="none"), worker_id="dead-worker")
-    await driver.attach(model="m", tools=[ORDER], settings={})
+    await driver.attach(model=model, tools=[ORDER], settings={"model": model})
     await driver.record(ev.Connected(1, None, "x"),
                         ev.ConversationMessage("user", "Where is order 48213?", 1))
-
-    def start(state):
-        return [ev.ToolCallStarted(e.call_id, e.attempt, e.idempotency_key, driver.epoch)
-                for e in due(state, driver.policy, 0) if isinstance(e, StartCall)]
-
     await driver.observe(ToolCallsArrived((FunctionCall("c1", ORDER, {"id": 48213}),), 1),
-                         then=start)
+                         intend=frozenset({StartCall}))
     if completed:
         await driver.record(ev.ToolCallCompleted("c1", RESULT))
 
@@ -57,7 +56,7 @@ async def test_a_takeover_sends_an_undelivered_result_once_in_its_seed(flavour):
     if not flavour.durable:
         pytest.skip("a takeover needs the log")
     call_id = f"call-{uuid.uuid4().hex[:10]}"
-    await dead_workers_log(flavour.store, call_id)
+    await dead_workers_log(flavour.store, call_id, model=flavour.model)
 
     async def drive(ctl: Ctl):
         # The fresh session is ready before the first context: nothing may go out before it.
@@ -93,7 +92,7 @@ async def test_a_worker_given_an_ended_call_opens_no_session_and_says_so(flavour
     if not flavour.durable:
         pytest.skip("an ended call is the log's")
     call_id = f"call-{uuid.uuid4().hex[:10]}"
-    await dead_workers_log(flavour.store, call_id)
+    await dead_workers_log(flavour.store, call_id, model=flavour.model)
     ended = CallDriver(flavour.store, call_id, Policy(), worker_id="ending-worker")
     await ended.attach(model="m", tools=[ORDER], settings={})
     await ended.record(ev.SessionClosed("ended"))
@@ -157,7 +156,7 @@ async def test_a_seed_carrying_a_new_result_asks_the_model_to_act_on_it(flavour)
     anyway: Gemini acts on content only with turnComplete, and the model is waiting for
     that answer (left open, the bot stays silent)."""
     call_id = f"call-{uuid.uuid4().hex[:10]}"
-    await dead_workers_log(flavour.store, call_id)
+    await dead_workers_log(flavour.store, call_id, model=flavour.model)
 
     async def drive(ctl: Ctl):
         await ctl.wait(lambda: ctl.server.connections
@@ -183,7 +182,7 @@ async def test_a_call_left_in_doubt_is_settled_in_the_takeovers_seed(flavour):
     seeded, so the model learns it with its history, in the seed, not as a separate
     message after it (nor by the tool running again)."""
     call_id = f"call-{uuid.uuid4().hex[:10]}"
-    await dead_workers_log(flavour.store, call_id, completed=False)
+    await dead_workers_log(flavour.store, call_id, completed=False, model=flavour.model)
 
     async def drive(ctl: Ctl):
         assert await ctl.wait(lambda: ctl.results("c1") and not ctl.tap.speaking
@@ -206,12 +205,19 @@ async def test_a_call_left_in_doubt_is_settled_in_the_takeovers_seed(flavour):
     assert_log_settled(run)
 
 
-def handle_issued_after_the_answer(call_id: str) -> dict[str, HandleRecord]:
+def handle_issued_after_the_answer(call_id: str, model: str) -> dict[str, HandleRecord]:
     """The server's side of a dead worker's session: it issued `h-dead` once it held c1's
-    answer (sent by toolResponse), so a session resumed from it knows the whole call."""
+    answer (sent by toolResponse), so a session resumed from it knows the whole call, and
+    the tools as the dead worker's setup declared them (a resumed session keeps its
+    handle's: a sync tool is BLOCKING where calls default to NON_BLOCKING, as pipecat
+    declares it)."""
     answer = ToolResult(connection=0, id="c1", name=ORDER, response=RESULT,
                         via="tool_response", accepted=True, client_message_index=3, at=0.0)
-    state = ModelState(issued={"c1": ORDER}, results={"c1": answer})
+    rules = rules_for(model)
+    declared = "BLOCKING" if rules.calls_default_non_blocking and rules.blocking_declarations \
+        else None
+    state = ModelState(issued={"c1": ORDER}, results={"c1": answer},
+                       tools={name: declared for name in TOOLS})
     return {"h-dead": HandleRecord("h-dead", connection=0, state=state, last_consumed=3, at=0.0)}
 
 
@@ -226,9 +232,9 @@ async def test_a_takeover_resumed_from_a_handle_is_not_seeded_again(flavour, con
     if not flavour.durable:
         pytest.skip("a takeover needs the log")
     call_id = f"call-{uuid.uuid4().hex[:10]}"
-    await dead_workers_log(flavour.store, call_id)
+    await dead_workers_log(flavour.store, call_id, model=flavour.model)
     driver = CallDriver(flavour.store, call_id, Policy(defer="none"), worker_id="dead-worker-2")
-    await driver.attach(model="m", tools=[ORDER], settings={})
+    await driver.attach(model=flavour.model, tools=[ORDER], settings={})
     await driver.record(ev.ToolResultSending("c1", 1, "tool_response"),
                         ev.ToolResultSent("c1", 1, "tool_response"),
                         ev.HandleIssued(1, "h-dead", 3))
@@ -246,7 +252,7 @@ async def test_a_takeover_resumed_from_a_handle_is_not_seeded_again(flavour, con
     script = Script([Audio(chunks=2), ToolCall(Call("c2", ORDER, {"id": 7})), Audio(chunks=2),
                      TurnComplete()], setup_delay=0.3 if context_first else 0.0)
     run = await run_call(flavour, script, drive, call_id=call_id, run_first=context_first,
-                         server_handles=handle_issued_after_the_answer(call_id))
+                         server_handles=handle_issued_after_the_answer(call_id, flavour.model))
 
     assert [c.resumed_from for c in run.connections] == ["h-dead"], (
         "the takeover did not resume from the dead worker's handle")

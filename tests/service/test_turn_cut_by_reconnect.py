@@ -12,8 +12,8 @@ from service.local_live import (Audio, Call, Close, GoAway, Script, Sleep, ToolC
 from session_store import Policy
 from session_store.audit import replay
 
-from .helpers import (Ctl, assert_answered_once, assert_log_settled, assert_ran_once,
-                      assert_server_clean, run_call)
+from .helpers import (BLOCKING_CALLS, Ctl, assert_answered_once, assert_log_settled,
+                      assert_ran_once, assert_server_clean, content_via, run_call)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -21,6 +21,7 @@ ORDER = "lookup_order"
 WEATHER = "get_weather"
 
 
+@BLOCKING_CALLS
 @pytest.mark.stock_bug("runs a tool call at once, while the bot is still speaking")
 async def test_a_turn_cut_by_a_reconnect_does_not_hold_later_deferred_calls(flavour):
     """The session closes mid-turn (pipecat sends no TTSStoppedFrame for that turn), and
@@ -56,6 +57,7 @@ async def test_a_turn_cut_by_a_reconnect_does_not_hold_later_deferred_calls(flav
         assert_log_settled(run)
 
 
+@BLOCKING_CALLS
 @pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
 async def test_a_deferred_call_waits_for_the_old_audio_through_the_reconnect_handshake(flavour):
     """A goAway forces a reconnect mid-turn, while the output transport still plays the
@@ -104,12 +106,12 @@ async def test_a_deferred_call_waits_for_the_old_audio_through_the_reconnect_han
     issued_at = next(s.at for s in run.connections[0].sent if "c1" in str(s.message))
     stop = run.tap.first_stop_after(issued_at)
     assert stop is not None and ran["t"] >= stop
-    answered = assert_answered_once(run, "c0", WEATHER, via="content", connection=1)
+    answered = assert_answered_once(run, "c0", WEATHER, via=content_via(run), connection=1)
     # Content cuts the model's generation under way: it too waits for the old audio to end.
     assert not run.tap.speaking_at(answered.at), (
         f"c0's result went in as content at {answered.at:.3f}, while the old session's "
         f"audio still played: {run.tap.intervals()}\n{run.timeline()}")
-    assert_answered_once(run, "c1", ORDER, via="content", connection=1)
+    assert_answered_once(run, "c1", ORDER, via=content_via(run), connection=1)
     assert_server_clean(run)
     assert_log_settled(run)
     report = replay(run.events, policy)  # every send in the log is one today's decisions make

@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 from session_store import events as ev
-from session_store.audit.timeline import iso
+from session_store.audit.fmt import iso
 from session_store.cli import app
 from session_store.events import Event, canonical_json
 from session_store.records import GENESIS_HASH, RecordedEvent, chain_hash
@@ -119,8 +119,9 @@ SECRET = "sk-SECRET-0123456789abcdef"
 def support_call() -> list[tuple[float, Event]]:
     """"The bot went silent after it looked up my order": a full, correct call.
 
-    Deferred tool call while the bot speaks, a buffered settings reconnect that resumes from
-    an older handle (so the result is re-sent as content), a worker takeover, a close.
+    Deferred tool call while the bot speaks, a buffered settings reconnect (a new voice) that
+    resumes from an older handle (so the result is re-sent as content), a worker takeover, a
+    close.
     """
     return [
         (0, ev.SessionOpened("gemini-live", ["lookup_order", "send_email"], "w1", 1,
@@ -133,9 +134,8 @@ def support_call() -> list[tuple[float, Event]]:
                                    {"order_id": 42, "email": "bob@example.com",
                                     "auth_token": "tok-SECRET-abcdef"}, 1)),
         (400, ev.ToolCallDeferred("c1")),
-        (500, ev.SettingsChanged(["system_instruction"], {"system_instruction": "Be brief."},
-                                 True)),
-        (500, ev.ReconnectRequested("settings", ["system_instruction"])),
+        (500, ev.SettingsChanged(["voice"], {"voice": "Kore"}, True)),
+        (500, ev.ReconnectRequested("settings", ["voice"])),
         (1500, ev.BotStoppedSpeaking(1)),
         (1520, ev.ToolCallStarted("c1", 1, "support-1:c1", 1)),
         (1820, ev.ToolCallCompleted("c1", {"status": "shipped", "password": "hunter2"})),
@@ -183,6 +183,18 @@ def cli(*args: str, backend=None) -> Any:
 
 async def acli(*args: str, backend=None):
     return await asyncio.to_thread(cli, *args, backend=backend)
+
+
+def one_line_error(result, *said: str, unsaid: tuple[str, ...] = ()) -> None:
+    """A CLI result that is one `error:` line, exit code 2 (no traceback), saying `said`."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), \
+        f"raw {type(result.exception).__name__}: {result.exception}"
+    assert result.exit_code == 2 and result.output.startswith("error:"), result.output
+    assert "Traceback" not in result.output and result.output.count("\n") == 1, result.output
+    for part in said:
+        assert part in result.output, result.output
+    for part in unsaid:
+        assert part not in result.output, result.output
 
 
 ISO_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00")

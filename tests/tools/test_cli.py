@@ -22,9 +22,9 @@ def out_json(result):
 
 def summary(call, status, start, last, duration, events, **counts):
     base = {"call": call, "status": status, "start": start, "last_event": last,
-            "duration_s": duration, "events": events, "epoch": 1, "tool_calls": 0,
-            "deferred": 0, "failures": 0, "cancelled": 0, "anomalies": 0, "reconnects": 0,
-            "takeovers": 0}
+            "duration_s": duration, "silent_s": None, "events": events, "epoch": 1,
+            "tool_calls": 0, "deferred": 0, "failures": 0, "cancelled": 0, "anomalies": 0,
+            "reconnects": 0, "takeovers": 0, "crashes": 0, "handovers": 0}
     return {**base, **counts}
 
 
@@ -42,10 +42,14 @@ async def test_calls_json_golden(loaded):
         summary("failing-1", "stale", at(0, T0 + HOUR_US), at(1000, T0 + HOUR_US), 1.0, 8,
                 tool_calls=1, failures=1, anomalies=1),
         summary("support-1", "closed", at(0), at(5000), 5.0, 25, tool_calls=1, deferred=1,
-                reconnects=2, takeovers=1),
+                reconnects=2, takeovers=1, crashes=1),
     ]
-    assert out_json(await acli("calls", "--json", backend=loaded)) == {
-        "calls": expected, "next_after": None}
+    got = out_json(await acli("calls", "--json", backend=loaded))
+    # How long a call not closed has been silent depends on when the test runs.
+    silent = [c.pop("silent_s") for c in got["calls"]]
+    assert silent[0] >= 2.0 and silent[1] > 24 * 3600 and silent[2] is None
+    assert got == {"calls": [{k: v for k, v in c.items() if k != "silent_s"} for c in expected],
+                   "next_after": None}
 
 
 async def test_calls_filters_and_paging(loaded):
@@ -75,8 +79,8 @@ async def test_calls_filters_and_paging(loaded):
 
 
 SUPPORT_ENTRIES = [
-    (1, 0, "session", "info", "session opened: model gemini-live, tools ['lookup_order', "
-                              "'send_email'], worker w1, epoch 1"),
+    (1, 0, "session", "info", "session opened: model gemini-live, tools lookup_order, "
+                              "send_email, worker w1, epoch 1"),
     (2, 0, "connection", "info", "connected: generation 1, fresh (seeded history)"),
     (3, 100, "connection", "info", "resumption handle h-1 issued on generation 1 "
                                    "(last consumed message 0)"),
@@ -85,28 +89,28 @@ SUPPORT_ENTRIES = [
     (6, 400, "tools", "info", 'c1: lookup_order({"auth_token": "[REDACTED]", "email": '
                               '"bob@example.com", "order_id": 42}) requested on generation 1'),
     (7, 400, "tools", "info", "c1: deferred until the bot stops speaking"),
-    (8, 500, "settings", "info", 'settings changed: system_instruction = {"system_instruction":'
-                                 ' "Be brief."}; needs a reconnect'),
-    (9, 500, "connection", "info", "reconnect requested: settings (system_instruction); "
+    (8, 500, "settings", "info", 'settings changed: voice = {"voice": "Kore"}; needs a reconnect'),
+    (9, 500, "connection", "info", "reconnect requested: settings (voice); "
                                    "buffered until turn end"),
     (10, 1500, "speech", "info", "bot stopped speaking (turn_complete) after 1.2 s"),
     (11, 1520, "tools", "info", "c1: lookup_order started after waiting 1120 ms"),
     (12, 1820, "tools", "info", 'c1: completed in 300 ms: {"password": "[REDACTED]", '
                                 '"status": "shipped"}'),
     (13, 1830, "tools", "info", "c1: sending result via tool_response on generation 1"),
-    (14, 1840, "tools", "info", "c1: result delivered via tool_response on generation 1, "
+    (14, 1840, "tools", "info", "c1: result sent via tool_response on generation 1, "
                                 "20 ms after the outcome"),
     (15, 1900, "connection", "warn", "disconnected generation 1: settings"),
     (16, 2100, "connection", "info", "reconnected: generation 2, resumed from handle h-1 "
                                      "(reason: settings)"),
     (17, 2200, "tools", "info", "c1: sending result via content on generation 2"),
-    (18, 2210, "tools", "info", "c1: result delivered via content on generation 2 (sent again)"),
+    (18, 2210, "tools", "info", "c1: result sent via content on generation 2 (sent again)"),
     (19, 2300, "speech", "info", "bot started speaking (generation 2)"),
     (20, 3000, "speech", "info", "bot stopped speaking (turn_complete) after 0.7 s"),
     (21, 3100, "conversation", "info", "assistant: Your order 42 has shipped."),
     (22, 3200, "connection", "info", "resumption handle h-2 issued on generation 2 "
                                      "(last consumed message 3)"),
-    (23, 4000, "session", "warn", "worker w2 took the call over (epoch 2, takeover)"),
+    (23, 4000, "session", "warn", "worker w2 took the call over from w1 (crash after 0.80 s "
+                                  "of silence since v22; epoch 2)"),
     (24, 4300, "connection", "info", "reconnected: generation 3, resumed from handle h-2 "
                                      "(reason: takeover)"),
     (25, 5000, "session", "info", "session closed: ended"),
@@ -120,10 +124,10 @@ async def test_timeline_json_golden(loaded):
                                         for v, o, lane, lvl, s in SUPPORT_ENTRIES]
     assert [e["at"] for e in tl["entries"]] == [at(o) for _v, o, *_ in SUPPORT_ENTRIES]
     assert tl["tool_calls"] == [{
-        "call_id": "c1", "name": "lookup_order",
+        "tool_call_id": "c1", "name": "lookup_order",
         "args": {"auth_token": MASK, "email": "bob@example.com", "order_id": 42},
         "generation": 1, "requested_version": 6, "requested_at": at(400), "deferred": True,
-        "attempts": [{"attempt": 1, "version": 11, "at_us": T0 + 1_520_000, "epoch": 1,
+        "attempts": [{"attempt": 1, "version": 11, "at": at(1520), "epoch": 1,
                       "idempotency_key": "support-1:c1"}],
         "started_at": at(1520), "wait_ms": 1120.0, "finished_version": 12,
         "finished_at": at(1820), "run_ms": 300.0, "outcome": "completed",
@@ -134,10 +138,11 @@ async def test_timeline_json_golden(loaded):
                    "confirmed_version": 14, "at": at(1830), "confirmed_at": at(1840)},
                   {"generation": 2, "via": "content", "version": 17, "confirmed": True,
                    "confirmed_version": 18, "at": at(2200), "confirmed_at": at(2210)}],
-        "delivered_at": at(1840), "delivered_via": "tool_response", "delivered_generation": 1,
-        "delivery_ms": 20.0, "in_model": True, "clipped": False}]
+        "sent_at": at(1840), "sent_via": "tool_response", "sent_generation": 1,
+        "send_ms": 20.0, "in_model": True, "in_model_evidence": {"version": 19, "kind": "spoke"},
+        "clipped": False, "mode": "blocking", "scheduling": None, "progress": []}]
     assert tl["reconnects"] == [
-        {"reason": "settings", "keys": ["system_instruction"], "requested_version": 9,
+        {"reason": "settings", "keys": ["voice"], "requested_version": 9,
          "requested_at": at(500), "go_away_time_left_s": None, "disconnected_version": 15,
          "disconnected_at": at(1900), "disconnect_reason": "settings", "detail": "",
          "from_generation": 1, "connected_version": 16, "connected_at": at(2100),
@@ -148,7 +153,11 @@ async def test_timeline_json_golden(loaded):
          "connected_version": 24, "connected_at": at(4300), "generation": 3,
          "resumed_handle": "h-2", "waited_ms": None, "downtime_ms": None}]
     assert tl["takeovers"] == [{"version": 23, "at": at(4000), "worker": "w2", "epoch": 2,
-                                "reason": "takeover"}]
+                                "reason": "takeover", "kind": "crash", "previous_worker": "w1",
+                                "last_event_version": 22, "last_event_at": at(3200),
+                                "last_event_type": "connection.handle_issued",
+                                "silent_ms": 800.0}]
+    assert (tl["call"], tl["head"], tl["summary"]["call"]) == ("support-1", 25, "support-1")
     assert tl["problems"] == []
     assert SECRET not in json.dumps(tl)
     window = out_json(await acli("timeline", "support-1", "--from", "10", "--limit", "3",
@@ -175,19 +184,21 @@ async def test_a_window_from_before_the_first_version_starts_at_it(loaded):
 
 async def test_state_json(loaded):
     mid = out_json(await acli("state", "support-1", "--at", "7", "--json", backend=loaded))
-    assert {k: mid[k] for k in ("call", "version", "bot_speaking", "deferred", "undelivered",
+    assert {k: mid[k] for k in ("call", "version", "bot_speaking", "deferred", "to_send",
                                 "unanswered", "generation", "connected", "newest_handle")} == {
         "call": "support-1", "version": 7, "bot_speaking": True, "deferred": ["c1"],
-        "undelivered": [], "unanswered": ["c1"], "generation": 1, "connected": True,
+        "to_send": [], "unanswered": ["c1"], "generation": 1, "connected": True,
         "newest_handle": "h-1"}
-    assert mid["calls"]["c1"]["status"] == "deferred"
+    assert mid["tool_calls"][0]["status"] == "deferred"
+    assert mid["event"]["type"] == "tool.call_deferred" and mid["event"]["version"] == 7
     assert mid["settings"] == {"voice": "Puck", "api_key": MASK}
     end = out_json(await acli("state", "support-1", "--json", backend=loaded))
     assert (end["version"], end["closed"], end["epoch"], end["takeovers"]) == (25, True, 2, 1)
-    assert end["calls"]["c1"]["delivered"] and end["calls"]["c1"]["times_in_model"] == 1
+    [c1] = end["tool_calls"]
+    assert c1["in_current_session"] and c1["times_in_current_session"] == 1
     assert SECRET not in json.dumps(end)
     red = out_json(await acli("state", "support-1", "--json", "--redact", backend=loaded))
-    assert "bob@example.com" not in json.dumps(red) and "Be brief." not in json.dumps(red)
+    assert "bob@example.com" not in json.dumps(red) and "Kore" not in json.dumps(red)
     table = await acli("state", "support-1", backend=loaded)
     assert table.exit_code == 0 and "lookup_order" in table.stdout
 
@@ -197,7 +208,7 @@ async def test_export_is_stable_json_lines(loaded):
     assert r.exit_code == 0
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     assert len(lines) == 25
-    assert lines[1] == {"export_schema": 1, "stream_id": "support-1", "version": 2,
+    assert lines[1] == {"export_schema": 2, "call": "support-1", "version": 2,
                         "position": lines[1]["position"], "type": "connection.connected",
                         "schema_version": 1, "recorded_at": at(0), "recorded_at_us": T0,
                         "data": {"generation": 1, "handle": None,
@@ -208,7 +219,7 @@ async def test_export_is_stable_json_lines(loaded):
     prev = GENESIS_HASH
     for x in lines:
         if not x["redacted"]:
-            assert chain_hash(prev, x["stream_id"], x["version"], x["type"],
+            assert chain_hash(prev, x["call"], x["version"], x["type"],
                               x["schema_version"], x["recorded_at_us"],
                               canonical_json(x["data"])) == x["hash"]
         prev = x["hash"]
@@ -217,8 +228,8 @@ async def test_export_is_stable_json_lines(loaded):
 
 
 async def test_verify_json_golden(loaded):
-    assert out_json(await acli("verify", "--json", backend=loaded)) == {"ok": True, "streams": [
-        {"stream_id": s, "ok": True, "events_checked": n, "first_bad_version": None,
+    assert out_json(await acli("verify", "--json", backend=loaded)) == {"ok": True, "calls": [
+        {"call": s, "ok": True, "events_checked": n, "first_bad_version": None,
          "first_bad_position": None, "reason": ""}
         for s, n in (("failing-1", 8), ("live-1", 2), ("support-1", 25))]}
     one = await acli("verify", "support-1", backend=loaded)

@@ -28,7 +28,7 @@ async def test_an_edited_row_fails_verify_and_is_named(loaded):
     assert "hash mismatch" in r.stdout
     data = json.loads((await acli("verify", "--json", backend=loaded)).stdout)
     assert data["ok"] is False
-    bad = {s["stream_id"]: s for s in data["streams"]}
+    bad = {s["call"]: s for s in data["calls"]}
     assert bad["support-1"]["first_bad_version"] == 12 and not bad["support-1"]["ok"]
     assert bad["failing-1"]["ok"] and bad["live-1"]["ok"]
     assert (await acli("verify", backend=loaded)).exit_code == 1
@@ -47,7 +47,7 @@ async def test_verify_names_the_bad_events_version_and_position(loaded, store):
     assert r.exit_code == 1
     assert f"BAD  failing-1: first bad event version 5 (position {position}):" in r.stdout
     [report] = json.loads((await acli("verify", "failing-1", "--json",
-                                      backend=loaded)).stdout)["streams"]
+                                      backend=loaded)).stdout)["calls"]
     assert (report["first_bad_version"], report["first_bad_position"]) == (5, position)
 
 async def test_a_deleted_row_fails_verify(loaded):
@@ -55,7 +55,7 @@ async def test_a_deleted_row_fails_verify(loaded):
               s="support-1")
     r = await acli("verify", "support-1", "--json", backend=loaded)
     assert r.exit_code == 1
-    [report] = json.loads(r.stdout)["streams"]
+    [report] = json.loads(r.stdout)["calls"]
     assert report["first_bad_version"] == 5 and "missing" in report["reason"]
 
 
@@ -162,12 +162,13 @@ def test_tail_follows_new_events_with_secrets_masked(tmp_path):
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
     try:
         first = lines.get(timeout=20)
-        assert "tailed@1 session.opened" in first and SECRET not in first
+        assert "tailed@v1 session      session opened: model m" in first
+        assert SECRET not in first
         # When, in UTC and with its date (it was the time of day alone, no zone).
-        assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z tailed@1 ", first), first
+        assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z tailed@v1 ", first), first
         asyncio.run(write([ev.Connected(1)], 1))
         second = lines.get(timeout=20)
-        assert "tailed@2 connection.connected" in second
+        assert "tailed@v2 connection   connected: generation 1" in second
     finally:
         proc.terminate()
         proc.wait(10)

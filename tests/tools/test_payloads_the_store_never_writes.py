@@ -65,6 +65,8 @@ async def test_such_a_row_is_corrupt_in_the_cli(odd_log):
     assert window.exit_code == 0, window.output
     bad = strict(window.stdout)["entries"][1]
     assert (bad["version"], bad["level"]) == (N + 1, "error")
+    # The window says its facts are its own: the call cannot be folded whole.
+    assert strict(window.stdout)["problems"][0]["kind"] == "whole_call_unreadable"
     export = await acli("export", CALL, backend=odd_log)
     assert export.exit_code == 0, export.output
     lines = [strict(x) for x in export.stdout.splitlines()]
@@ -82,12 +84,13 @@ async def test_such_a_row_is_never_a_bare_500_in_the_viewer(odd_log):
             page = await http.get(f"/calls/{CALL}")
             assert page.status_code == 500 and ROW in page.text, page.text[:300]
             for api in ("timeline", "state"):
-                r = await http.get(f"/api/calls/{CALL}/{api}")
+                r = await http.get(f"/api/{api}/{CALL}")
                 assert r.status_code == 500, (api, r.status_code)
                 assert ROW in strict(r.text)["error"], (api, r.text[:300])
-            window = await http.get(f"/api/calls/{CALL}/timeline", params={"from": N, "n": 3})
+            window = await http.get(f"/api/timeline/{CALL}", params={"from": N, "n": 3})
             assert window.status_code == 200, window.text[:300]
-            assert strict(window.text)["timeline"]["entries"][1]["level"] == "error"
-            export = await http.get(f"/calls/{CALL}/export.jsonl")
+            assert strict(window.text)["entries"][1]["level"] == "error"
+            assert strict(window.text)["problems"][0]["kind"] == "whole_call_unreadable"
+            export = await http.get(f"/export/{CALL}")
             assert [strict(x)["version"] for x in export.text.splitlines()] == \
                 list(range(1, N + 3))

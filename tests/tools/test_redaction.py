@@ -9,6 +9,7 @@ import pytest
 from session_store import events as ev
 from session_store.audit import (MASK, RedactionConfig, Redactor, export_line, load_config,
                                  state_view)
+from session_store.lineage import in_model
 from session_store.projection import fold
 
 from .helpers import SECRET, chain, support_call
@@ -49,7 +50,7 @@ def test_without_redaction_only_secrets_go():
     text = dumps(out)
     assert SECRET not in text and "tok-SECRET" not in text and "hunter2" not in text
     # the rest is what support needs to read
-    assert "bob@example.com" in text and "Be brief." in text and '"h-1"' in text
+    assert "bob@example.com" in text and "Kore" in text and '"h-1"' in text
     assert out[0]["redacted"] == ["data.settings.api_key"]
 
 
@@ -58,7 +59,7 @@ def test_full_redaction_masks_transcripts_settings_handles_and_configured_keys()
     r = Redactor(load_config(redact=True, env={}))
     out = [export_line(x, r) for x in recs]
     text = dumps(out)
-    for gone in (SECRET, "tok-SECRET", "hunter2", "bob@example.com", "Be brief.", "Puck",
+    for gone in (SECRET, "tok-SECRET", "hunter2", "bob@example.com", "Kore", "Puck",
                  "Where is my order", "has shipped", '"h-1"', '"h-2"'):
         assert gone not in text, gone
     requested = out[5]["data"]
@@ -164,7 +165,7 @@ def test_redacted_records_still_decode_and_fold():
     recs = chain("support-1", support_call())
     r = Redactor(load_config(redact=True, env={}))
     state = fold(r.redact_records(recs))
-    assert state.calls["c1"].status == "completed" and state.in_model(state.calls["c1"])
+    assert state.calls["c1"].status == "completed" and in_model(state, state.calls["c1"])
 
 
 def test_state_view_is_redacted_too():
@@ -175,10 +176,10 @@ def test_state_view_is_redacted_too():
     assert "bob@example.com" in dumps(plain)
     full = Redactor(load_config(redact=True, env={})).redact_state(view)
     text = dumps(full)
-    for gone in (SECRET, "hunter2", "bob@example.com", "Be brief.", "has shipped", '"h-2"'):
+    for gone in (SECRET, "hunter2", "bob@example.com", "Kore", "has shipped", '"h-2"'):
         assert gone not in text, gone
-    assert full["calls"]["c1"]["status"] == "completed"
-    assert ["tool", "c1"] in full["conversation"]
+    assert full["tool_calls"][0]["status"] == "completed"
+    assert {"role": "tool", "text": "c1"} in full["conversation"]
 
 
 def test_unreadable_payload_is_scrubbed_not_leaked():
@@ -226,7 +227,7 @@ def test_a_message_logged_with_the_role_tool_is_masked_in_the_state():
                  + support_call()[5:12])
     full = Redactor(load_config(redact=True, env={})).redact_state(state_view(fold(recs)))
     assert "bob@example.com" not in dumps(full["conversation"]), full["conversation"]
-    assert ["tool", "c1"] in full["conversation"]  # a call's result: its id stays
+    assert {"role": "tool", "text": "c1"} in full["conversation"]  # a call's result: its id
 
 
 def test_json_text_redacted_stays_text_every_output_can_write():
@@ -283,7 +284,8 @@ def test_a_schema_version_newer_than_the_code_is_masked_whole():
     newer = replace(rec, schema_version=ev.ToolCallRequested.SCHEMA + 1)
     line = export_line(newer, Redactor(load_config(redact=True, env={})))
     assert line["data"] == {"call_id": MASK, "name": MASK, "generation": MASK,
-                            "args": {"order_ref": MASK, "note": MASK}}
+                            "args": {"order_ref": MASK, "note": MASK}, "mode": MASK,
+                            "declared": None}
     # At its own schema version only the configured keys go.
     assert export_line(rec, Redactor(load_config(redact=True, env={})))["data"]["args"] == {
         "order_ref": "A-1", "note": "Bob"}
@@ -300,15 +302,15 @@ def test_all_results_mode_masks_failure_errors_in_events_and_state():
     line = export_line(recs[-1], r)
     assert line["data"]["error"] == MASK and line["redacted"] == ["data.error"]
     view = r.redact_state(state_view(fold(recs)))
-    assert view["calls"]["c1"]["error"] == MASK
-    # by default ("keys") the error is the diagnostic and stays
+    assert view["tool_calls"][0]["error"] == MASK
+    # by default ("keys") the error is the diagnostic and stays, less the personal data in it
     assert Redactor(load_config(redact=True, env={})).redact_state(
-        state_view(fold(recs)))["calls"]["c1"]["error"] == "no order for bob@example.com"
+        state_view(fold(recs)))["tool_calls"][0]["error"] == "no order for [REDACTED:email]"
 
 
 def test_a_config_files_keys_add_to_the_default_keys(tmp_path):
-    """`keys = ["card_ref"]` in a file is added to the default keys (README: "added to the
-    default keys"); `replace_default_keys = true` replaces them."""
+    """`keys = ["card_ref"]` in a file is added to the default keys (docs/postmortem.md:
+    "added to the default keys"); `replace_default_keys = true` replaces them."""
     args = {"card_ref": "4111-1111", "email": "bob@example.com", "order_id": 42}
     data = {"call_id": "c1", "name": "pay", "args": args, "generation": 1}
     cfg_file = tmp_path / "redact.toml"
@@ -317,10 +319,16 @@ def test_a_config_files_keys_add_to_the_default_keys(tmp_path):
         "tool.call_requested", data)
     assert out["args"] == {"card_ref": MASK, "email": MASK, "order_id": 42}
     cfg_file.write_text('[redaction]\nenabled = true\nkeys = ["card_ref"]\n'
-                        'replace_default_keys = true\n')
+                        'replace_default_keys = true\nfree_text_pii = false\n')
     out, _ = Redactor(load_config(path=str(cfg_file), env={})).redact_data(
         "tool.call_requested", data)
     assert out["args"] == {"card_ref": MASK, "email": "bob@example.com", "order_id": 42}
+    # (with the free-text scan on, as by default, the address is found in the value itself)
+    cfg_file.write_text('[redaction]\nenabled = true\nkeys = ["card_ref"]\n'
+                        'replace_default_keys = true\n')
+    out, _ = Redactor(load_config(path=str(cfg_file), env={})).redact_data(
+        "tool.call_requested", data)
+    assert out["args"] == {"card_ref": MASK, "email": "[REDACTED:email]", "order_id": 42}
 
 
 def test_a_replayed_settings_update_is_redacted_like_the_settings_event():

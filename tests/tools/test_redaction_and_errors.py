@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 from session_store import events as ev
 from session_store.audit import MASK, Redactor, export_line, load_config, replay
 from session_store.cli import app
-from session_store.decide import FunctionCall, Policy, ToolCallsArrived, decide
+from session_store.decide import FunctionCall, ToolCallsArrived, decide
+from session_store.policy import Policy
 from session_store.projection import fold
 from tests.store.helpers import insert_raw_event, sql
 from tests.tools.conftest import running_viewer
@@ -90,6 +91,7 @@ async def test_redaction_fingerprints_the_handle_of_a_failed_handshake(migrated)
         (200, ev.Disconnected(1, "error")),
         (300, ev.AnomalyRecorded("handshake_failed", {"handle": handle,
                                                       "error": "ConnectionClosedError: 1011"}, 1)),
+        (300, ev.HandleRefused(1, handle, "refused")),  # passed over for good
         (400, ev.Connected(2)),
         # A handle the service withheld (it may predate a seed): a live handle all the same.
         (500, ev.HandleWithheld(2, handle + "-2")),
@@ -101,6 +103,8 @@ async def test_redaction_fingerprints_the_handle_of_a_failed_handshake(migrated)
     assert lines[2]["data"]["handle"] != handle  # the handle_issued event: fingerprinted
     (withheld,) = [x for x in lines if x["type"] == "connection.handle_withheld"]
     assert withheld["data"]["handle"] != handle + "-2"
+    (refused,) = [x for x in lines if x["type"] == "connection.handle_refused"]
+    assert refused["data"]["handle"] == lines[2]["data"]["handle"]  # the same fingerprint
     leaked = [x["type"] for x in lines if handle in json.dumps(x)]
     assert leaked == [], f"raw resumption handle in a redacted export: {leaked}"
 
@@ -161,7 +165,7 @@ async def test_an_error_that_quotes_a_stored_value_never_prints_a_secret(migrate
         assert SECRET not in r.output and "sk-SECRET" not in r.output, (command, r.output)
     with running_viewer(migrated) as base:
         async with httpx.AsyncClient(base_url=base) as client:
-            for path in ("/calls/odd-2", "/api/calls/odd-2/timeline", "/api/calls/odd-2/state"):
+            for path in ("/calls/odd-2", "/api/timeline/odd-2", "/api/state/odd-2"):
                 r = await client.get(path)
                 assert r.status_code == 500 and "odd-2@3" in r.text, (path, r.text[:300])
                 assert "sk-SECRET" not in r.text, (path, r.text[:300])
@@ -233,12 +237,12 @@ async def test_the_viewer_redacts_replay_too(migrated):
     await write_call(migrated, "support-1", support_call())
     with running_viewer(migrated, redaction=load_config(redact=True, env={})) as base:
         async with httpx.AsyncClient(base_url=base) as client:
-            export = (await client.get("/calls/support-1/export.jsonl")).text
+            export = (await client.get("/export/support-1")).text
             assert "bob@example.com" not in export  # the export obeys serve --redact
-            forced = await client.get("/api/calls/support-1/replay", params={"defer": "none"})
+            forced = await client.get("/api/replay/support-1", params={"defer": "none"})
     with running_viewer(migrated) as base:
         async with httpx.AsyncClient(base_url=base) as client:
-            asked = await client.get("/api/calls/support-1/replay",
+            asked = await client.get("/api/replay/support-1",
                                      params={"defer": "none", "redact": "1"})
     for r in (forced, asked):
         assert r.status_code == 200 and r.json()["divergences"], r.text
@@ -318,9 +322,9 @@ def test_migrate_on_a_database_it_cannot_use_fails_in_one_line(url):
 @pytest.mark.parametrize("command", [["calls"], ["verify"], ["timeline", "c1"], ["migrate"]])
 def test_an_unparseable_url_is_a_one_line_error(command):
     """A mistyped --db (or $SESSION_STORE_URL) is bad input, one line from every command:
-    a URL SQLAlchemy cannot parse (`sessions.db`, the path without the scheme) and an
-    unsupported driver (`mysql`, which `migrate` would otherwise try to import)."""
-    _one_line_error(_invoke(*command, "--db", "sessions.db"))
+    a URL SQLAlchemy cannot parse (a path is a SQLite file: tests/tools/test_db_option.py)
+    and an unsupported driver (`mysql`, which `migrate` would otherwise try to import)."""
+    _one_line_error(_invoke(*command, "--db", "postgresql://u@[::1/db"))
     _one_line_error(_invoke(*command, "--db", "mysql://u@h/db"))
     r = _invoke(*command, "--db", "postgresql+asyncpg://u:pw-in-url@h:no_port/db")
     _one_line_error(r)
@@ -348,8 +352,8 @@ async def test_serve_on_a_database_it_cannot_open_fails_in_one_line(migrated):
 
 
 async def test_a_secret_inside_a_settings_object_never_reaches_the_log(store):
-    """`_update_settings` logs `redact_settings({k: _plain(value)})` (service/gemini_live.py).
-    `_plain` keeps dicts and lists structured "so that redact_settings can still mask a
+    """`_update_settings` logs `redact_settings({k: plain(value)})` (service/translate.py).
+    `plain` keeps dicts and lists structured "so that redact_settings can still mask a
     secret nested in them by its key", but any other object (a pydantic model such as
     google-genai's HttpOptions, a dataclass) becomes `str(value)`, which hides the key from
     redact_settings: the service writes the secret into settings.changed."""
@@ -357,12 +361,13 @@ async def test_a_secret_inside_a_settings_object_never_reaches_the_log(store):
     from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
     from service.gemini_live import DurableGeminiLiveLLMService
+    from service.translate import settings_snapshot
 
     secret = "AIzaSyFAKEfake0settings0object0key00"
     svc = DurableGeminiLiveLLMService(
         api_key="test-key", settings=GeminiLiveLLMService.Settings(model="models/x"),
         store=store, call_id="settings-1")
-    await svc.driver.attach(model="models/x", tools=[], settings=svc._settings_snapshot())
+    await svc.driver.attach(model="models/x", tools=[], settings=settings_snapshot(svc._settings))
     delta = GeminiLiveLLMService.Settings()
     delta.extra = {"http_options": HttpOptions(base_url="https://proxy.example",
                                                headers={"x-goog-api-key": secret}),

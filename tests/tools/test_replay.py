@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from session_store import events as ev
 from session_store.audit import parse_policy, replay
-from session_store.decide import NO_NAME_ERROR, Policy
+from session_store.decide import NO_NAME_ERROR
+from session_store.policy import Policy
 
 from .helpers import chain, reissued_call, support_call
 
@@ -37,7 +38,8 @@ def test_a_call_not_deferred_while_the_bot_spoke_is_reported():
     d, start = report.divergences
     assert (d.version, d.to_version, d.kind) == (4, 4, "decide")
     assert d.logged == [{"type": "tool.call_requested", "data": {
-        "call_id": "c1", "name": "lookup_order", "args": {"id": 1}, "generation": 1}}]
+        "call_id": "c1", "name": "lookup_order", "args": {"id": 1}, "generation": 1,
+        "mode": "blocking", "declared": None}}]
     assert d.decided == d.logged + [{"type": "tool.call_deferred", "data": {"call_id": "c1"}}]
     assert "tool.call_deferred for c1 (the bot was speaking)" in d.message
     assert d.observation["observation"] == "ToolCallsArrived"

@@ -1,29 +1,30 @@
-"""Large logs stay usable: 100,000 calls list fast; a 50,000-event call's page opens fast.
+"""Large logs stay usable: 100,000 calls list right, page by page, each listing reading
+heads through their start-time index; a 50,000-event call's pages and states open right.
 
-Timings are printed (run with -s) and written to test-artifacts/tools/timings-BACKEND.json;
-the assertions are generous (these machines are noisy): the goal is < 1 s.
+What they cost is measured, not asserted here: bench/listing.py (the call list, a small
+store against a big one) and bench/recovery.py (folding a 50,000-event call).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import time
 
 import httpx
+from sqlalchemy.dialects import postgresql, sqlite
 
 from session_store import events as ev
 from session_store.audit import CallFilter
-from session_store.audit.queries import count_calls, list_calls
+from session_store.audit.queries import count_calls, list_calls, page_query
 from session_store.events import canonical_json
 from session_store.records import GENESIS_HASH
 
-from .conftest import running_viewer
+from .conftest import running_viewer, sql
 from .helpers import T0, acli, chain, write_rows
 
 CALLS = 100_000
 BIG_EVENTS = 50_000
-BOUND_S = 3.0
+HEADS_BY_START = "ix_session_streams_created_at_us_stream_id"
 
 
 @functools.cache
@@ -82,91 +83,74 @@ def big_call() -> list:
     return [rows, [head]]
 
 
-def timed_s(t0: float) -> float:
-    return round(time.perf_counter() - t0, 4)
+async def plan(backend, stmt) -> str:
+    """The database's plan for a listing statement, as text."""
+    dialect = sqlite.dialect() if backend.name == "sqlite" else postgresql.dialect()
+    query = str(stmt.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+    explain = "EXPLAIN QUERY PLAN " if backend.name == "sqlite" else "EXPLAIN "
+    return "\n".join(str(row[-1]) for row in await sql(backend, explain + query))
 
 
-def report(backend, artifacts, name: str, timings: dict) -> None:
-    path = artifacts / f"timings-{backend.name}.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data[name] = timings
-    path.write_text(json.dumps(data, indent=2))
-    print(f"\n{backend.name} {name}: {json.dumps(timings)}")
-
-
-async def test_listing_100k_calls(migrated, artifacts):
+async def test_listing_100k_calls(migrated):
     await write_rows(migrated, *many_calls())
+    await sql(migrated, "ANALYZE")
     store = await migrated.open()
-    timings, now = {}, time.time_ns() // 1000
+    now = T0 + (CALLS + 24 * 60) * 60_000_000  # a day after the last call started
     try:
-        for name, flt in [("first page", CallFilter()),
-                          ("page after call-050000", CallFilter(after="call-050000")),
-                          ("status closed", CallFilter(status="closed")),
-                          ("status stale", CallFilter(status="stale", limit=20)),
-                          ("search 4242", CallFilter(search="4242")),
-                          ("since", CallFilter(since_us=T0 + 90_000 * 60_000_000))]:
-            t = time.perf_counter()
+        for flt in [CallFilter(), CallFilter(status="closed"), CallFilter(status="stale"),
+                    CallFilter(takeover=True), CallFilter(search="4242"),
+                    CallFilter(since_us=T0 + 90_000 * 60_000_000)]:
+            # A page costs what it holds: heads come in start order through their index,
+            # never all of them sorted (an id search reads every id, by nature).
+            shown = await plan(migrated, page_query(flt, now).limit(flt.limit + 1))
+            assert flt.search or (HEADS_BY_START in shown and "TEMP B-TREE" not in shown
+                                  and "Sort" not in shown), (flt, shown)
             page = await list_calls(store, flt, now)
-            timings[name] = timed_s(t)
-            assert page.calls and timings[name] < BOUND_S, (name, timings)
+            # Ids holding "4242": call-04242d and call-0d4242, 20 in all.
+            assert len(page.calls) == (20 if flt.search else flt.limit), flt
         first = await list_calls(store, CallFilter(limit=3), now)
         assert [c.call_id for c in first.calls] == ["call-099999", "call-099998", "call-099997"]
         assert first.next_after == "call-099997"
         deep = await list_calls(store, CallFilter(after="call-050000", limit=2), now)
         assert [c.call_id for c in deep.calls] == ["call-049999", "call-049998"]
-        t = time.perf_counter()
+        stale = await list_calls(store, CallFilter(status="stale", limit=2), now)
+        assert [c.call_id for c in stale.calls] == ["call-099995", "call-099988"]
+        taken = await list_calls(store, CallFilter(takeover=True, limit=2), now)
+        assert [c.call_id for c in taken.calls] == ["call-099990", "call-099980"]
         assert await count_calls(store, CallFilter(status="closed"), now) == CALLS - 14286
-        timings["count status closed"] = timed_s(t)
+        assert await count_calls(store, CallFilter(status="stale"), now) == 14286
         [left_open] = (await list_calls(store, CallFilter(search="call-099995"), now)).calls
         assert (left_open.status, left_open.events, left_open.tool_calls) == ("stale", 2, 1)
         [taken] = (await list_calls(store, CallFilter(search="call-099990"), now)).calls
         assert (taken.status, taken.takeovers) == ("closed", 1)
     finally:
         await store.close()
-    t = time.perf_counter()
     cli = await acli("calls", "--json", "--limit", "20", "--status", "closed", backend=migrated)
-    timings["cli calls --status closed (whole process)"] = timed_s(t)
     assert cli.exit_code == 0 and len(json.loads(cli.stdout)["calls"]) == 20
     with running_viewer(migrated) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
-            for name, path in [("web list page", "/"), ("web list, closed", "/?status=closed"),
-                               ("web list, search", "/?q=12345")]:
-                t = time.perf_counter()
-                r = await http.get(path)
-                timings[name] = timed_s(t)
-                assert r.status_code == 200 and timings[name] < BOUND_S, (name, timings)
-            assert "100,000 calls match" in (await http.get("/")).text
-    report(migrated, artifacts, "100k calls", timings)
-
-
-async def test_a_50k_event_call_opens_fast(migrated, artifacts):
-    await write_rows(migrated, *big_call())
-    timings = {}
-    with running_viewer(migrated) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
-            for name, path in [("timeline page (first open)", "/calls/big"),
-                               ("timeline page (again)", "/calls/big"),
-                               ("timeline page, middle window", "/calls/big?from=25001"),
-                               ("timeline page, last window", "/calls/big?from=49501")]:
-                t = time.perf_counter()
+            for path in ["/", "/?status=closed", "/?q=12345"]:
                 r = await http.get(path)
-                timings[name] = timed_s(t)
+                assert r.status_code == 200, (path, r.text[:500])
+            assert "100,000 calls match" in (await http.get("/")).text
+
+
+async def test_a_50k_event_call_opens(migrated):
+    await write_rows(migrated, *big_call())
+    with running_viewer(migrated) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=120) as http:
+            # The first open folds all 50,000 events (a window states the whole call's facts:
+            # how each tool call ended, whether its result is in the model); later windows
+            # start from the checkpoints it left.
+            for path in ["/calls/big", "/calls/big", "/calls/big?from=25001",
+                         "/calls/big?from=49501"]:
+                r = await http.get(path)
                 assert r.status_code == 200, r.text[:500]
-                assert timings[name] < BOUND_S, (name, timings)
             assert "of 50,000" in r.text and r.text.count('<tr class="ev') >= 500
-            t = time.perf_counter()
-            st = (await http.get("/api/calls/big/state", params={"at": 50_000})).json()
-            timings["state at 50000 (cold: folds 50k events)"] = timed_s(t)
-            assert st["at"] == 50_000
-            t = time.perf_counter()
-            st = (await http.get("/api/calls/big/state", params={"at": 49_990})).json()
-            timings["state at 49990 (from a cached checkpoint)"] = timed_s(t)
-            assert st["at"] == 49_990 and st["state"]["calls_total"] > 5000
-            assert timings["state at 49990 (from a cached checkpoint)"] < BOUND_S
-            assert timings["state at 50000 (cold: folds 50k events)"] < 5 * BOUND_S
-    t = time.perf_counter()
+            st = (await http.get("/api/state/big", params={"at": 50_000})).json()
+            assert st["version"] == 50_000
+            st = (await http.get("/api/state/big", params={"at": 49_990})).json()
+            assert st["version"] == 49_990 and st["tool_calls_total"] > 5000
     r = await acli("timeline", "big", "--from", "25000", "--limit", "200", "--json",
                    backend=migrated)
-    timings["cli timeline window of 200 (whole process)"] = timed_s(t)
     assert r.exit_code == 0 and len(json.loads(r.stdout)["entries"]) == 200
-    report(migrated, artifacts, "50k-event call", timings)

@@ -8,10 +8,13 @@ import pytest
 
 from session_store import events as ev
 from session_store.audit import build_timeline, parse_time
+from session_store.audit.timeline import Takeover
 from session_store.audit.summaries import CallFilter, like_pattern, status_of, summarise
 from session_store.projection import fold
 
 from .helpers import T0, at, chain, failing_call, reissued_call, support_call
+from session_store.delivery import unanswered, undelivered
+from session_store.lineage import in_model
 
 
 def test_entries_lanes_and_summaries_of_the_support_call():
@@ -19,8 +22,8 @@ def test_entries_lanes_and_summaries_of_the_support_call():
     tl = build_timeline(recs, call_id="support-1", final_state=fold(recs))
     got = [(e.version, e.lane, e.level, e.summary) for e in tl.entries]
     assert got[:4] == [
-        (1, "session", "info", "session opened: model gemini-live, tools ['lookup_order', "
-                               "'send_email'], worker w1, epoch 1"),
+        (1, "session", "info", "session opened: model gemini-live, tools lookup_order, "
+                               "send_email, worker w1, epoch 1"),
         (2, "connection", "info", "connected: generation 1, fresh (seeded history)"),
         (3, "connection", "info", "resumption handle h-1 issued on generation 1 "
                                   "(last consumed message 0)"),
@@ -31,13 +34,14 @@ def test_entries_lanes_and_summaries_of_the_support_call():
     assert by_version[10] == ("speech", "info", "bot stopped speaking (turn_complete) after 1.2 s")
     assert by_version[11] == ("tools", "info", "c1: lookup_order started after waiting 1120 ms")
     assert by_version[12][2].startswith("c1: completed in 300 ms")
-    assert by_version[14][2] == ("c1: result delivered via tool_response on generation 1, "
+    assert by_version[14][2] == ("c1: result sent via tool_response on generation 1, "
                                  "20 ms after the outcome")
     assert by_version[15] == ("connection", "warn", "disconnected generation 1: settings")
     assert by_version[16][2] == ("reconnected: generation 2, resumed from handle h-1 "
                                  "(reason: settings)")
-    assert by_version[18][2] == "c1: result delivered via content on generation 2 (sent again)"
-    assert by_version[23] == ("session", "warn", "worker w2 took the call over (epoch 2, takeover)")
+    assert by_version[18][2] == "c1: result sent via content on generation 2 (sent again)"
+    assert by_version[23] == ("session", "warn", "worker w2 took the call over from w1 (crash "
+                                                 "after 0.80 s of silence since v22; epoch 2)")
     assert by_version[24][2] == "reconnected: generation 3, resumed from handle h-2 (reason: takeover)"
     assert [e.offset_ms for e in tl.entries][-1] == 5000.0
 
@@ -47,11 +51,13 @@ def test_tool_call_wait_run_and_delivery():
     c1 = build_timeline(recs, final_state=fold(recs)).tool_calls["c1"]
     assert (c1.name, c1.deferred, c1.wait_ms, c1.run_ms, c1.outcome) == (
         "lookup_order", True, 1120.0, 300.0, "completed")
-    assert (c1.delivered_via, c1.delivered_generation, c1.delivery_ms) == ("tool_response", 1, 20.0)
+    assert (c1.sent_via, c1.sent_generation, c1.send_ms) == ("tool_response", 1, 20.0)
     assert [(s.generation, s.via, s.confirmed) for s in c1.sends] == [
         (1, "tool_response", True), (2, "content", True)]
-    assert c1.in_model is True
-    assert c1.requested_at_us == T0 + 400_000 and c1.delivered_at_us == T0 + 1_840_000
+    # Held by the current session through generation 2 (resumed from h-2, issued after the
+    # content send); the model spoke on generation 2 after it: the evidence.
+    assert (c1.in_model, c1.in_model_evidence) == (True, {"version": 19, "kind": "spoke"})
+    assert c1.requested_at_us == T0 + 400_000 and c1.sent_at_us == T0 + 1_840_000
 
 
 def test_reconnects_speech_takeovers():
@@ -61,12 +67,12 @@ def test_reconnects_speech_takeovers():
     assert (first.reason, first.keys, first.requested_version, first.disconnected_version,
             first.connected_version, first.waited_ms, first.downtime_ms,
             first.resumed_handle, first.from_generation, first.generation) == (
-        "settings", ["system_instruction"], 9, 15, 16, 1400.0, 200.0, "h-1", 1, 2)
+        "settings", ["voice"], 9, 15, 16, 1400.0, 200.0, "h-1", 1, 2)
     assert (second.reason, second.resumed_handle, second.generation) == ("takeover", "h-2", 3)
     assert [(s.generation, s.duration_ms, s.end_source) for s in tl.speech] == [
         (1, 1200.0, "turn_complete"), (2, 700.0, "turn_complete")]
-    assert tl.takeovers == [{"version": 23, "at_us": T0 + 4_000_000, "worker": "w2",
-                             "epoch": 2, "reason": "takeover"}]
+    assert tl.takeovers == [Takeover(23, T0 + 4_000_000, "w2", 2, "takeover", "crash", "w1", 22,
+                                     T0 + 3_200_000, "connection.handle_issued", 800.0)]
     assert tl.problems == []
 
 
@@ -76,7 +82,7 @@ def test_problems_failures_anomalies_and_unanswered_calls():
     tl = build_timeline(recs, final_state=fold(recs))
     kinds = [(p["version"], p["kind"]) for p in tl.problems]
     assert kinds == [(5, "tool_failed"), (8, "anomaly:duplicate_tool_call_id"), (9, "unanswered")]
-    assert tl.problems[2]["detail"]["call_id"] == "c2"
+    assert tl.problems[2]["detail"]["tool_call_id"] == "c2"
     assert tl.entries[4].level == "error"
 
 
@@ -95,7 +101,7 @@ def test_to_json_has_iso_times():
     data = build_timeline(recs, call_id="support-1").to_json()
     assert data["start"] == at(0) and data["end"] == at(5000)
     assert data["entries"][10]["at"] == at(1520)
-    assert data["tool_calls"][0]["delivered_at"] == at(1840)
+    assert data["tool_calls"][0]["sent_at"] == at(1840)
     assert data["speech"][0] == {"generation": 1, "start": at(300), "end": at(1500),
                                  "start_version": 5, "end_version": 10,
                                  "end_source": "turn_complete", "duration_ms": 1200.0}
@@ -148,12 +154,12 @@ def test_fast_delivery_view_agrees_with_the_projection():
         for cut in (len(recs) // 3, len(recs) // 2 + 7, len(recs)):
             s = fold(recs[:cut])
             view = state_view(s)
-            assert {cid: c["delivered"] for cid, c in view["calls"].items()} == {
-                c.call_id: s.in_model(c) for c in s.calls.values()}
-            assert view["undelivered"] == [c.call_id for c in s.undelivered()]
-            assert view["unanswered"] == [c.call_id for c in s.unanswered()]
+            assert {c["tool_call_id"]: c["in_current_session"] for c in view["tool_calls"]} == {
+                c.call_id: in_model(s, c) for c in s.calls.values()}
+            assert view["to_send"] == [c.call_id for c in undelivered(s)]
+            assert view["unanswered"] == [c.call_id for c in unanswered(s)]
     trimmed = state_view(fold(big), max_items=10)
-    assert len(trimmed["calls"]) >= 10 and trimmed["calls_total"] > 600
+    assert len(trimmed["tool_calls"]) >= 10 and trimmed["tool_calls_total"] > 600
     assert len(trimmed["conversation"]) == 10
 
 
@@ -164,7 +170,9 @@ def test_a_reissued_call_takes_its_originals_outcome():
     assert (c1.superseded_by, c2.reissue_of) == ("c2", "c1")
     assert (c2.outcome, c2.result, c2.reused_from, c2.attempts) == (
         "completed", {"booked": True}, "c1", [])
-    assert c2.delivered_via == "tool_response" and c2.in_model is True
+    # Sent, and nothing after it on that session: no sign the model has it.
+    assert c2.sent_via == "tool_response" and c2.in_model is None
+    assert c2.in_model_words == "not shown"
     assert tl.entries[7].summary.startswith("c2: Gemini asked again for c1")
     assert [p["kind"] for p in tl.problems] == ["disconnected:error"]
 
@@ -190,8 +198,8 @@ def test_a_trimmed_state_view_keeps_every_unsettled_call():
                   (100 + i, ev.ToolResultSending(f"c{i}", 1, "tool_response")),
                   (100 + i, ev.ToolResultSent(f"c{i}", 1, "tool_response"))]
     view = state_view(fold(chain("trim-1", timed)), max_items=2)
-    assert list(view["calls"]) == ["early", "c3", "c4"]
-    assert view["unanswered"] == ["early"] and view["calls_total"] == 6
+    assert [c["tool_call_id"] for c in view["tool_calls"]] == ["early", "c3", "c4"]
+    assert view["unanswered"] == ["early"] and view["tool_calls_total"] == 6
 
 
 def test_a_call_ends_with_its_in_doubt_and_twice_delivered_calls_listed():
@@ -203,10 +211,10 @@ def test_a_call_ends_with_its_in_doubt_and_twice_delivered_calls_listed():
                       (500, ev.WorkerAttached("w2", 2, "takeover"))]
     recs = chain("doubt-1", doubt)
     tl = build_timeline(recs, final_state=fold(recs))
-    assert [(p["kind"], p["detail"]["call_id"]) for p in tl.problems] == [
+    assert [(p["kind"], p["detail"]["tool_call_id"]) for p in tl.problems] == [
         ("unanswered", "c1"), ("in_doubt", "c1")]
     assert tl.problems[1] == {"version": 5, "at_us": T0 + 500_000, "kind": "in_doubt",
-                              "detail": {"call_id": "c1", "name": "book"}}
+                              "detail": {"tool_call_id": "c1", "name": "book"}}
     twice = opened + [(100, ev.ToolCallRequested("c1", "book", {}, 1)),
                       (110, ev.ToolCallStarted("c1", 1, "d:c1", 1)),
                       (200, ev.ToolCallCompleted("c1", "done")),
@@ -217,7 +225,7 @@ def test_a_call_ends_with_its_in_doubt_and_twice_delivered_calls_listed():
     recs = chain("twice-1", twice)
     tl = build_timeline(recs, final_state=fold(recs))
     assert [(p["kind"], p["detail"]) for p in tl.problems] == [
-        ("delivered_more_than_once", {"call_id": "c1", "sends_in_model": 2})]
+        ("sent_more_than_once", {"tool_call_id": "c1", "sends_in_model": 2})]
 
 
 def test_a_call_that_ends_disconnected_lists_its_last_reconnect_as_not_done():
@@ -280,7 +288,7 @@ def _render(renderable) -> str:
 
 def test_the_text_views_say_what_the_json_says():
     """The text timeline lists events in version order and says "NO" for a result that is
-    not in the model; the state table marks an unconfirmed send with "?"."""
+    not in the model; the state table says which sends were confirmed ("sent")."""
     from session_store.audit import state_view
     from session_store.audit.text import state_view_text, timeline_view
 
@@ -293,11 +301,11 @@ def test_the_text_views_say_what_the_json_says():
     cut = recs[:13]  # c1 completed (v12), its send not confirmed yet (v13)
     text = _render(timeline_view(build_timeline(cut, final_state=fold(cut))))
     [c1] = [line for line in text.splitlines() if line.split()[:1] == ["c1"]]
-    assert c1.split()[-2:] == ["delivered", "NO"], c1
+    assert c1.split()[-3:] == ["not", "sent", "NO"], c1
     state = _render(state_view_text(state_view(fold(cut))))
-    assert "tool_response@1?" in state, state
+    assert "tool_response g1 v13 not confirmed" in state, state
     done = _render(state_view_text(state_view(fold(recs[:14]))))
-    assert "tool_response@1 " in done and "tool_response@1?" not in done, done
+    assert "tool_response g1 v13 sent" in done and "v13 not confirmed" not in done, done
 
 
 def test_a_late_disconnect_of_an_old_generation_does_not_end_speech():

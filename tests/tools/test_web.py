@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from urllib.parse import quote
 
 import httpx
 import pytest
 
+from session_store import events as ev
 from session_store.audit import MASK
 from session_store.web import check_bind, is_loopback
 
@@ -16,7 +19,7 @@ from .helpers import SECRET, acli
 from .test_hostile_input import HOSTILE, WEIRD_ID
 
 TOKEN = "t0ken-for-tests-1234"
-PRIVATE = ("bob@example.com", "Be brief.", "Where is my order", "has shipped", "Puck")
+PRIVATE = ("bob@example.com", "Kore", "Where is my order", "has shipped", "Puck")
 SECRETS = (SECRET, "tok-SECRET", "hunter2")
 
 
@@ -37,26 +40,25 @@ async def test_pages_api_and_export(loaded):
             assert page.status_code == 200
             assert '<svg class="lanes"' in page.text and '<svg class="overview"' in page.text
             assert page.text.count('<tr class="ev') >= 25
-            assert 'href="/calls/support-1/export.jsonl?redact=1"' in page.text
+            assert 'href="/export/support-1?redact=1"' in page.text
             assert not any(s in page.text for s in SECRETS)
             assert "bob@example.com" in page.text  # plain view: only secrets are masked
             red = await http.get("/calls/support-1", params={"redact": "1"})
             assert not any(s in red.text for s in SECRETS + PRIVATE)
 
-            st = (await http.get("/api/calls/support-1/state", params={"at": 7})).json()
-            assert st["at"] == 7 and st["event"]["type"] == "tool.call_deferred"
-            assert st["state"]["deferred"] == ["c1"] and st["state"]["bot_speaking"] is True
-            assert st["state"]["settings"]["api_key"] == MASK
-            head = (await http.get("/api/calls/support-1/state",
-                                   params={"redact": "1"})).json()
-            assert head["at"] == 25 and not any(s in json.dumps(head)
-                                                for s in SECRETS + PRIVATE)
+            st = (await http.get("/api/state/support-1", params={"at": 7})).json()
+            assert st["version"] == 7 and st["event"]["type"] == "tool.call_deferred"
+            assert st["deferred"] == ["c1"] and st["bot_speaking"] is True
+            assert st["settings"]["api_key"] == MASK
+            head = (await http.get("/api/state/support-1", params={"redact": "1"})).json()
+            assert head["version"] == 25 and not any(s in json.dumps(head)
+                                                     for s in SECRETS + PRIVATE)
 
-            tl = (await http.get("/api/calls/support-1/timeline", params={"from": 10,
-                                                                          "n": 5})).json()
-            assert [e["version"] for e in tl["timeline"]["entries"]] == [10, 11, 12, 13, 14]
+            tl = (await http.get("/api/timeline/support-1", params={"from": 10,
+                                                                    "n": 5})).json()
+            assert [e["version"] for e in tl["entries"]] == [10, 11, 12, 13, 14]
 
-            ex = await http.get("/calls/support-1/export.jsonl", params={"redact": "1"})
+            ex = await http.get("/export/support-1", params={"redact": "1"})
             assert ex.status_code == 200
             assert ex.headers["content-disposition"] == (
                 'attachment; filename="support-1.redacted.jsonl"')
@@ -66,7 +68,7 @@ async def test_pages_api_and_export(loaded):
             cli = (await acli("export", "support-1", "--redact", backend=loaded)).stdout
             assert cli.splitlines() == lines  # the web and the CLI export the same bytes
 
-            rp = (await http.get("/api/calls/support-1/replay", params={"defer": "none"})).json()
+            rp = (await http.get("/api/replay/support-1", params={"defer": "none"})).json()
             assert [d["version"] for d in rp["divergences"]] == [6]
 
 
@@ -77,10 +79,10 @@ async def test_not_found_and_hostile_ids_over_http(loaded):
                 q = quote(s.encode("utf-8", "surrogatepass"), safe="")
                 page = await http.get(f"/calls/{q}")
                 assert page.status_code == 404 and "not found" in page.text, s
-                for api in ("state", "timeline", "replay"):
-                    r = await http.get(f"/api/calls/{q}/{api}")
+                for api in ("state", "timeline", "replay", "live"):
+                    r = await http.get(f"/api/{api}/{q}")
                     assert r.status_code == 404 and r.json()["error"] == "not found", (s, api)
-                assert (await http.get(f"/calls/{q}/export.jsonl")).status_code == 404
+                assert (await http.get(f"/export/{q}")).status_code == 404
                 listing = await http.get(f"/?q={q}")
                 assert listing.status_code == 200 and "<script>alert" not in listing.text
                 paged = await http.get(f"/?q={q}&after={q}")  # no such call: not an empty page
@@ -88,7 +90,7 @@ async def test_not_found_and_hostile_ids_over_http(loaded):
                 assert (await http.get(f"/api/calls?after={q}")).status_code == 400
                 assert (await http.get(f"/api/calls?since={q}")).status_code == 400
                 assert (await http.get(f"/?status={q}")).status_code == 400
-            bad = await http.get("/api/calls/support-1/state", params={"at": "1; DROP"})
+            bad = await http.get("/api/state/support-1", params={"at": "1; DROP"})
             assert bad.status_code == 400
             assert (await http.get("/api/calls", params={"status": "closed"})).json()["calls"]
 
@@ -110,7 +112,8 @@ async def test_token_is_required_on_every_request(loaded):
     with running_viewer(loaded, token=TOKEN) as base:
         async with httpx.AsyncClient(base_url=base) as http:
             for path in ("/", "/api/calls", "/calls/support-1", "/static/app.js",
-                         "/api/calls/support-1/state?at=3", "/calls/support-1/export.jsonl"):
+                         "/api/state/support-1?at=3", "/export/support-1", "/fleet",
+                         "/api/stats", "/api/live/support-1"):
                 r = await http.get(path)
                 assert r.status_code == 401, path
                 assert SECRET not in r.text and "support-1" not in r.text
@@ -124,7 +127,9 @@ async def test_token_is_required_on_every_request(loaded):
             login = await browser_like.get("/calls/support-1", params={"token": TOKEN, "n": 50})
             assert login.status_code == 303
             assert login.headers["location"] == "/calls/support-1?n=50"  # token leaves the URL
-            assert "HttpOnly" in login.headers["set-cookie"]
+            cookie = login.headers["set-cookie"].lower()
+            assert "httponly" in cookie and "samesite=strict" in cookie
+            assert f"max-age={8 * 3600}" in cookie  # a session that expires
             after = await browser_like.get(login.headers["location"])
             assert after.status_code == 200 and "support-1" in after.text
             assert (await browser_like.get("/api/calls")).status_code == 200
@@ -172,3 +177,148 @@ def test_serve_refuses_a_port_that_is_no_port(tmp_path, port):
     assert CliRunner().invoke(app, ["migrate", "--db", db]).exit_code == 0
     r = CliRunner().invoke(app, ["serve", "--port", port, "--db", db])
     assert r.exit_code == 2 and "--port" in r.output, (r.exit_code, r.output, r.exception)
+
+
+async def test_routes_name_one_call_whatever_its_id(migrated):
+    """The call `a/b/export.jsonl` linked to the export of call `a/b`: every route now ends
+    with the id, so an id with slashes, route words or dots names exactly one call."""
+    from .helpers import support_call, write_call
+
+    ids = ["a/b", "a/b/export.jsonl", "a/b/state", "/lead", "trail/", ".", "..", "a%2Fb",
+           "x?y#z"]
+    for i, call in enumerate(ids):
+        await write_call(migrated, call, support_call()[:3 + i])
+    with running_viewer(migrated) as base:
+        async with httpx.AsyncClient(base_url=base) as http:
+            home = (await http.get("/", params={"limit": 50})).text
+            for i, call in enumerate(ids):
+                href = re.search(r'class="call-link" href="([^"]+)">'
+                                 + re.escape(html.escape(call)) + "<", home).group(1)
+                page = await http.get(html.unescape(href))
+                assert page.status_code == 200, (call, href)
+                assert f"{3 + i} events" in page.text, (call, href)
+                export = re.search(r'id="export-link" href="([^"]+)"', page.text).group(1)
+                lines = (await http.get(html.unescape(export))).text.splitlines()
+                assert len(lines) == 3 + i and {json.loads(x)["call"] for x in lines} == {call}
+                state = re.search(r'data-state-url="([^"]+)"', page.text).group(1)
+                st = (await http.get(html.unescape(state))).json()
+                assert (st["call"], st["version"]) == (call, 3 + i)
+                assert (await http.get(href_of("api/timeline", call))).json()["call"] == call
+
+
+def href_of(kind: str, call: str) -> str:
+    from session_store.web.params import href
+
+    return href(kind, call)
+
+
+async def test_every_answer_carries_the_security_headers(loaded):
+    """A 404 from the router (and the gate's 401, a bad request, a static file) carries the
+    same security headers as the pages."""
+    from session_store.web.security import SECURITY_HEADERS
+
+    with running_viewer(loaded) as base:
+        async with httpx.AsyncClient(base_url=base) as http:
+            for path, status in (("/no/such/page", 404), ("/static/nope.js", 404),
+                                 ("/api/nothing", 404), ("/calls/nope", 404),
+                                 ("/?status=weird", 400), ("/static/app.js", 200),
+                                 ("/fleet", 200)):
+                r = await http.get(path)
+                assert r.status_code == status, path
+                for k, v in SECURITY_HEADERS.items():
+                    if k != "cache-control" or path != "/static/app.js":
+                        assert r.headers.get(k) == v, (path, k)
+            assert "not found" in (await http.get("/no/such/page")).text
+    with running_viewer(loaded, token=TOKEN) as base:
+        async with httpx.AsyncClient(base_url=base) as http:
+            r = await http.get("/")
+            assert r.status_code == 401
+            assert r.headers["content-security-policy"] == SECURITY_HEADERS[
+                "content-security-policy"]
+
+
+def test_a_short_token_is_refused():
+    from .helpers import cli
+
+    with pytest.raises(ValueError, match="at least 16"):
+        check_bind("0.0.0.0", "short-token-15c")
+    check_bind("0.0.0.0", "a-token-of-16-ch")
+    r = cli("serve", "--token", "hunter2", "--db", "sqlite+aiosqlite:///x.db")
+    assert r.exit_code == 2 and "at least 16" in r.stderr
+
+
+async def test_the_session_cookie_is_signed_and_expires(loaded):
+    """`?token=` once gives a signed session cookie (not a hash of the token) that stops
+    working when it expires; a cookie made up by hand never works."""
+    import base64
+    import time
+
+    import itsdangerous
+
+    secret = "a-secret-for-this-test-only"
+
+    def session_cookie(signed_at: float) -> str:
+        class Then(itsdangerous.TimestampSigner):
+            def get_timestamp(self) -> int:
+                return int(signed_at)
+
+        data = base64.b64encode(json.dumps({"signed_in": True}).encode())
+        return Then(secret).sign(data).decode()
+
+    with running_viewer(loaded, token=TOKEN, session_max_age_s=600,
+                        session_secret=secret) as base:
+        async with httpx.AsyncClient(base_url=base) as http:
+            login = await http.get("/", params={"token": TOKEN})
+            assert login.status_code == 303
+            cookie = http.cookies.get("session_store_viewer")
+            assert cookie and TOKEN not in cookie and "." in cookie  # signed, not the token
+            assert (await http.get("/")).status_code == 200
+        async with httpx.AsyncClient(base_url=base) as http:
+            fresh = await http.get("/", cookies={"session_store_viewer":
+                                                 session_cookie(time.time() - 60)})
+            assert fresh.status_code == 200
+            old = await http.get("/", cookies={"session_store_viewer":
+                                               session_cookie(time.time() - 601)})
+            assert old.status_code == 401, "an expired session still works"
+            forged = await http.get("/", cookies={"session_store_viewer": cookie[:-2] + "xx"})
+            assert forged.status_code == 401
+
+
+async def test_an_open_call_streams_its_new_events(loaded):
+    """GET /api/live/CALL: server-sent events from the store's subscribe, one per new event
+    in the timeline's words; the stream ends when the call closes."""
+    import asyncio
+
+    store = await loaded.open()
+    try:
+        with running_viewer(loaded) as base:
+            async with httpx.AsyncClient(base_url=base, timeout=20) as http:
+                async with http.stream("GET", "/api/live/live-1") as stream:
+                    lines = stream.aiter_lines()
+
+                    async def next_update():
+                        async for line in lines:
+                            if line.startswith("data:"):
+                                return json.loads(line[5:])
+
+                    first = await next_update()
+                    assert (first["head"], first["status"], first["entries"]) == (2, "open", [])
+                    await store.append("live-1", [ev.ToolCallRequested("c1", "lookup_order",
+                                                                       {"order_id": 7}, 1)], 2)
+                    update = await asyncio.wait_for(next_update(), 10)
+                    assert update["head"] == 3
+                    assert update["entries"][0]["summary"] == (
+                        'c1: lookup_order({"order_id": 7}) requested on generation 1')
+                    await store.append("live-1", [ev.SessionClosed("ended")], 3)
+                    last = await asyncio.wait_for(next_update(), 10)
+                    assert last["status"] == "closed"
+                    assert await asyncio.wait_for(next_update(), 10) is None  # it ended
+            page = (await http_get(base, "/calls/live-1")).text
+            assert "c1: lookup_order" in page
+    finally:
+        await store.close()
+
+
+async def http_get(base: str, path: str):
+    async with httpx.AsyncClient(base_url=base) as http:
+        return await http.get(path)

@@ -1,0 +1,106 @@
+"""One phone call: pipecat's websocket transport with the Twilio serializer, and a durable
+Gemini Live service whose call id is Twilio's CallSid.
+
+The same code runs a new call and takes over a call another worker was serving when it
+died: the service finds the CallSid's log, attaches with a new fencing epoch and goes on
+from where the log says the call is. Nothing here is crash-specific.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import WebSocket
+from loguru import logger
+from pipecat.frames.frames import EndFrame, LLMRunFrame
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.workers.runner import WorkerRunner
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+from pipecat.runner.utils import parse_telephony_websocket
+from pipecat.serializers.twilio import TwilioFrameSerializer
+from pipecat.transports.websocket.fastapi import (FastAPIWebsocketParams,
+                                                  FastAPIWebsocketTransport)
+
+from service.gemini_live import DurableGeminiLiveLLMService
+from session_store import Policy
+
+from .config import BotConfig
+from .tools import IDEMPOTENT, TOOLS, Ledger, register_tools
+
+PROMPT = ("You are the phone assistant of an online shop. Be brief and friendly. Refund "
+          "orders the caller asks about with refund_order, then mail the receipt with "
+          "send_receipt. The caller's number is {caller}.")
+OPENING = "A caller has just been connected. Greet them."
+
+
+class CallerAwareTwilioSerializer(TwilioFrameSerializer):
+    """Twilio's serializer that also notes the `stop` message: Twilio sends it when the
+    caller hangs up. A stream that closes without it did not end the call (this worker's
+    connection was cut): the call must stay open for the worker the redirect reaches."""
+
+    hung_up = False
+
+    async def deserialize(self, data):
+        if '"stop"' in data if isinstance(data, str) else b'"stop"' in data:
+            try:
+                self.hung_up = self.hung_up or json.loads(data).get("event") == "stop"
+            except ValueError:
+                pass
+        return await super().deserialize(data)
+
+
+async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict) -> None:
+    """Serve one Media Streams websocket (already accepted) until it ends."""
+    _, call_data = await parse_telephony_websocket(websocket)
+    call_sid = call_data.call_id
+    if not call_sid:
+        await websocket.close(code=1008, reason="no callSid in the stream's start message")
+        return
+    serializer = CallerAwareTwilioSerializer(
+        stream_sid=call_data.stream_id, call_sid=call_sid,
+        # Off: it hangs up on CancelFrame too, and a worker shutting down cancels its
+        # pipelines; the call must outlive this worker. Hang up deliberately instead.
+        params=TwilioFrameSerializer.InputParams(auto_hang_up=False))
+    transport = FastAPIWebsocketTransport(websocket, FastAPIWebsocketParams(
+        audio_in_enabled=True, audio_out_enabled=True, add_wav_header=False,
+        serializer=serializer))
+    llm = DurableGeminiLiveLLMService(
+        api_key=config.google_api_key,
+        settings=DurableGeminiLiveLLMService.Settings(
+            model=config.model, system_instruction=PROMPT.format(caller=call_data.from_number)),
+        tools=TOOLS,
+        store=store, call_id=call_sid,  # an open call with this id is taken over
+        policy=Policy(idempotent=IDEMPOTENT),
+        **config.gemini_connection())
+    register_tools(llm, Ledger(config.ledger_path), latency_s=config.tool_latency_s)
+
+    context = LLMContext(messages=[{"role": "user", "content": OPENING}])
+    aggregators = LLMContextAggregatorPair(context)
+    pipeline = Pipeline([transport.input(), aggregators.user(), llm, transport.output(),
+                         aggregators.assistant()])
+    task = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=16000,
+                                                        audio_out_sample_rate=24000))
+
+    @transport.event_handler("on_client_connected")
+    async def on_client_connected(transport, client):
+        # A new call greets; a taken-over one is seeded from its log (or resumed) instead.
+        await task.queue_frames([LLMRunFrame()])
+
+    @transport.event_handler("on_client_disconnected")
+    async def on_client_disconnected(transport, client):
+        if serializer.hung_up:
+            await task.queue_frame(EndFrame())  # the call is over: logged as ended
+        else:
+            await task.cancel()  # left open: the provider's redirect brings it back
+
+    calls[call_sid] = task
+    logger.info(f"call {call_sid} on stream {call_data.stream_id}")
+    try:
+        runner = WorkerRunner(handle_sigint=False)
+        await runner.add_workers(task)
+        await runner.run()
+    finally:
+        if calls.get(call_sid) is task:
+            del calls[call_sid]

@@ -1,0 +1,90 @@
+"""The worker's settings, from its environment (one place lists them all)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+DEFAULT_MODEL = "models/gemini-2.5-flash-native-audio-preview"
+
+
+@dataclass(frozen=True)
+class BotConfig:
+    """
+    DATABASE_URL       the shared log (postgresql+asyncpg://… for several hosts; sqlite+aiosqlite:///…
+                       for workers on one host)
+    DATABASE_SCHEMA    PostgreSQL schema of the log (optional)
+    PUBLIC_URL         the address the telephony provider reaches, i.e. the load balancer's
+                       (https://bot.example.com): the TwiML's stream URL and the signed URL
+    TWILIO_AUTH_TOKEN  when set, webhooks without a valid X-Twilio-Signature are refused
+    GOOGLE_API_KEY     Gemini's key (read here, never logged)
+    GEMINI_BASE_URL, GEMINI_CA_CERT   another Gemini Live endpoint (the local server) and the
+                       certificate to trust for it
+    GEMINI_MODEL, TOOL_LEDGER, TOOL_LATENCY_S, MAX_CALLS
+    """
+
+    database_url: str
+    public_url: str
+    database_schema: str | None = None
+    twilio_auth_token: str | None = None
+    google_api_key: str = ""
+    gemini_base_url: str | None = None
+    gemini_ca_cert: str | None = None
+    model: str = DEFAULT_MODEL
+    ledger_path: str = "tool-ledger.jsonl"
+    tool_latency_s: float = 0.4
+    max_calls: int = 50
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> BotConfig:
+        env = dict(os.environ if env is None else env)
+        missing = [k for k in ("DATABASE_URL", "PUBLIC_URL") if not env.get(k)]
+        if missing:
+            raise SystemExit(f"phone bot: set {' and '.join(missing)} (see examples/phone_bot/config.py)")
+        public = env["PUBLIC_URL"].rstrip("/")
+        if urlsplit(public).scheme not in ("http", "https") or not urlsplit(public).netloc:
+            raise SystemExit(f"phone bot: PUBLIC_URL must be http(s)://host[:port], not {public!r}")
+        if not env.get("GOOGLE_API_KEY") and not env.get("GEMINI_BASE_URL"):
+            raise SystemExit("phone bot: set GOOGLE_API_KEY (or GEMINI_BASE_URL for a local server)")
+        return cls(
+            database_url=env["DATABASE_URL"], public_url=public,
+            database_schema=env.get("DATABASE_SCHEMA") or None,
+            twilio_auth_token=env.get("TWILIO_AUTH_TOKEN") or None,
+            google_api_key=env.get("GOOGLE_API_KEY") or "local-server-needs-no-key",
+            gemini_base_url=env.get("GEMINI_BASE_URL") or None,
+            gemini_ca_cert=env.get("GEMINI_CA_CERT") or None,
+            model=env.get("GEMINI_MODEL") or DEFAULT_MODEL,
+            ledger_path=env.get("TOOL_LEDGER") or "tool-ledger.jsonl",
+            tool_latency_s=_number(env, "TOOL_LATENCY_S", float, 0.4),
+            max_calls=_number(env, "MAX_CALLS", int, 50))
+
+    def store_options(self) -> dict:
+        return {"schema": self.database_schema} if self.database_schema else {}
+
+    def gemini_connection(self) -> dict:
+        if not self.gemini_base_url:
+            return {}
+        from service.local_live import http_options
+        return {"http_options": http_options(self.gemini_base_url, self.gemini_ca_cert)}
+
+    @property
+    def stream_url(self) -> str:
+        """The Media Streams websocket behind the load balancer (wss for https)."""
+        parts = urlsplit(self.public_url)
+        scheme = "wss" if parts.scheme == "https" else "ws"
+        return f"{scheme}://{parts.netloc}/ws"
+
+
+def _number(env: dict[str, str], key: str, kind: type, default):
+    text = env.get(key)
+    if not text:
+        return default
+    what = "a whole number" if kind is int else "a number"
+    try:
+        value = kind(text)
+    except ValueError:
+        value = -1
+    if not value >= 0:
+        raise SystemExit(f"phone bot: {key} must be {what} >= 0, not {text!r}")
+    return value

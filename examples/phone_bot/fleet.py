@@ -1,0 +1,499 @@
+"""The phone bot as a fleet: worker processes on one database, phone calls, one SIGKILL.
+
+    python -m examples.phone_bot.fleet --db postgres --calls 20     # make demo-fleet
+    python -m examples.phone_bot.fleet --db sqlite --calls 20       # workers on one host
+
+Starts the local Gemini Live server (gemini_script.py plays Google), `--workers` uvicorn
+processes of examples.phone_bot.server on one database, and `--calls` concurrent phone
+calls through the telephony stand-in (telephony.py plays Twilio and the load balancer).
+While a chosen call is at a random point of one of its tool calls, the worker serving it
+is SIGKILLed. Every call it was serving must go on, through Twilio's redirect, on another
+worker. The verdict is checked against three records that do not share code paths: the
+local server's record (what Gemini received), the tools' ledger (their side effects) and
+the log, plus the stand-in's recordings of what each caller heard:
+
+- per call I1-I7 (service.crash.invariants.check_call): every tool call answered exactly
+  once, no tool ran twice unless idempotent (then with one key), fencing epochs, chains;
+- the call was opened once and ended once, by the caller hanging up after the goodbye;
+- a call of the killed worker continued on another worker (a new stream, a WorkerAttached
+  by another process), the caller's audio reached Gemini again, and nothing of the killed
+  worker was written after the takeover (no event after the WorkerAttached stamped before
+  the kill, no tool run by its pid after the kill, no message on its Gemini connections
+  after the takeover);
+- per affected call: the audio gap (kill -> first bot audio on the new stream) and the
+  takeover time (kill -> WorkerAttached durable), with p50/p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import signal
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from service.crash.harness import Databases
+from service.crash.invariants import check_call
+from service.crash.scenarios import Scenario
+from service.local_live import LocalLiveServer
+from session_store import events as ev
+from session_store import open_store
+from session_store.verify import verify_log
+
+from .gemini_script import PhoneCallPlan, caller_of, order_of, tool_calls
+from .telephony import Balancer, PhoneCall
+from .tools import IDEMPOTENT
+
+ROOT = Path(__file__).resolve().parents[2]
+PUBLIC_URL = "https://phone-bot.invalid"  # the load balancer's address (.invalid: never real)
+TOOL_EVENTS = ("tool.call_requested", "tool.call_started", "tool.call_completed",
+               "tool.result_sending", "tool.result_sent")
+HANG_UP_AFTER_QUIET_S = 0.8
+
+
+@dataclass
+class Worker:
+    index: int
+    port: int
+    process: asyncio.subprocess.Process
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+@dataclass
+class Kill:
+    call_sid: str
+    tool: str
+    after: str  # the tool's event the kill waited for
+    delay_s: float
+    worker: int = -1
+    pid: int = -1
+    at: float = 0.0  # time.time() right before the SIGKILL
+    point: str = ""  # where the call really was, as its log says
+    affected: list[str] = field(default_factory=list)  # CallSids with an open stream there
+    over: bool = False  # done, or given up: the target's caller may hang up
+
+
+@dataclass
+class CallOutcome:
+    call_sid: str
+    caller: str
+    workers: list[int]
+    affected: bool
+    problems: list[str]
+    gap_s: float | None = None
+    takeover_s: float | None = None
+    redirect_s: float | None = None
+    start_s: float | None = None  # first stream open -> session.opened (a new call's start)
+    events: int = 0
+
+
+async def run_fleet(db: str = "sqlite", *, workers: int = 3, calls: int = 20, kill: bool = True,
+                    seed: int | None = None, workdir: Path | None = None,
+                    spread_s: float = 3.0, quiet: bool = False) -> dict:
+    seed = random.randrange(1 << 30) if seed is None else seed
+    rng = random.Random(seed)
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-")))
+        workdir.mkdir(parents=True, exist_ok=True)
+        databases = Databases(db, workdir)
+        url, schema = await databases()
+        try:
+            summary = await _run(url, schema, rng, say, workdir, workers, calls, kill,
+                                 spread_s, db)
+            summary["seed"] = seed  # --seed repeats the same choice of call, tool and event
+            (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+            return summary
+        finally:
+            await databases.cleanup()
+
+
+async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: int, kill: bool,
+               spread_s: float, db: str) -> dict:
+    plan = PhoneCallPlan()
+    ledger = workdir / "tool-ledger.jsonl"
+    token = uuid.uuid4().hex
+    async with LocalLiveServer(plan.script) as gemini:
+        env = {**os.environ, "DATABASE_URL": url, "DATABASE_SCHEMA": schema or "",
+               "PUBLIC_URL": PUBLIC_URL, "TWILIO_AUTH_TOKEN": token,
+               "GEMINI_BASE_URL": gemini.base_url, "GEMINI_CA_CERT": str(gemini.cert_path),
+               "TOOL_LEDGER": str(ledger), "LOGURU_LEVEL": "INFO",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        fleet = await _start_workers(n_workers, env, workdir)
+        try:
+            say(f"{n_workers} workers ready ({db}): "
+                + ", ".join(f"#{w.index} pid {w.pid} :{w.port}" for w in fleet))
+            balancer = Balancer(PUBLIC_URL, [w.url for w in fleet])
+
+            def hang_up_when(call: PhoneCall) -> bool:
+                if kill_plan is not None and call is kill_plan[0] and not kill_plan[1].over:
+                    return False  # the call to be killed in stays on the line until it is
+                closing = plan.closing_sent.get(call.from_number)
+                stream = call.streams[-1]
+                return (closing is not None and bool(stream.media)
+                        and stream.media[-1][0] > closing
+                        and time.time() - stream.media[-1][0] > HANG_UP_AFTER_QUIET_S)
+
+            phone_calls = [PhoneCall(balancer, f"{PUBLIC_URL}/twiml", f"+1555000{1000 + i}",
+                                     hang_up_when=hang_up_when, auth_token=token)
+                           for i in range(n_calls)]
+            kill_plan = _plan_kill(rng, phone_calls) if kill else None
+            started = time.time()
+            async with httpx.AsyncClient(timeout=10) as http:
+                async def place(i: int, call: PhoneCall) -> PhoneCall:
+                    await asyncio.sleep(spread_s * i / max(1, n_calls))
+                    return await call.run(http)
+
+                running = [asyncio.create_task(place(i, c)) for i, c in enumerate(phone_calls)]
+                killing = None
+                if kill_plan is not None:
+                    killing = asyncio.create_task(_kill_mid_tool(
+                        *kill_plan, phone_calls, fleet, url, schema, say))
+                await asyncio.gather(*running)
+                kill_record = await killing if killing else None
+            wall = time.time() - started
+            say(f"{n_calls} calls done in {wall:.1f} s")
+            outcomes = await _judge(phone_calls, kill_record, fleet, gemini, plan, url, schema,
+                                    ledger)
+        finally:
+            await _stop_workers(fleet)
+    return _report(outcomes, kill_record, wall, db, n_workers, say)
+
+
+# ------------------------------------------------------------------ workers
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _start_workers(n: int, env: dict, workdir: Path) -> list[Worker]:
+    fleet = []
+    for i in range(n):
+        port = _free_port()
+        log = workdir / f"worker-{i}.log"
+        with log.open("wb") as out:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "uvicorn", "examples.phone_bot.server:app",
+                "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+                cwd=ROOT, env=env, stdout=out, stderr=asyncio.subprocess.STDOUT)
+        fleet.append(Worker(i, port, process, log))
+    try:
+        async with httpx.AsyncClient(timeout=2) as http:
+            await asyncio.gather(*(_wait_ready(http, w) for w in fleet))
+    except BaseException:
+        await _stop_workers(fleet)
+        raise
+    return fleet
+
+
+async def _wait_ready(http: httpx.AsyncClient, worker: Worker, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if worker.process.returncode is not None:
+            raise RuntimeError(f"worker {worker.index} exited ({worker.process.returncode}): "
+                               f"{worker.log.read_text()[-2000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if (await http.get(f"{worker.url}/readyz")).status_code == 200:
+                return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"worker {worker.index} not ready after {timeout_s} s; log: {worker.log}")
+
+
+async def _stop_workers(fleet: list[Worker]) -> None:
+    for w in fleet:
+        if w.process.returncode is None:
+            w.process.send_signal(signal.SIGTERM)
+    for w in fleet:
+        try:
+            await asyncio.wait_for(w.process.wait(), 15)
+        except TimeoutError:
+            w.process.kill()
+            await w.process.wait()
+
+
+# ------------------------------------------------------------------ the kill
+
+def _plan_kill(rng, calls: list[PhoneCall]) -> tuple[PhoneCall, Kill]:
+    """A random call, one of its tools, one of that tool's events, and 0-150 ms after it."""
+    target = rng.choice(calls)
+    tool = rng.choice([name for name, _ in tool_calls(target.from_number)])
+    return target, Kill(target.call_sid, tool, rng.choice(TOOL_EVENTS), rng.uniform(0.0, 0.15))
+
+
+async def _kill_mid_tool(target: PhoneCall, kill: Kill, calls: list[PhoneCall],
+                         fleet: list[Worker], url, schema, say) -> Kill:
+    """SIGKILL the worker serving `target` once the log has the planned event of its tool,
+    plus the planned delay: a random point of one of its tool calls."""
+    tool, after = kill.tool, kill.after
+    store = await open_store(url, **({"schema": schema} if schema else {}))
+    try:
+        seen: set[str] = set()
+        version = 0
+        while after not in seen:
+            if target.status == "completed" or target.error:
+                raise RuntimeError(f"the call to kill in ended first ({target.call_sid})")
+            for record in await store.read(target.call_sid, from_version=version + 1):
+                version = record.version
+                if record.type in TOOL_EVENTS and record.data.get("call_id", "").startswith(tool):
+                    seen.add(record.type)
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(kill.delay_s)
+        stream = target.streams[-1]
+        victim = next(w for w in fleet if w.url == stream.worker)
+        kill.worker, kill.pid = victim.index, victim.pid
+        kill.affected = [c.call_sid for c in calls
+                         if c.streams and c.streams[-1].worker == victim.url
+                         and c.streams[-1].closed_at is None and c.status != "completed"]
+        kill.at = time.time()
+        victim.process.send_signal(signal.SIGKILL)
+        records = await store.read(target.call_sid)
+        mine = [r for r in records if r.recorded_at_us / 1e6 < kill.at
+                and r.type in TOOL_EVENTS and r.data.get("call_id", "").startswith(tool)]
+        kill.point = f"{tool}: after {mine[-1].type}" if mine else f"{tool}: before its request"
+    finally:
+        kill.over = True
+        await store.close()
+    say(f"SIGKILL worker #{kill.worker} (pid {kill.pid}) with {len(kill.affected)} calls on "
+        f"it; target {kill.call_sid[:10]} at {kill.point} (+{kill.delay_s * 1000:.0f} ms)")
+    return kill
+
+
+# ------------------------------------------------------------------ the verdict
+
+class _ServerView:
+    """The local server's record restricted to one call's connections (check_call reads
+    `connections`, `violations` and `errors`)."""
+
+    def __init__(self, server: LocalLiveServer, caller: str):
+        self.connections = [c for c in server.connections if caller_of(c) == caller]
+        mine = {c.index for c in self.connections}
+        self.violations = [v for v in server.violations if v["connection"] in mine]
+        self.errors = [e for e in server.errors
+                       if any(e.startswith(f"connection {i} ") or e.startswith(f"connection {i}:")
+                              for i in mine)]
+
+
+async def _judge(calls, kill: Kill | None, fleet, gemini, plan, url, schema, ledger_path):
+    entries = [json.loads(line) for line in ledger_path.read_text().splitlines()] \
+        if ledger_path.exists() else []
+    by_url = {w.url: w.index for w in fleet}
+    outcomes = []
+    store = await open_store(url, **({"schema": schema} if schema else {}))
+    try:
+        for call in calls:
+            records = await store.read(call.call_sid)
+            reports = await verify_log(store, call.call_sid)
+            order = order_of(call.from_number)
+            scenario = Scenario("phone_call", tool_calls(call.from_number),
+                                idempotent=IDEMPOTENT)
+            mine = [e for e in entries if (e.get("args") or {}).get("order_id") == order]
+            view = _ServerView(gemini, call.from_number)
+            problems = check_call(scenario, records, reports, view, mine) if records else \
+                ["the log has no event of this call"]
+            problems += _check_phone_call(call, records, plan)
+            outcome = CallOutcome(call.call_sid, call.from_number,
+                                  [by_url.get(s.worker, -1) for s in call.streams],
+                                  bool(kill and call.call_sid in kill.affected), problems,
+                                  events=len(records))
+            # The baseline: how long a new call takes from its stream to its log, same run.
+            opened = next((r.recorded_at_us / 1e6 for r in records
+                           if r.type == "session.opened"), None)
+            reopened = outcome.affected and opened is not None and opened >= kill.at
+            if opened is not None and call.streams and not reopened:
+                outcome.start_s = opened - call.streams[0].opened_at
+            if outcome.affected:
+                _check_takeover(outcome, call, kill, fleet, records, view, mine)
+            elif len(call.streams) != 1:
+                problems.append(f"{len(call.streams)} streams, but its worker was not killed")
+            outcomes.append(outcome)
+    finally:
+        await store.close()
+    if plan.unknown_callers:
+        outcomes[0].problems.append(f"the local server saw connections of no known caller: "
+                                    f"{plan.unknown_callers}")
+    return outcomes
+
+
+def _check_phone_call(call: PhoneCall, records, plan) -> list[str]:
+    out = []
+    if call.error:
+        out.append(f"telephony: {call.error}")
+    if call.hung_up_at is None:
+        out.append("the caller never hung up (no goodbye heard)")
+    if any(w.status != 200 for w in call.webhooks):
+        out.append(f"webhook answers {[w.status for w in call.webhooks]}")
+    opened = sum(r.type == "session.opened" for r in records)
+    closed = [r.data.get("reason") for r in records if r.type == "session.closed"]
+    if opened != 1:
+        out.append(f"the call was opened {opened} times")
+    if closed != ["ended"]:
+        out.append(f"the call was closed {closed} (once, 'ended', expected)")
+    last = call.streams[-1] if call.streams else None
+    closing = plan.closing_sent.get(call.from_number)
+    if last is None or closing is None or not any(at > closing for at, _ in last.media):
+        out.append("the goodbye never reached the caller on the last stream")
+    return out
+
+
+def _check_takeover(outcome: CallOutcome, call: PhoneCall, kill: Kill, fleet, records,
+                    view: _ServerView, ledger: list[dict]) -> None:
+    problems = outcome.problems
+    victim_url = fleet[kill.worker].url
+    before = [s for s in call.streams if s.opened_at < kill.at]
+    after = [s for s in call.streams if s.opened_at >= kill.at]
+    if not before or before[-1].worker != victim_url or before[-1].ended_by != "bot":
+        problems.append("its stream on the killed worker did not end with the kill")
+    if not after:
+        problems.append("no new stream after the kill: the call did not continue")
+        return
+    if any(s.worker == victim_url for s in after):
+        problems.append("a stream after the kill went to the killed worker")
+    # A call the killed worker had logged nothing of yet is opened afresh by the next one.
+    logged = any(r.recorded_at_us / 1e6 < kill.at for r in records)
+    kind = "session.worker_attached" if logged else "session.opened"
+    attached = [r for r in records if r.type == kind and r.recorded_at_us / 1e6 >= kill.at]
+    if not attached:
+        problems.append(f"no worker took the call over in the log (no {kind} after the kill)")
+        return
+    takeover = attached[0]
+    if f":{kill.pid}:" in takeover.data.get("worker", ""):
+        problems.append("the call was taken over by the killed process")
+    # Fencing, against the three records: nothing of the killed worker after the takeover.
+    kill_us = int(kill.at * 1e6)
+    late = [r for r in records if r.version > takeover.version and r.recorded_at_us < kill_us]
+    problems += [f"I6: v{r.version} {r.type} was stamped before the kill but lies after the "
+                 f"takeover (written by the killed worker)" for r in late]
+    problems += [f"I6: the killed worker ran {e['tool']} after the kill"
+                 for e in ledger if e.get("pid") == kill.pid and e.get("at", 0) >= kill.at]
+    attach_at = takeover.recorded_at_us / 1e6
+    for conn in view.connections:
+        if conn.opened_at < kill.at:
+            late_msgs = [m for m in conn.received if m.at > attach_at]
+            if late_msgs:
+                problems.append(f"I6: Gemini connection {conn.index} (opened before the kill) "
+                                f"received {len(late_msgs)} messages after the takeover")
+    if not any(c.opened_at >= kill.at and c.messages("realtime_input") for c in view.connections):
+        problems.append("the caller's audio never reached Gemini after the takeover")
+    first_audio = after[0].first_audio_at
+    if first_audio is None:
+        problems.append("the caller heard nothing on the new stream")
+    else:
+        outcome.gap_s = first_audio - kill.at
+    outcome.takeover_s = attach_at - kill.at
+    outcome.redirect_s = after[0].opened_at - kill.at
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    """Nearest rank (q in 0..100)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str,
+            workers: int, say) -> dict:
+    gaps = [o.gap_s for o in outcomes if o.gap_s is not None]
+    takeovers = [o.takeover_s for o in outcomes if o.takeover_s is not None]
+    attaches = [o.takeover_s - o.redirect_s for o in outcomes
+                if o.takeover_s is not None and o.redirect_s is not None]
+    starts = [o.start_s for o in outcomes if o.start_s is not None]
+    violations = [f"{o.call_sid} ({o.caller}): {p}" for o in outcomes for p in o.problems]
+    say(f"{'call':12} {'caller':13} {'workers':9} {'events':>6} {'redirect':>9} "
+        f"{'takeover':>9} {'audio gap':>9}")
+    for o in outcomes:
+        if o.affected or o.problems:
+            say(f"{o.call_sid[:12]} {o.caller:13} {'->'.join(map(str, o.workers)):9} "
+                f"{o.events:>6} {_s(o.redirect_s):>9} {_s(o.takeover_s):>9} {_s(o.gap_s):>9}"
+                + ("  <- target" if kill and o.call_sid == kill.call_sid else ""))
+    summary = {
+        "db": db, "workers": workers, "calls": len(outcomes), "wall_s": round(wall, 1),
+        "killed": None if kill is None else {
+            "worker": kill.worker, "pid": kill.pid, "target": kill.call_sid,
+            "point": kill.point, "delay_ms": round(kill.delay_s * 1000),
+            "calls_on_it": len(kill.affected)},
+        "affected": [o.call_sid for o in outcomes if o.affected],
+        "audio_gap_s": {"p50": _round(_percentile(gaps, 50)), "p99": _round(_percentile(gaps, 99)),
+                        "per_call": [_round(g) for g in gaps]},
+        "takeover_s": {"p50": _round(_percentile(takeovers, 50)),
+                       "p99": _round(_percentile(takeovers, 99)),
+                       "per_call": [_round(t) for t in takeovers]},
+        # From the new stream to the log: the takeover's own part, against a new call's.
+        "takeover_after_stream_s": {"p50": _round(_percentile(attaches, 50)),
+                                    "p99": _round(_percentile(attaches, 99))},
+        "new_call_start_s": {"p50": _round(_percentile(starts, 50)),
+                             "p99": _round(_percentile(starts, 99))},
+        "violations": violations,
+        "ok": not violations and (kill is None or bool(gaps)),
+    }
+    say(f"audio gap (kill -> first bot audio on the new stream): p50 "
+        f"{_s(summary['audio_gap_s']['p50'])}, p99 {_s(summary['audio_gap_s']['p99'])}; "
+        f"takeover (kill -> WorkerAttached): p50 {_s(summary['takeover_s']['p50'])}, p99 "
+        f"{_s(summary['takeover_s']['p99'])}")
+    say(f"from the new stream to WorkerAttached: p50 "
+        f"{_s(summary['takeover_after_stream_s']['p50'])}, p99 "
+        f"{_s(summary['takeover_after_stream_s']['p99'])}; a new call from its stream to "
+        f"session.opened (same run): p50 {_s(summary['new_call_start_s']['p50'])}, p99 "
+        f"{_s(summary['new_call_start_s']['p99'])}")
+    if violations:
+        say(f"verdict: FAILED ({len(violations)})")
+        for v in violations:
+            say(f"  - {v}")
+    else:
+        say("verdict: OK - every call answered and ended once, no tool ran twice unless "
+            "idempotent, every call of the killed worker went on on another, fencing held")
+    return summary
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--no-kill", action="store_true")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--workdir", help="keep the database, ledger and worker logs here")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = parser.parse_args()
+    summary = asyncio.run(run_fleet(args.db, workers=args.workers, calls=args.calls,
+                                    kill=not args.no_kill, seed=args.seed,
+                                    workdir=Path(args.workdir) if args.workdir else None,
+                                    quiet=args.json))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    raise SystemExit(0 if summary["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()

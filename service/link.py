@@ -1,0 +1,198 @@
+"""The link to Gemini Live: which handle a new session resumes from, reconnects (one at a
+time, in a task of their own, never from inside the receive loop), handshakes that fail
+(a handle passed over only on evidence) and failures in a row retried for a window before
+the service is given up. pipecat's connection hooks stay in the service, which hands them
+here; what goes to the log is decided on it (decide.SessionReady, decide.SessionLeft)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from google.genai import errors as genai_errors
+from pipecat.services.google.gemini_live.llm import MAX_CONSECUTIVE_FAILURES
+
+from session_store import events as ev
+from session_store.decide import RESYNC_KINDS, SessionLeft, SessionReady
+
+from .log_writer import LogWriter, When
+from .port import ServicePort
+from .seeding import Seeder
+from .speech import SpeechTracker
+from session_store.delivery import undelivered
+
+#: Reconnects that back off when they repeat (see `_replace`).
+PACED_REASONS = RESYNC_KINDS | {"error"}
+#: Close codes with which the Live API refuses a setup as such, before setupComplete: 1007
+#: (INVALID_ARGUMENT, "Request contains an invalid argument") and 1008 (policy violation,
+#: "Requested entity was not found"). A resumption handshake closed so is the handle refused
+#: (expired, unknown): the same setup cannot succeed, it is passed over at once. Anything else
+#: before setupComplete (1011 "Internal error encountered" / "The service is currently
+#: unavailable", also seen when a resume races the close of the session's previous socket; a
+#: dropped connection; a timeout; an HTTP failure before the setup was even sent) says nothing
+#: about the handle: the next try resumes from it again.
+REFUSING_CLOSE_CODES = frozenset({1007, 1008})
+#: Transient handshake failures in a row with one handle before it is passed over anyway (a
+#: server that fails on it every time may be unable to restore it). pipecat gives the service
+#: up at its third failure in a row: two leave a try for an older handle or a fresh session.
+HANDLE_ATTEMPTS = 2
+#: How long connection failures in a row are retried before the service is given up.
+#: pipecat gives up at its third failure in a row (about a second of backoff here): a Gemini
+#: blip of a few seconds ended the call, its results undelivered.
+RECONNECT_WINDOW_S = 30.0
+#: Backoff before the next handshake: doubled with each failure in a row, capped.
+HANDSHAKE_BACKOFF_S = 0.25
+HANDSHAKE_BACKOFF_MAX_S = 2.0
+
+
+def handshake_refused(error: BaseException) -> bool:
+    """Did the server refuse the setup itself (REFUSING_CLOSE_CODES)? google-genai raises an
+    APIError whose code is the close code when the socket closes before setupComplete."""
+    return isinstance(error, genai_errors.APIError) and error.code in REFUSING_CLOSE_CODES
+
+
+class Link:
+    """The session's connection state, for one service (its pipecat side: `svc`)."""
+
+    def __init__(self, svc: ServicePort, log: LogWriter, speech: SpeechTracker, seeder: Seeder,
+                 flush_transcript: Callable[[], Awaitable[None]], window_s: float):
+        self._svc = svc
+        self._driver = svc.driver
+        self._log = log
+        self._speech = speech
+        self._seeder = seeder
+        self._flush_transcript = flush_transcript
+        self._window_s = window_s
+        self.connecting_handle: str | None = None
+        self._handle_failures: dict[str, int] = {}  # handshake failures in a row, per handle
+        self._failing_since: float | None = None  # the first of the failures in a row
+        self._failures_in_row = 0  # (the backoff's; pipecat's own count is kept short)
+        self._task: asyncio.Task | None = None
+        self._reconnecting = False  # a reconnect is under way (whichever task runs it)
+        self._resyncs: list[float] = []  # when recent paced reconnects happened
+
+    # ------------------------------------------------------------------ handshakes
+    def handle_for(self, requested: str | None) -> str | None:
+        """The handle the next handshake uses: `requested` (the log's choice), unless the
+        server refused it since (then an older one, or None for a fresh session)."""
+        handle = None if requested is None else self._driver.resumption_handle(requested)
+        self.connecting_handle = handle
+        return handle
+
+    async def handshake_failed(self, exc: Exception) -> None:
+        """Only a refusal says the handle is bad. A transient failure (a 1011, a dropped
+        connection) retries it: an older handle, or a fresh session, lacks what the
+        conversation gained since (spoken turns are not sent again)."""
+        handle = self.connecting_handle
+        state = self._driver.state
+        detail: dict[str, Any] = {"handle": handle, "error": str(exc)[:500]}
+        facts: list[ev.Event] = []
+        if handle:
+            refused = handshake_refused(exc)
+            failures = self._handle_failures.get(handle, 0) + 1
+            self._handle_failures[handle] = failures
+            passed_over = refused or failures >= HANDLE_ATTEMPTS
+            if passed_over:  # for good, by whichever worker picks the next handle
+                known = state.handles.get(handle)
+                facts.append(ev.HandleRefused(known.generation if known else 0, handle,
+                                              "refused" if refused else "failing", failures))
+            detail.update(handle_refused=refused, failures=failures, passed_over=passed_over)
+        await self._log.log(ev.AnomalyRecorded("handshake_failed", detail, state.generation),
+                            *facts, when=When.KEPT)
+        if await self._svc._handle_connection_error(exc):
+            await asyncio.sleep(min(
+                HANDSHAKE_BACKOFF_S * 2 ** max(self._failures_in_row - 1, 0),
+                HANDSHAKE_BACKOFF_MAX_S))
+            self._svc._session = None
+            await self.reconnect_now("handshake_failed")
+
+    def failure_counted(self, consecutive_failures: int) -> int:
+        """pipecat's failure count for a connection error: within the window it stops short
+        of pipecat's limit, which gives the service up at its third failure in a row."""
+        now = time.monotonic()
+        if self._failing_since is None or consecutive_failures == 0:
+            # (pipecat's count is 0 again once a session or a message went through)
+            self._failing_since, self._failures_in_row = now, 0
+        self._failures_in_row += 1
+        if now - self._failing_since < self._window_s:
+            return min(consecutive_failures, MAX_CONSECUTIVE_FAILURES - 2)
+        return consecutive_failures
+
+    async def given_up(self, error: Exception) -> None:
+        """pipecat gives the service up (it pushes an ErrorFrame for the app): the log says
+        so, with what is still undelivered."""
+        await self._log.log(ev.AnomalyRecorded("connection_given_up", {
+            "failures": self._failures_in_row, "error": str(error)[:300],
+            "undelivered": [c.call_id for c in undelivered(self._driver.state)][:20]},
+            self._driver.state.generation), when=When.KEPT)
+
+    async def session_ready(self) -> bool:
+        """Log the new session before its first message is read (a log that is down holds it
+        here, its messages waiting on the socket). False: fenced, or the call is ending."""
+        self._handle_failures.clear()  # a handshake went through: no longer in a row
+        svc = self._svc
+        prompt = str(svc._system_instruction_from_init or "")
+        return await self._log.log(SessionReady(
+            self._driver.state.generation + 1, self.connecting_handle,
+            hashlib.sha256(prompt.encode()).hexdigest(),
+            self._speech.old_playback_is_speech), when=When.DURABLE)
+
+    # ------------------------------------------------------------------ reconnects
+    @property
+    def busy(self) -> bool:
+        """A reconnect or a handshake is under way, or a fresh session awaits its seed."""
+        svc = self._svc
+        reconnecting = self._reconnecting or (self._task is not None and not self._task.done())
+        handshaking = svc._session is None and svc._connection_task is not None
+        return reconnecting or handshaking or self._seeder.awaiting_seed()
+
+    @property
+    def up(self) -> bool:
+        """A session can carry a send now."""
+        return not (self._svc._session is None or self._svc._disconnecting or self.busy)
+
+    def schedule(self, reason: str) -> None:
+        """Reconnect in a task of its own: never from inside the receive loop."""
+        if self._task and not self._task.done():
+            return
+        self._task = self._svc._spawn(self.reconnect_now(reason), "planned_reconnect")
+
+    async def reconnect_now(self, reason: str) -> None:
+        if self._reconnecting:  # one at a time: the one under way brings a new session
+            return
+        self._reconnecting = True
+        try:
+            await self._replace(reason)
+        finally:
+            self._reconnecting = False
+
+    async def _replace(self, reason: str) -> None:
+        svc = self._svc
+        if reason in PACED_REASONS:
+            # A server that garbles or drops every session must not get a reconnect loop at
+            # handshake speed: back off with the number of recent ones (never give up: the
+            # log keeps every call's result for whichever session comes next).
+            now = time.monotonic()
+            self._resyncs = [t for t in self._resyncs if now - t < 30.0] + [now]
+            await asyncio.sleep(min(0.25 * (len(self._resyncs) - 1), 2.0))
+        await self._flush_transcript()  # what was said belongs to the session that heard it
+        state = self._driver.state
+        if state.connected and not await self._log.log(SessionLeft(
+                state.generation, reason, self._speech.old_playback_is_speech),
+                when=When.DURABLE):
+            return  # fenced (the session is being closed) or the call is ending
+        # A new session must carry the settings as they are now (upstream sends the old prompt).
+        if svc._settings.system_instruction is not None:
+            svc._system_instruction_from_init = svc._settings.system_instruction
+        cut = svc._bot_is_responding  # a model turn under way, its turnComplete never to come
+        await svc._disconnect()
+        svc._bot_is_responding = False
+        self._speech.session_replaced(turn_cut=cut)
+        if self._driver.fenced or state.closed:
+            return
+        handle = self._driver.resumption_handle()
+        svc._session_resumption_handle = handle  # the log's choice, a fresh session included
+        await svc._connect(session_resumption_handle=handle)

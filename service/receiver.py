@@ -1,0 +1,172 @@
+"""What the service reads from Gemini, as facts for the log: resumption handles (issued or
+withheld: session_store.withholding), goAway, cancellations, interaction status, barge-ins,
+transcripts and frames the SDK could not take in. Called from pipecat's receive loop, which
+carries the audio too: facts are noted rather than awaited, except the ones stock pipecat
+acts on there (a toolCall, a goAway, a cancellation), logged right there but bounded."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any
+
+from loguru import logger
+
+from session_store import events as ev
+from session_store.decide import (CancellationArrived, FunctionCall, GoAway,
+                                  InteractionStatusObserved, InterruptionObserved,
+                                  ServerMessageRejected, ToolCallsArrived, cancelled_with)
+from session_store.delivery import waits_for_idle
+from session_store.withholding import HandleGate, Incoming
+
+from .driver import now_us
+from .effects import EffectRunner
+from .log_writer import LogWriter, When
+from .port import ServicePort
+from .setup_context import SetupContext
+from .speech import SpeechTracker
+from .translate import jsonable
+from .wire import Rejection
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*s?\s*$")
+
+
+def parse_time_left(value: Any) -> float:
+    """goAway.timeLeft arrives as a protobuf Duration string such as "3s" (or "1.5s")."""
+    if value is None:
+        return 0.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    if hasattr(value, "total_seconds"):
+        return float(value.total_seconds())
+    match = _DURATION.match(str(value))
+    return float(match.group(1)) if match else 0.0
+
+
+class Receiver:
+    """Turns server messages into the call's facts, for one service (pipecat's side: `svc`)."""
+
+    def __init__(self, svc: ServicePort, log: LogWriter, speech: SpeechTracker,
+                 handles: HandleGate, effects: EffectRunner, setup: SetupContext):
+        self._svc = svc
+        self._setup = setup
+        self._driver = svc.driver
+        self._log = log
+        self._speech = speech
+        self._effects = effects
+        self.handles = handles
+        self.last_message = time.monotonic()
+        self._transcript: dict[str, list[str]] = {"user": [], "assistant": []}
+        self._unknown_logged: set[str] = set()  # unknown message fields already logged
+
+    async def message(self, message) -> None:
+        gen = self._driver.state.generation
+        self.last_message = time.monotonic()
+        update = message.session_resumption_update
+        sc = message.server_content
+        handle = update.new_handle if update and update.resumable else None
+        recorded = self.handles.receive(Incoming(
+            gen, handle, update.last_consumed_client_message_index if handle else None,
+            reaction=message.tool_call is not None or (sc is not None and bool(
+                sc.model_turn or sc.output_transcription or sc.turn_complete)),
+            turn_ended=sc is not None and bool(sc.turn_complete or sc.interrupted)))
+        if recorded is not None:
+            # Logged in order, without holding up the receive loop (and the audio behind it).
+            await self._log.log(recorded, when=When.LAZY)
+        if sc is not None:
+            self._speech.server_content(bool(sc.turn_complete), bool(sc.interrupted),
+                                      bool(sc.model_turn or sc.output_transcription))
+        if message.go_away is not None:
+            await self._go_away(gen, parse_time_left(message.go_away.time_left))
+        if message.tool_call_cancellation is not None:
+            await self._cancellation(gen, tuple(message.tool_call_cancellation.ids or ()))
+        if sc is not None:
+            await self._server_content(gen, sc)
+
+    async def _go_away(self, gen: int, time_left: float) -> None:
+        # In the receive loop, bounded while the database is down; the time left is counted
+        # down to the goAway's record time (decide.GoAway).
+        await self._log.log(GoAway(gen, time_left, now_us()), when=When.HERE)
+        margin = self._driver.policy.go_away_margin_s
+        self._svc._spawn(self._effects.due_after(max(time_left - margin, 0.0)),
+                         "go_away_deadline")
+
+    async def _cancellation(self, gen: int, ids: tuple) -> None:
+        self._effects.cancelled_on_wire.update(i for i in ids if isinstance(i, str))
+        # What runs for them: each call, or the original a re-issued id waits for.
+        running = [c.call_id for c in cancelled_with(self._driver.state, ids)
+                   if c.status == "started"]
+        # Logged here, bounded while the database is down; if it is only noted, it is still
+        # logged before anything else is decided, so no cancelled call starts (and a start
+        # being committed meanwhile does not run: EffectRunner.run_started). Stopping a
+        # running one is this process's own business: done at once.
+        await self._log.log(CancellationArrived(ids, gen), when=When.HERE)
+        for call_id in running:  # already running: stop it if pipecat can
+            await self._svc._cancel_function_calls_by_tool_call_id(call_id)
+
+    async def _server_content(self, gen: int, sc) -> None:
+        status = getattr(sc, "interaction_status", None)
+        if status is not None:
+            value = getattr(status, "value", status)
+            idle = value in ("IDLE", "REQUIRES_ACTION")  # (the SDK's older name for IDLE)
+            if idle or value == "IN_PROGRESS":
+                # Noted (the receive loop carries the audio); at once if a reconnect waits
+                # for the model to go idle.
+                await self._log.log(
+                    InteractionStatusObserved(gen, "IDLE" if idle else "IN_PROGRESS"),
+                    when=When.SOON if waits_for_idle(self._driver.state) else When.LAZY)
+        if sc.interrupted:
+            self._speech.interrupted()  # the transport drops the queued audio
+            # Noted, not awaited: this is the receive loop, and the model's next audio is
+            # behind it (seen: while PostgreSQL restarted, the answer to a barge-in played
+            # only once the database was back).
+            await self._log.log(InterruptionObserved(gen))
+        if sc.model_turn:
+            self._speech.heard()
+        if sc.input_transcription and sc.input_transcription.text:
+            self._transcript["user"].append(sc.input_transcription.text)
+        if sc.output_transcription and sc.output_transcription.text:
+            self._transcript["assistant"].append(sc.output_transcription.text)
+
+    async def flush_transcript(self) -> None:
+        """What was said, as one message per role (at the turn's end, or a session's)."""
+        events = []
+        for role in ("user", "assistant"):
+            text = "".join(self._transcript[role]).strip()
+            self._transcript[role].clear()
+            if text:
+                events.append(ev.ConversationMessage(role, text, self._driver.state.generation))
+        if events:
+            await self._log.log(*events)
+
+    async def tool_call(self, message) -> None:
+        gen = self._driver.state.generation
+        svc = self._svc
+        calls = tuple(
+            # Vertex sends no ids: make one, as upstream does, and persist it with the call
+            # (the Gemini API always should: there the log also records the anomaly).
+            FunctionCall(f.id or f"gen{gen}-{uuid.uuid4()}", f.name, jsonable(f.args or {}),
+                         id_generated=not f.id,
+                         has_handler=bool(f.name) and svc.has_function(f.name),
+                         declared=self._setup.declared.get(f.name) if f.name else None)
+            for f in (message.tool_call.function_calls or []))
+        if calls:
+            # Decided and logged with the start of every call now due (one commit), in order
+            # with everything noted before, right here unless the log is busy; a database
+            # that is down holds the audio behind the toolCall only briefly (When.HERE).
+            await self._log.log(ToolCallsArrived(calls, gen), when=When.HERE)
+        else:
+            await self._log.log(ev.AnomalyRecorded("empty_tool_call", {}, gen))
+
+    async def rejected(self, rejection: Rejection) -> None:
+        """A frame the SDK could not parse (or parsed leaving fields out): logged; whether
+        the session is resynced for it is decided on the log (decide.RESYNC_KINDS)."""
+        if rejection.once is not None:
+            if rejection.once in self._unknown_logged:
+                return
+            self._unknown_logged.add(rejection.once)
+        logger.warning(f"{self._svc}: server frame not taken in ({rejection.kind}): "
+                       f"{str(rejection.detail)[:300]}")
+        await self._log.log(ServerMessageRejected(rejection.kind, rejection.detail,
+                                                  self._driver.state.generation))

@@ -1,0 +1,278 @@
+"""One call read: in windows, its state at any point, its overview, the signs of delivery.
+
+A long call is read in windows; its overview is one GROUP BY into time buckets; a state is
+folded from the nearest snapshot (`StateCache` keeps the recent ones).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+
+from ...errors import StreamDamaged
+from ...loading import snapshot_state
+from ...projection import fold_into
+from ...records import RecordedEvent
+from ...schema import events, streams, valid_stream_id
+from ...state import SessionState
+from ..timeline import EVIDENCE_TYPES, LANES, Evidence, lane_of
+from .base import EVENT_COLUMNS, SCAN_CHUNK, engine_of, payload_dict
+
+
+@dataclass
+class Overview:
+    """Event counts of a call per lane in equal time buckets (the zoomed-out lane)."""
+    start_us: int
+    end_us: int
+    bucket_us: int
+    counts: dict[str, list[int]]  # lane -> count per bucket
+    first_version: list[int | None]  # the first event version in each bucket (to jump there)
+
+    def to_json(self) -> dict:
+        return {"start_us": self.start_us, "end_us": self.end_us, "bucket_us": self.bucket_us,
+                "counts": self.counts, "first_version": self.first_version}
+
+
+async def overview(store, call_id: str, start_us: int, end_us: int,
+                   buckets: int = 120) -> Overview:
+    span = max(end_us - start_us, 1)
+    width = -(-span // buckets) or 1  # ceiling: bucket index stays below `buckets`
+    bucket = (events.c.recorded_at_us - start_us) // width
+    stmt = (select(bucket.label("b"), events.c.type, func.count(), func.min(events.c.version))
+            .where(events.c.stream_id == call_id)
+            .group_by(bucket, events.c.type))
+    counts = {lane: [0] * buckets for lane in LANES}
+    first: list[int | None] = [None] * buckets
+    if not valid_stream_id(call_id):
+        return Overview(start_us, end_us, width, counts, first)
+    async with engine_of(store).connect() as conn:
+        for b, etype, n, v in await conn.execute(stmt):
+            b = min(max(int(b), 0), buckets - 1)
+            counts[lane_of(etype)][b] += n
+            first[b] = v if first[b] is None else min(first[b], v)
+    return Overview(start_us, end_us, width, counts, first)
+
+
+async def iter_records(store, call_id: str, *, from_version: int = 1,
+                       to_version: int | None = None, chunk: int = 5000
+                       ) -> AsyncIterator[list[RecordedEvent]]:
+    """A call's events in version order, `chunk` at a time (bounded memory).
+
+    Chunks are `chunk` rows, not ranges of `chunk` versions: on a damaged call (exported all
+    the same) a range that ends short only means rows are missing there, not that the call
+    ends, and every stored row after the gap still goes out."""
+    v = from_version
+    while to_version is None or v <= to_version:
+        recs = await store.read(call_id, from_version=v, to_version=to_version, limit=chunk)
+        if not recs:
+            return
+        yield recs
+        v = recs[-1].version + 1
+        if len(recs) < chunk:
+            return
+
+
+async def complete_head(store, call_id: str) -> int:
+    """The call's head version (0: no such call), once its events are known to be exactly
+    versions 1..head; else StreamDamaged, naming what is off.
+
+    The tools read a call by version ranges up to its head: rows deleted from the middle or
+    the end, a head row deleted, or rows written past the head would otherwise just be left
+    out, and what is left would pass for the whole call (or for "not found"). One statement
+    (one snapshot: a call being written cannot look damaged), an aggregate over the call's
+    index range; no rows are read.
+    """
+    if not valid_stream_id(call_id):
+        return 0
+    head = select(streams.c.version).where(streams.c.stream_id == call_id).scalar_subquery()
+    stmt = select(head, func.count(), func.min(events.c.version),
+                  func.max(events.c.version)).where(events.c.stream_id == call_id)
+    async with engine_of(store).connect() as conn:
+        version, n, lo, hi = (await conn.execute(stmt)).one()
+    if version is None and not n:
+        return 0
+    if version is None:
+        raise StreamDamaged(f"it has {n} events but no head row (the row in session_streams "
+                            "was deleted?)", stream_id=call_id, version=None)
+    if (n, lo, hi) != (version, 1, version):
+        missing = ("events are missing" if n < version or (hi or 0) < version
+                   else "events were added past the head")
+        raise StreamDamaged(f"the head row says {version} events, the log holds {n} "
+                            f"(versions {lo}-{hi}): {missing}", stream_id=call_id,
+                            version=None)
+    return version
+
+
+@dataclass
+class StateCache:
+    """Folded states of calls at checkpoint versions (every `every`), for a few calls.
+
+    A stored event never changes (the hash chain says so), so a state at version v is the
+    same whenever it is computed: clicking through a 50,000-event call folds each stretch once.
+    """
+    every: int = 10_000
+    max_calls: int = 16
+    #: States kept per call besides the checkpoints (the windows last looked at).
+    max_extra: int = 8
+    _by_call: "OrderedDict[str, dict[int, SessionState]]" = field(default_factory=OrderedDict)
+
+    def best(self, call_id: str, at: int) -> SessionState | None:
+        points = self._by_call.get(call_id)
+        if not points:
+            return None
+        self._by_call.move_to_end(call_id)
+        usable = [v for v in points if v <= at]
+        return points[max(usable)] if usable else None
+
+    def put(self, call_id: str, state: SessionState) -> None:
+        points = self._by_call.setdefault(call_id, {})
+        points[state.version] = state
+        extra = [v for v in points if v % self.every]
+        for v in extra[:max(len(extra) - self.max_extra, 0)]:  # (dicts keep insertion order)
+            del points[v]
+        self._by_call.move_to_end(call_id)
+        while len(self._by_call) > self.max_calls:
+            self._by_call.popitem(last=False)
+
+
+def _private(state: SessionState) -> SessionState:
+    """A copy no one else holds (pickle: several times faster than deepcopy on a state with
+    thousands of calls)."""
+    return pickle.loads(pickle.dumps(state, pickle.HIGHEST_PROTOCOL))
+
+
+async def state_at(store, call_id: str, at: int | None = None,
+                   cache: StateCache | None = None, *,
+                   after: SessionState | None = None,
+                   remember: bool = False) -> SessionState | None:
+    """The projection after version `at` (default: the newest); None if the call is unknown.
+    The caller's own copy (it may fold more events into it).
+
+    Starts from the nearest of: a cached checkpoint, a stored snapshot, or `after` (a state
+    of this call the caller has), at or before `at`. `remember`: keep the result in the cache
+    too (a window's edges: the next look at the same window folds nothing).
+    """
+    head = await store.stream_version(call_id) if valid_stream_id(call_id) else 0
+    if head == 0:
+        return None
+    target = head if at is None else max(0, min(at, head))
+    start = SessionState(stream_id=call_id)
+    cached = cache.best(call_id, target) if cache else None
+    if cached is not None:
+        start = cached
+    if after is not None and start.version < after.version <= target:
+        start = after
+    snap = await snapshot_state(store, call_id, max_version=target)
+    # A compacted snapshot (all the driver saves) lacks the conversation and the calls
+    # settled for good: shown as "the state", it would be a wrong one.
+    if snap is not None and snap.history_complete and snap.version > start.version:
+        start = snap
+    state = _private(start) if start is cached or start is after else start
+    every = cache.every if cache else 10_000
+    while state.version < target:
+        hi = min(target, (state.version // every + 1) * every)
+        recs = await store.read(call_id, from_version=state.version + 1, to_version=hi)
+        if not recs or recs[-1].version != hi:
+            # The head row promises events up to `target` that are not stored: showing the
+            # fold of what is left as "the state" would be a wrong answer.
+            got = recs[-1].version if recs else state.version
+            raise StreamDamaged(f"the head says version {head} but the events end at {got} "
+                                "(events deleted from the end?)", stream_id=call_id,
+                                version=got + 1)
+        fold_into(state, recs)
+        if cache is not None and state.version % every == 0:
+            cache.put(call_id, _private(state))
+    if remember and cache is not None and state.version % every and start is not cached:
+        cache.put(call_id, _private(state))
+    return state
+
+
+async def window_facts(store, call_id: str, first: int, last: int, head: int,
+                       cache: StateCache | None = None, tool_calls: set[str] | None = None):
+    """What a window [first, last] of a call needs to state whole-call facts: the state and
+    the event just before it (`timeline.Prior`), and the call's final state, the signs of
+    delivery after the sends of `tool_calls` (default: all) and the tool calls ever deferred
+    (`timeline.WholeCall`).
+
+    (prior, whole, note). A part of a call is how a damaged row is looked at: when the call
+    cannot be folded (a corrupt row), a window that is not the whole call gets what can be
+    read and `note` says why the rest is missing; the whole call raises, as every reader."""
+    from ...errors import SessionStoreError
+    from ..timeline import Prior, WholeCall
+
+    try:
+        prior = None
+        if first > 1:
+            before = await state_at(store, call_id, first - 1, cache, remember=True)
+            rec = await store.read(call_id, from_version=first - 1, to_version=first - 1)
+            prior = Prior(before, rec[0] if rec else None,
+                          await _episode_context(store, call_id, first))
+        final = await state_at(store, call_id, head, cache, remember=True,
+                               after=prior.state if prior is not None else None)
+    except SessionStoreError as exc:
+        if first == 1 and last == head:
+            raise
+        return None, None, str(exc)
+    deferred = set()
+    async with engine_of(store).connect() as conn:
+        for (data,) in await conn.execute(select(events.c.data).where(
+                events.c.stream_id == call_id, events.c.type == "tool.call_deferred")):
+            cid = payload_dict(data).get("call_id")
+            if isinstance(cid, str):
+                deferred.add(cid)
+    evidence = await evidence_for(store, call_id, final, tool_calls)
+    return prior, WholeCall(final, evidence, deferred), None
+
+
+async def _episode_context(store, call_id: str, first: int) -> list[RecordedEvent]:
+    """The events that say why a session is down when a window opens at `first`: those of
+    EPISODE_TYPES since the last connect before it."""
+    from ..timeline import EPISODE_TYPES
+
+    async with engine_of(store).connect() as conn:
+        since = await conn.scalar(select(func.max(events.c.version)).where(
+            events.c.stream_id == call_id, events.c.version < first,
+            events.c.type == "connection.connected")) or 0
+        rows = (await conn.execute(
+            select(*EVENT_COLUMNS).where(events.c.stream_id == call_id, events.c.version > since,
+                                  events.c.version < first, events.c.type.in_(EPISODE_TYPES))
+            .order_by(events.c.version).limit(SCAN_CHUNK))).all()
+    return [RecordedEvent(*r) for r in rows]
+
+
+async def evidence_for(store, call_id: str, final: SessionState,
+                       tool_calls: set[str] | None = None) -> Evidence:
+    """Signs that each confirmed send (of `tool_calls`; default all) reached the model, read
+    from the log: only events of EVIDENCE_TYPES from the first send on, and only until every
+    send is resolved."""
+    from ..timeline import confirmed_sends
+
+    ev = Evidence(k for k in confirmed_sends(final) if tool_calls is None or k[0] in tool_calls)
+    if ev.done:
+        return ev
+    v = min(versions[0] for versions in ev.pending.values())
+    async with engine_of(store).connect() as conn:
+        while not ev.done:
+            rows = (await conn.execute(
+                select(*EVENT_COLUMNS).where(events.c.stream_id == call_id, events.c.version >= v,
+                                      events.c.type.in_(EVIDENCE_TYPES))
+                .order_by(events.c.version).limit(SCAN_CHUNK))).all()
+            for row in rows:
+                ev.feed(RecordedEvent(*row))
+            if len(rows) < SCAN_CHUNK:
+                break
+            v = rows[-1][1] + 1
+    return ev
+
+
+async def version_at_time(store, call_id: str, at_us: int) -> int:
+    """The last version recorded at or before `at_us` (the first, if the time is before the
+    call began)."""
+    async with engine_of(store).connect() as conn:
+        v = await conn.scalar(select(func.max(events.c.version)).where(
+            events.c.stream_id == call_id, events.c.recorded_at_us <= at_us))
+    return int(v or 1)

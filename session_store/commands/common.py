@@ -1,0 +1,158 @@
+"""What every `session-store` command shares: its options, its output path, the store.
+
+Human output goes through `say` (one line, control characters escaped, never wrapped) and
+`show` (a table or view, never with an id cut); errors through `fail` (exit 2). Every
+command but `migrate` and `demo` opens the store read-only (`with_store`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import typer
+
+from ..errors import SessionStoreError
+
+DEFAULT_URL = "sqlite+aiosqlite:///sessions.db"
+
+DbOption = typer.Option(None, "--db", envvar="SESSION_STORE_URL",
+                        help="A SQLite file's path, or a database URL: sqlite:///path.db, "
+                        "postgresql://user@host/db (default sessions.db).")
+SchemaOption = typer.Option(None, "--schema", help="PostgreSQL schema (search path).")
+JsonOption = typer.Option(False, "--json", help="Print JSON instead of a table.")
+RedactOption = typer.Option(False, "--redact", help="Mask transcripts, settings values, handles "
+                            "and the configured argument/result keys (secrets are always masked).")
+RedactKeysOption = typer.Option(None, "--redact-keys", help="Comma-separated argument/result "
+                                "keys to mask (implies --redact; also $SESSION_STORE_REDACT_KEYS).")
+RedactConfigOption = typer.Option(None, "--redact-config", help="Redaction config file, JSON or "
+                                  "TOML (also $SESSION_STORE_REDACT_CONFIG).")
+
+
+class UserError(Exception):
+    """Bad input or an unknown call: printed as one line, exit code 2."""
+
+
+def scrub(text: str) -> str:
+    """Credential-looking text masked: an error or a verify report may quote a stored value
+    (a field of the wrong type is named with the start of its value)."""
+    from ..audit.redaction import Redactor
+
+    return Redactor().scrub_text(text)
+
+
+def _out(stderr: bool = False):
+    from ..audit.text import output_console
+
+    return output_console(stderr=stderr)
+
+
+def say(text: str, stderr: bool = False, style: str | None = None) -> None:
+    """One line of stored-data-bearing text: control characters escaped, never wrapped."""
+    from ..audit.fmt import printable
+
+    _out(stderr).print(printable(text), markup=False, highlight=False, soft_wrap=True,
+                       style=style)
+
+
+def show(renderable) -> None:
+    """A table or a view: on a terminal too narrow for its ids, printed wider than the
+    terminal (which wraps the lines) rather than with an id cut."""
+    from rich.measure import Measurement
+
+    from ..audit.text import UNWRAPPED, output_console, unbreakable
+
+    console = _out()
+    renderable = unbreakable(renderable)
+    if console.is_terminal:
+        # (measured without the terminal's limit: rich clamps a measurement to the width)
+        need = Measurement.get(console, console.options.update_width(UNWRAPPED),
+                               renderable).minimum
+        if need > console.width:  # (rich prints no wider than its console's width)
+            console = output_console(width=need)
+        console.print(renderable)
+        return
+    # A pipe or a file: each line as it is, without the padding a table's cells carry.
+    with console.capture() as captured:
+        console.print(renderable)
+    sys.stdout.write("\n".join(line.rstrip() for line in captured.get().split("\n")))
+
+
+def fail(message: str, code: int = 2):
+    # soft_wrap: one line however long (a script greps it; rich would wrap at 80 columns)
+    say(f"error: {scrub(message)}", stderr=True)
+    raise typer.Exit(code)
+
+
+def run(coro_fn: Callable[..., Awaitable[Any]], *args) -> Any:
+    try:
+        return asyncio.run(coro_fn(*args))
+    except (SessionStoreError, UserError) as exc:
+        fail(str(exc))
+
+
+def url_of(db: str | None) -> str:
+    from ..db_url import resolve_db
+
+    try:
+        return resolve_db(db or DEFAULT_URL)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+async def _open(db: str | None, schema: str | None):
+    """The store, read-only: no tool but `migrate` writes (nor starts SQLite's writer)."""
+    from ..storage import open_store
+
+    try:
+        return await open_store(url_of(db), read_only=True,
+                                **({"schema": schema} if schema else {}))
+    except ValueError as exc:  # a bad --db or --schema: one line, not a traceback
+        raise UserError(str(exc)) from None
+
+
+def with_store(db: str | None, schema: str | None, fn: Callable[[Any], Awaitable[Any]]) -> Any:
+    async def go():
+        store = await _open(db, schema)
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    return run(go)
+
+
+def redactor_for(redact: bool, keys: str | None, config: str | None):
+    from ..audit import Redactor, load_config
+
+    try:
+        return Redactor(load_config(redact=redact, keys=keys, path=config))
+    except (OSError, ValueError) as exc:
+        fail(f"redaction config: {exc}")
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def json_line(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+async def require_call(store, call: str) -> int:
+    """The call's head version; "not found", or the damage that keeps it from being read
+    whole (events missing, a head row deleted: never shown as a shorter call)."""
+    from ..audit.queries import complete_head
+
+    version = await complete_head(store, call)
+    if version == 0:
+        raise UserError(f"call {call!r} not found")
+    return version

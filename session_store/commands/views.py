@@ -1,0 +1,152 @@
+"""One call seen whole: `timeline`, `state` at any point, `export` as JSON Lines."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from .common import (
+    DbOption, JsonOption, RedactConfigOption, RedactKeysOption, RedactOption, SchemaOption,
+    UserError, fail, json_line, now_us, print_json, redactor_for, require_call, show, with_store,
+)
+
+
+async def _point(store, call: str, text: str, option: str) -> int:
+    """A version from --at/--from: a version, +offset from the call's start, or a time."""
+    from ..audit.queries import version_at_time
+    from ..audit.summaries import parse_point
+
+    try:
+        kind, value = parse_point(text)
+    except ValueError as exc:
+        raise UserError(f"{option}: {exc}") from None
+    if kind == "version":
+        return value
+    if kind == "offset":
+        first = await store.read(call, to_version=1)
+        value += first[0].recorded_at_us if first else 0
+    return await version_at_time(store, call, value)
+
+
+def timeline(call: str,
+             from_point: str = typer.Option("1", "--from", help="First event to list: a "
+                                            "version, +12.5s into the call, or a time."),
+             limit: Optional[int] = typer.Option(None, "--limit", help="At most this many "
+                                                 "events (default: all)."),
+             at: Optional[str] = typer.Option(None, "--at", help="List from the event at "
+                                              "this point (a version, +12.5s, or a time)."),
+             lane: Optional[str] = typer.Option(None, "--lane", help="Only these lanes "
+                                                "(comma-separated: tools,errors)."),
+             event_type: Optional[str] = typer.Option(None, "--type", help="Only these event "
+                                                      "types (comma-separated; tool. for a "
+                                                      "prefix)."),
+             redact: bool = RedactOption, redact_keys: Optional[str] = RedactKeysOption,
+             redact_config: Optional[str] = RedactConfigOption,
+             db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
+             as_json: bool = JsonOption) -> None:
+    """One ordered view of a call: speech, tool calls (wait, run, send), reconnects,
+    takeovers… Facts are the whole call's; --from/--limit/--lane/--type choose what is
+    listed."""
+    from ..audit import LANES, build_timeline
+    from ..audit.fmt import preview_record
+    from ..audit.queries import call_summary, window_facts
+    from ..audit.timeline import tool_calls_in, unreadable_call
+    from ..audit.text import timeline_view
+
+    redactor = redactor_for(redact, redact_keys, redact_config)
+    lanes = [x.strip() for x in (lane or "").split(",") if x.strip()]
+    unknown = [x for x in lanes if x not in LANES]
+    if unknown:
+        fail(f"unknown lane {unknown[0]!r}; use one of {', '.join(LANES)}")
+    types = [x.strip() for x in (event_type or "").split(",") if x.strip()]
+
+    async def go(store):
+        head = await require_call(store, call)
+        point = await _point(store, call, at if at is not None else from_point,
+                             "--at" if at is not None else "--from")
+        start = max(point, 1)  # versions start at 1: --from 0 or less is the start
+        if start > head:  # (an empty page would look like a call with nothing in it)
+            raise UserError(f"call {call} has versions 1–{head}: "
+                            f"{'--at' if at is not None else '--from'} {point} is past its end")
+        to = head if limit is None else min(head, start + max(limit, 1) - 1)
+        recs = await store.read(call, from_version=start, to_version=to)
+        prior, whole, note = await window_facts(store, call, start, to, head,
+                                                tool_calls=tool_calls_in(recs))
+        summary = await call_summary(store, call, now_us())
+        if not as_json:  # (a line shows a preview of each value: cut before formatting)
+            recs = [preview_record(r) for r in recs]
+        tl = build_timeline(redactor.redact_records(recs), call_id=call,
+                            t0_us=summary.started_at_us if summary else None,
+                            prior=prior, whole=whole,
+                            redact_state=redactor.redact_state)
+        if note is not None:
+            tl.problems.insert(0, unreadable_call(start, note))
+        return tl, summary
+
+    tl, summary = with_store(db, schema, go)
+    if lanes or types:
+        tl = tl.only(lanes, types)
+    if as_json:
+        print_json(tl.to_json(summary))
+    else:
+        show(timeline_view(tl))
+
+
+def state(call: str, at: Optional[str] = typer.Option(None, "--at", help="Fold up to this "
+                                                      "point: a version, +12.5s into the "
+                                                      "call, or a time."),
+          redact: bool = RedactOption, redact_keys: Optional[str] = RedactKeysOption,
+          redact_config: Optional[str] = RedactConfigOption,
+          db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
+          as_json: bool = JsonOption) -> None:
+    """The projection of a call at any point: deferred, running, in doubt, to send."""
+    from ..audit import export_line, state_view
+    from ..audit.models import State, dump
+    from ..audit.queries import state_at
+    from ..audit.text import state_view_text
+
+    redactor = redactor_for(redact, redact_keys, redact_config)
+
+    async def go(store):
+        head = await require_call(store, call)
+        version = None if at is None else await _point(store, call, at, "--at")
+        if version is not None and not 1 <= version <= head:  # (never another version)
+            raise UserError(f"call {call} has versions 1–{head}: --at {at} is not one of them")
+        s = await state_at(store, call, version)
+        rec = await store.read(call, from_version=s.version, to_version=s.version)
+        return s, (export_line(rec[0], redactor) if rec else None)
+
+    s, event = with_store(db, schema, go)
+    view = redactor.redact_state(state_view(s, call))
+    view = dump(State, {**view, "event": event})
+    if as_json:
+        print_json(view)
+    else:
+        show(state_view_text(view))
+
+
+def export(call: str, redact: bool = RedactOption,
+           redact_keys: Optional[str] = RedactKeysOption,
+           redact_config: Optional[str] = RedactConfigOption,
+           db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) -> None:
+    """Every event of a call as JSON Lines (one event a line; secrets always masked)."""
+    from ..audit import export_line
+    from ..audit.queries import iter_records
+    from ..errors import StreamDamaged
+
+    redactor = redactor_for(redact, redact_keys, redact_config)
+
+    async def go(store):
+        try:
+            head, damage = await require_call(store, call), None
+        except StreamDamaged as exc:  # export what is stored all the same, then say so
+            head, damage = None, exc
+        async for chunk in iter_records(store, call, to_version=head):
+            sys.stdout.write("".join(json_line(export_line(r, redactor)) for r in chunk))
+        if damage is not None:
+            sys.stdout.flush()
+            raise damage  # exit 2: nobody takes what went out for the whole call
+
+    with_store(db, schema, go)

@@ -1,0 +1,47 @@
+"""What the log records for an effect `due` decided, before the shell performs it.
+
+A commit decides once: its events are folded in, `due(state)` is asked, and the intent of
+each effect the caller acts on goes into that same append (write-ahead: the shell performs an
+effect only once its intent is logged). Settling a call left in doubt is logged outright:
+its failure is the effect. A reconnect has no intent: the new session's events record it.
+"""
+
+from __future__ import annotations
+
+from . import events as ev
+from .delivery import (OUTCOME_UNKNOWN, ApplyContext, Effect, Reconnect, ResolveInDoubt,
+                       SendConversation, SendResult, StartCall)
+from .state import SessionState
+
+#: Effects that go out on the live session: their intents are logged only when it can carry
+#: them at the moment of the commit.
+SENDS: frozenset[type] = frozenset({ApplyContext, SendConversation, SendResult})
+#: Effects whose intent the log records (all but a reconnect).
+LOGGED: frozenset[type] = frozenset({ResolveInDoubt, StartCall}) | SENDS
+#: Every kind of effect.
+ALL: frozenset[type] = LOGGED | {Reconnect}
+
+
+def intents(state: SessionState, effects: list[Effect], kinds: frozenset[type],
+            epoch: int) -> list[ev.Event]:
+    """The events that log the effects of `kinds`, in the order `due` gave them, for the
+    worker of fencing epoch `epoch` on the session `state` is connected to."""
+    out: list[ev.Event] = []
+    for effect in effects:
+        if type(effect) not in kinds:
+            continue
+        match effect:
+            case ResolveInDoubt():
+                out.append(ev.ToolCallFailed(effect.call_id, OUTCOME_UNKNOWN,
+                                             outcome_unknown=True))
+            case StartCall():
+                out.append(ev.ToolCallStarted(effect.call_id, effect.attempt,
+                                              effect.idempotency_key, epoch))
+            case SendResult():
+                out.append(ev.ToolResultSending(effect.call_id, state.generation, effect.via,
+                                                effect.part))
+            case ApplyContext():
+                out.append(ev.ContextSending(state.generation, effect.version))
+            case SendConversation():
+                out.append(ev.ConversationSending(state.generation, effect.through, "content"))
+    return out

@@ -1,0 +1,103 @@
+"""The SQL of a PostgreSQL commit, written for asyncpg (array parameters, `unnest`): the
+transaction path's statements, and the one-round-trip appends of a batch planned from cached
+heads (one stream: one statement; several: a temporary function per writer connection)."""
+
+from __future__ import annotations
+
+from ...schema import events, streams
+
+_S, _E = streams.name, events.name
+SELECT_HEADS = (f"SELECT stream_id, version, last_hash, epoch FROM {_S} "
+                 "WHERE stream_id = ANY($1::text[]) ORDER BY stream_id FOR UPDATE")
+# The stored hashes at (stream, version) pairs: what a retried request committed, if it did.
+SELECT_HASHES = (f"SELECT e.stream_id, e.version, e.hash FROM {_E} AS e JOIN "
+                  "unnest($1::text[], $2::bigint[]) AS u(s, v) "
+                  "ON e.stream_id = u.s AND e.version = u.v")
+# Where a call a takeover claims was closed after what its caller read.
+SELECT_CLOSED = (f"SELECT u.s, u.a, min(e.version) FROM unnest($1::text[], $2::bigint[]) "
+                  f"AS u(s, a) JOIN {_E} AS e ON e.stream_id = u.s AND e.version > u.a "
+                  "AND e.type = $3 GROUP BY u.s, u.a")
+INSERT_STREAMS = (
+    f"INSERT INTO {_S} (stream_id, version, last_hash, epoch, created_at_us, updated_at_us) "
+    "SELECT s, v, h, e, t, t FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], "
+    "$5::bigint[]) AS u(s, v, h, e, t) ON CONFLICT (stream_id) DO NOTHING RETURNING stream_id")
+UPDATE_STREAMS = (
+    f"UPDATE {_S} SET version = u.v, last_hash = u.h, epoch = u.e, updated_at_us = u.t "
+    "FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[]) "
+    f"AS u(s, v, h, e, t) WHERE {_S}.stream_id = u.s")
+# The NOTIFY rides in the same statement; it is delivered when the transaction commits.
+INSERT_EVENTS = (
+    f"WITH ins AS (INSERT INTO {_E} (tx_order, stream_id, version, type, schema_version, data, "
+    "recorded_at_us, hash) SELECT pg_current_xact_id()::text::bigint, s, v, ty, sv, d, t, h "
+    "FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::bigint[], "
+    "$7::text[]) AS u(s, v, ty, sv, d, t, h)) SELECT pg_notify($8, '')")
+
+
+# What a tailing reader may see: rows of transactions below the oldest one still running
+# that may yet commit an event here. A transaction that holds no lock on this schema's log
+# (another schema's writer, a report, a partitioned client of another database) cannot: ours
+# lock the heads or the log before they take a transaction id and keep the lock until they
+# end. So such bystanders are left out of the statement snapshot's running list; the oldest
+# transaction of the whole server (`pg_snapshot_xmin`) held every store's readers back for as
+# long as any transaction anywhere stayed open. pg_locks holds 32-bit ids, the snapshot 64.
+READERS_HORIZON = f"""(
+WITH snap AS (SELECT pg_current_snapshot() AS s),
+locks AS MATERIALIZED (SELECT locktype, database, relation, virtualtransaction,
+                              transactionid, mode, granted FROM pg_locks),
+ours AS (SELECT virtualtransaction FROM locks
+         WHERE locktype = 'relation' AND relation IN ('{_S}'::regclass, '{_E}'::regclass)
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())),
+bystanders AS (SELECT transactionid::text::bigint AS xid32 FROM locks
+               WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted
+                 AND virtualtransaction NOT IN (SELECT virtualtransaction FROM ours))
+SELECT coalesce(
+    (SELECT min(x::text::bigint) FROM snap, pg_snapshot_xip(snap.s) AS x
+     WHERE x::text::bigint % 4294967296 NOT IN (SELECT xid32 FROM bystanders)),
+    (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap)))"""
+
+
+# SQLSTATE the function raises when a head moved (a class no PostgreSQL error uses).
+HEADS_MOVED = "SSH01"
+_FN = "pg_temp.session_store_append"
+CREATE_FN = f"""
+CREATE OR REPLACE FUNCTION {_FN}(
+    text[], bigint[], text[], bigint[], bigint[], bigint[], text[], bigint[],
+    text[], bigint[], text[], int[], text[], bigint[], text[], text) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    moved bigint;
+BEGIN
+    -- Heads locked in one global order, as on the transaction path: writers never deadlock.
+    -- (One head is locked by the UPDATE itself.)
+    IF cardinality($1) > 1 THEN
+        PERFORM 1 FROM {_S} WHERE stream_id = ANY($1) ORDER BY stream_id FOR UPDATE;
+    END IF;
+    UPDATE {_S} AS st SET version = u.v, last_hash = u.h, epoch = u.e, updated_at_us = u.t
+    FROM unnest($1, $2, $3, $4, $5, $6, $7, $8) AS u(s, v, h, e, t, ov, oh, oe)
+    WHERE st.stream_id = u.s AND st.version = u.ov AND st.last_hash = u.oh AND st.epoch = u.oe;
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    IF moved <> cardinality($1) THEN
+        RAISE EXCEPTION 'a stream head moved since it was cached' USING ERRCODE = '{HEADS_MOVED}';
+    END IF;
+    INSERT INTO {_E} (tx_order, stream_id, version, type, schema_version, data, recorded_at_us,
+                      hash)
+    SELECT pg_current_xact_id()::text::bigint, s, v, ty, sv, d, t, h
+    FROM unnest($9, $10, $11, $12, $13, $14, $15) AS u(s, v, ty, sv, d, t, h);
+    PERFORM pg_notify($16, '');
+END
+$fn$"""
+CALL_FN = f"SELECT {_FN}({', '.join(f'${i}' for i in range(1, 17))})"
+# One stream: one plain statement (cheaper than the function). Nothing to undo if the head
+# moved: no row updated, so no event inserted; it then returns no row.
+APPEND_ONE = f"""
+WITH head AS (
+    UPDATE {_S} SET version = $2, last_hash = $3, epoch = $4, updated_at_us = $5
+    WHERE stream_id = $1 AND version = $6 AND last_hash = $7 AND epoch = $8 RETURNING 1),
+ins AS (
+    INSERT INTO {_E} (tx_order, stream_id, version, type, schema_version, data, recorded_at_us,
+                      hash)
+    SELECT pg_current_xact_id()::text::bigint, $1, v, ty, sv, d, t, h
+    FROM unnest($9::bigint[], $10::text[], $11::int[], $12::text[], $13::bigint[], $14::text[])
+        AS u(v, ty, sv, d, t, h)
+    WHERE EXISTS (SELECT 1 FROM head))
+SELECT pg_notify($15, '') FROM head"""

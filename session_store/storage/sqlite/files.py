@@ -1,0 +1,70 @@
+"""The SQLite database file: the path a URL names, and what would keep a store from opening
+or writing it, said before SQLite would only say "unable to open database file"."""
+
+from __future__ import annotations
+
+import os
+
+from sqlalchemy.engine import make_url
+
+from ...errors import CannotOpen, SchemaMismatch
+
+
+def database_path(url) -> str:
+    """The file a SQLite URL names; ValueError for none (in memory, or empty): durability and
+    other processes need a file, and `migrate` would persist nothing."""
+    parsed = make_url(url)
+    path = parsed.database
+    if not path or path == ":memory:" or parsed.query.get("mode") == "memory":
+        raise ValueError("the SQLite store needs a database file (sqlite+aiosqlite:///path.db):"
+                         " without a path, or in memory, nothing would persist, and no other "
+                         "process could read it")
+    return path
+
+
+def check_database_file(path: str, *, creating: bool = False) -> None:
+    """What SQLite would only call "unable to open database file" (or, for a store, a
+    database without a schema), said first: a directory, a missing directory, a missing
+    file (unless `creating`: migrate makes it)."""
+    where = os.path.abspath(path)
+    if os.path.isdir(where):
+        raise CannotOpen(f"{where} is a directory, not a SQLite database file")
+    if not os.path.isdir(os.path.dirname(where)):
+        raise CannotOpen(f"the directory {os.path.dirname(where)} does not exist (for the "
+                         f"SQLite database {where})")
+    if not creating and not os.path.exists(where):
+        raise SchemaMismatch(
+            f"the database file {where} does not exist; to create a session store there, run "
+            "`session-store migrate --db URL` (alembic upgrade head)")
+
+
+def check_writable(path: str) -> None:
+    """CannotOpen if SQLite cannot write the database here: the file is read-only, or its
+    directory is and the -wal and -shm files SQLite needs are not there to reuse."""
+    where = os.path.abspath(path)
+    directory = os.path.dirname(where)
+    if os.path.exists(where) and not os.access(where, os.W_OK):
+        raise CannotOpen(cannot_write(where, "the file is read-only"))
+    if not os.access(directory, os.W_OK) and not all(
+            os.path.exists(where + suffix) for suffix in ("-wal", "-shm")):
+        raise CannotOpen(cannot_write(where, f"its directory {directory} is read-only, and "
+                                              "SQLite makes its -wal and -shm files there"))
+
+
+def cannot_write(path: str, why: str) -> str:
+    return (f"the SQLite database {os.path.abspath(path)} cannot be written ({why}): a store "
+            "that appends must write it and its directory; tools that only read open it "
+            "read_only")
+
+
+def read_mode(path: str, read_only: bool) -> dict[str, str]:
+    """The URI options of the read connections. A read-only store opens the file read-only;
+    in a directory nobody can write, without a WAL file, it opens it immutable: SQLite
+    could not create the -shm file it needs to read a WAL database there, and nobody can
+    write it (they would need to create a WAL or a journal next to it)."""
+    if not read_only:
+        return {"mode": "rw", "uri": "true"}
+    where = os.path.abspath(path)
+    if not os.access(os.path.dirname(where), os.W_OK) and not os.path.exists(where + "-wal"):
+        return {"mode": "ro", "immutable": "1", "uri": "true"}
+    return {"mode": "ro", "uri": "true"}
