@@ -27,7 +27,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, Literal
 
-from google.genai.types import HttpOptions
+from google.genai.types import HttpOptions, ThinkingLevel
 from loguru import logger
 from pipecat.adapters.llm.schemas.direct_function import DirectFunction
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
@@ -88,6 +88,10 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     `reconnect_window_s`: connection failures in a row are retried for that long (with
     backoff) before the service is given up (RECONNECT_WINDOW_S; pipecat gives up at three).
     """
+
+    # pipecat sets its default level on thinking models with model_copy(update=...), which skips
+    # validation, so a plain "LOW" reaches google-genai's serializer and warns on every setup.
+    _DEFAULT_THINKING_LEVEL = ThinkingLevel.LOW
 
     def __init__(
         self, *,

@@ -84,6 +84,9 @@ ATTRIBUTES = {
     "_consecutive_failures": 0,
 }
 
+# Class constants of pipecat's the subclass sets, and pipecat's value of each.
+CONSTANTS = {"_DEFAULT_THINKING_LEVEL": "LOW"}
+
 # Call edges inside pipecat that the subclass relies on: (method, what its body must mention).
 WIRING = [
     ("push_frame", "_handle_function_call_result"),  # results reach our override
@@ -147,7 +150,8 @@ def test_overrides_are_the_pinned_ones():
     """Every pipecat method our classes define is pinned above (no unpinned override)."""
     pipecat_names = {n for c in GeminiLiveLLMService.__mro__ for n in c.__dict__}
     ours = {n for c in _OURS for n in c.__dict__
-            if n in pipecat_names and not n.startswith("__") and n != "_abc_impl"}
+            if n in pipecat_names and not n.startswith("__") and n != "_abc_impl"
+            and n not in CONSTANTS}
     assert ours <= set(METHODS), f"overrides not pinned: {sorted(ours - set(METHODS))}"
 
 
@@ -194,6 +198,27 @@ def test_our_generation_rules_agree_with_pipecats_branches(model):
     assert rules.calls_default_non_blocking == llm._tools_default_to_non_blocking
     assert rules.blocking_declarations == llm._supports_blocking_tools
     assert rules.interaction_status == llm._expects_interaction_status
+
+
+def test_a_thinking_model_setup_serializes_without_warnings():
+    """pipecat defaults a thinking model's level through model_copy (no validation): ours
+    gives the enum, so google-genai's serializer does not warn on every connect."""
+    import warnings
+
+    for name, value in CONSTANTS.items():
+        assert GeminiLiveLLMService.__dict__[name] == value
+        assert DurableGeminiLiveLLMService.__dict__[name] == value  # (a str enum)
+    assert "_DEFAULT_THINKING_LEVEL" in inspect.getsource(
+        GeminiLiveLLMService._resolved_thinking_config)
+    settings = GeminiLiveLLMService.Settings(model="gemini-3.8-live-extended-thinking")
+    for cls, warns in ((GeminiLiveLLMService, True), (DurableGeminiLiveLLMService, False)):
+        llm = GeminiLiveLLMService(api_key="x", settings=settings)
+        llm._DEFAULT_THINKING_LEVEL = cls.__dict__["_DEFAULT_THINKING_LEVEL"]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            dumped = llm._resolved_thinking_config().model_dump(mode="json")
+        assert dumped["thinking_level"] == "LOW"
+        assert bool(caught) is warns, [str(w.message) for w in caught]
 
 
 @pytest.mark.parametrize("method,mentions", WIRING)
