@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -198,17 +199,53 @@ async def run_call(kind: str, script: str, turns: int, store=None, policy=None) 
     return {"conn": conn, "tap": tap, "tool_started": tool_started}
 
 
+class FullCollections:
+    """This process's full (generation 2) garbage collections while it watches: when each
+    began (time.time(), the clock of the server's record) and how long it stopped everything
+    (ms). One lands in whichever service's turn happens to be running."""
+
+    def __init__(self):
+        self.pauses: list[tuple[float, float]] = []
+        self._began: tuple[float, float] | None = None
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._began = (time.time(), time.perf_counter())
+        elif self._began is not None:
+            self.pauses.append((self._began[0], (time.perf_counter() - self._began[1]) * 1e3))
+            self._began = None
+
+    def start(self) -> FullCollections:
+        gc.callbacks.append(self._on_gc)
+        return self
+
+    def stop(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    def within(self, windows: list[tuple[float, float]]) -> list[float]:
+        """The pauses that began inside one of `windows` (a turn's toolCall → toolResponse)."""
+        return [ms for at, ms in self.pauses if any(a <= at <= b for a, b in windows)]
+
+
 def tool_calls_sent(conn: dict) -> dict[str, float]:
     """Call id → when the server sent its toolCall."""
     return {s["message"]["toolCall"]["functionCalls"][0]["id"]: s["at"] for s in conn["sent"]
             if isinstance(s["message"], dict) and "toolCall" in s["message"]}
 
 
-def turn_latencies(result: dict) -> list[float]:
-    """Per call: toolCall sent by the server → its toolResponse received, in ms."""
+def turn_windows(result: dict) -> list[tuple[float, float]]:
+    """Per call: when the server sent its toolCall and when it received the toolResponse."""
     conn = result["conn"]
     sent = tool_calls_sent(conn)
-    return [(r["at"] - sent[r["id"]]) * 1e3 for r in conn["results"]]
+    return [(sent[r["id"]], r["at"]) for r in conn["results"]]
+
+
+def turn_latencies(result: dict) -> list[float]:
+    """Per call: toolCall sent by the server → its toolResponse received, in ms."""
+    return [(received - sent) * 1e3 for sent, received in turn_windows(result)]
 
 
 def audio_latencies(result: dict) -> list[float]:
@@ -264,6 +301,7 @@ async def main(turns: int, rounds: int, deferral_turns: int, only: list[str] | N
     backends = [b for b in backends if only is None or b in only]
     services = ["stock"] + [f"ours/{n}" for n in backends]
     turn_ms: dict[str, list[float]] = {k: [] for k in services}
+    windows: dict[str, list[tuple[float, float]]] = {k: [] for k in services}
     audio_ms: dict[str, list[float]] = {k: [] for k in services}
     deferral: dict[str, list[dict]] = {n: [] for n in backends}
     # The raw driver's two commits per turn, spaced as a turn's are (bench/commit_floor.py):
@@ -274,6 +312,13 @@ async def main(turns: int, rounds: int, deferral_turns: int, only: list[str] | N
     with tempfile.TemporaryDirectory() as tmp:
         # Warm-up (imports, TLS, first pipeline): not measured.
         await run_call("stock", "overhead_script", 2)
+        # What the imports made (pipecat, google-genai, SQLAlchemy: ~140,000 objects) is kept
+        # out of the full collections: each would otherwise stop the whole process for 100-200
+        # ms here, in whichever turn it lands. Workers should do the same after startup
+        # (docs/operations.md).
+        gc.collect()
+        gc.freeze()
+        collections = FullCollections().start()
         stores = {name: await open_backend(name, tmp) for name in backends}
         raw = {name: floor_for(name, tmp) for name in floors}
         try:
@@ -290,6 +335,7 @@ async def main(turns: int, rounds: int, deferral_turns: int, only: list[str] | N
                         res = await run_call("ours", "overhead_script", per_round,
                                              store, Policy(defer="none"))
                     turn_ms[key] += turn_latencies(res)
+                    windows[key] += turn_windows(res)
                     audio_ms[key] += audio_latencies(res)
                 for name, floor in raw.items():
                     floor_ms[name] += await floor.turns(per_round)
@@ -298,6 +344,7 @@ async def main(turns: int, rounds: int, deferral_turns: int, only: list[str] | N
                     "ours", "deferral_script", deferral_turns, stores[name][0],
                     Policy()))
         finally:
+            collections.stop()
             for floor in raw.values():
                 await floor.close()
             for store, schema in stores.values():
@@ -324,6 +371,12 @@ async def main(turns: int, rounds: int, deferral_turns: int, only: list[str] | N
         print(row)
     print("(ms; turn = server sends toolCall -> server receives toolResponse; audio = server "
           "sends a chunk -> the service pushes its frame; + = ours minus stock)")
+    hits = {key: collections.within(windows[key]) for key in services}
+    print("Full garbage collections of this process during the run: " + (", ".join(
+              f"{ms:.0f} ms" for _, ms in collections.pauses) or "none")
+          + "; inside a measured turn: " + (", ".join(
+              f"{key} {' '.join(f'{ms:.0f}' for ms in h)} ms" for key, h in hits.items() if h)
+              or "none"))
 
     print("\nFloor: the raw driver's two commits per turn, after the same idle spells "
           "(bench/commit_floor.py), and what ours adds beyond them")

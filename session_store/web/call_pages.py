@@ -107,7 +107,10 @@ class CallPages:
 
     async def timeline_api(self, request: Request) -> Response:
         call_id = call_id_of(request)
-        found = await self._window(request, call_id) if valid_stream_id(call_id) else None
+        # Values cut to previews as on the page, unless ?full=1 (as in the state inspector).
+        previews = request.query_params.get("full") != "1"
+        found = await self._window(request, call_id, previews) if valid_stream_id(call_id) \
+            else None
         if found is None:
             return self.viewer.not_found(request, call_id, api=True)
         summary, tl, *_ = found

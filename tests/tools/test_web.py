@@ -322,3 +322,49 @@ async def test_an_open_call_streams_its_new_events(loaded):
 async def http_get(base: str, path: str):
     async with httpx.AsyncClient(base_url=base) as http:
         return await http.get(path)
+
+
+async def test_a_ten_megabyte_event_costs_the_viewer_what_it_shows(migrated):
+    """A 10 MB transcript and a 10 MB argument: the call page carries previews; the timeline
+    API and the state inspector cut every string (previews, INSPECTOR_STRING_MAX) unless
+    asked for the whole (?full=1); the export keeps it whole."""
+    from session_store.web.call_pages import INSPECTOR_STRING_MAX
+
+    from .helpers import write_call
+
+    big = "x" * 10_000_000
+    await write_call(migrated, "big-1", [
+        (0, ev.SessionOpened("gemini-live", ["lookup"], "w1", 1)), (0, ev.Connected(1)),
+        (100, ev.ConversationMessage("user", big, 1)),
+        (200, ev.ToolCallRequested("c1", "lookup", {"note": big}, 1)),
+        (300, ev.SessionClosed("ended"))])
+    with running_viewer(migrated) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            page = await http.get(href_of("calls", "big-1"))
+            assert page.status_code == 200 and "5 events" in page.text
+            assert len(page.text) < 200_000
+            timeline = await http.get(href_of("api/timeline", "big-1"))
+            assert timeline.status_code == 200 and len(timeline.text) < 50_000
+            whole = await http.get(href_of("api/timeline", "big-1"), params={"full": "1"})
+            assert len(whole.text) > 20_000_000
+            for version in (3, 4):
+                state = await http.get(href_of("api/state", "big-1"), params={"at": version})
+                assert state.status_code == 200 and len(state.text) < 50_000, version
+                longest = max(len(s) for s in _strings(state.json()))
+                assert INSPECTOR_STRING_MAX < longest < INSPECTOR_STRING_MAX + 100, version
+                whole = await http.get(href_of("api/state", "big-1"),
+                                       params={"at": version, "full": "1"})
+                assert max(len(s) for s in _strings(whole.json())) == len(big), version
+            export = await http.get(href_of("export", "big-1"))
+            assert len(export.text) > 20_000_000
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
