@@ -22,7 +22,7 @@ from pathlib import Path
 
 from service.crash.case import Kill, LiveTarget, run_case
 from session_store import open_store
-from session_store.audit.text import output_console
+from session_store.audit.text import output_console, print_whole
 from session_store.migrate import upgrade
 from session_store.models import rules_for
 from session_store.verify import verify_log
@@ -73,7 +73,7 @@ async def run_demo(db: str, quiet: bool = False, live: LiveTarget | None = None,
         from session_store.audit.text import timeline_view
         from session_store.audit.timeline import build_timeline
 
-        console.print(timeline_view(build_timeline(records, call_id=result.call_id)))
+        print_whole(console, timeline_view(build_timeline(records, call_id=result.call_id)))
         takeover = f"{verdict['takeover_s'][0]:.2f} s" if verdict["takeover_s"] else "n/a"
         console.print(f"workers: {result.workers}, killed: {result.kills}, takeover to first "
                       f"action: {takeover}, events: {len(records)}")

@@ -1,9 +1,9 @@
-"""Rich renderables for the CLI (pure: builds tables, prints nothing), and its console.
+"""Rich renderables for the CLI (pure: builds tables), its console and `print_whole`.
 
 Every cell is a `rich.text.Text` made by `T`, never markup, and through `fmt.printable`: call
 ids, transcripts and tool results are data; a "[bold]" inside them prints as written and an
 escape sequence prints escaped. Id columns never shrink (`id_column`): a terminal too narrow
-for a table gets it wider than itself (`show` in the CLI) rather than a cut id.
+for a table gets it wider than itself (`print_whole`) rather than a cut id.
 """
 
 from __future__ import annotations
@@ -96,6 +96,26 @@ def unbreakable(renderable: Any) -> Any:
                                  + [Text(str(column.header)).cell_len])
                     column.min_width = max(column.min_width or 0, widest)
     return renderable
+
+
+def print_whole(console: Console, renderable: Any) -> None:
+    """A table or a view: on a terminal too narrow for its ids, printed wider than the
+    terminal (which wraps the lines) rather than with an id cut; into a pipe or a file, each
+    line as it is, without the padding a table's cells carry."""
+    from rich.measure import Measurement
+
+    renderable = unbreakable(renderable)
+    if console.is_terminal:
+        # (measured without the terminal's limit: rich clamps a measurement to the width)
+        need = Measurement.get(console, console.options.update_width(UNWRAPPED),
+                               renderable).minimum
+        if need > console.width:  # (rich prints no wider than its console's width)
+            console = Console(file=console.file, width=need)
+        console.print(renderable)
+        return
+    with console.capture() as captured:
+        console.print(renderable)
+    console.file.write("\n".join(line.rstrip() for line in captured.get().split("\n")))
 
 
 CALLS_LEGEND = ("tools: tool calls; recon: reconnects; crash: takeovers after the worker died; "

@@ -60,26 +60,10 @@ def say(text: str, stderr: bool = False, style: str | None = None) -> None:
 
 
 def show(renderable) -> None:
-    """A table or a view: on a terminal too narrow for its ids, printed wider than the
-    terminal (which wraps the lines) rather than with an id cut."""
-    from rich.measure import Measurement
+    """A table or a view, never with an id cut (`audit.text.print_whole`)."""
+    from ..audit.text import print_whole
 
-    from ..audit.text import UNWRAPPED, output_console, unbreakable
-
-    console = _out()
-    renderable = unbreakable(renderable)
-    if console.is_terminal:
-        # (measured without the terminal's limit: rich clamps a measurement to the width)
-        need = Measurement.get(console, console.options.update_width(UNWRAPPED),
-                               renderable).minimum
-        if need > console.width:  # (rich prints no wider than its console's width)
-            console = output_console(width=need)
-        console.print(renderable)
-        return
-    # A pipe or a file: each line as it is, without the padding a table's cells carry.
-    with console.capture() as captured:
-        console.print(renderable)
-    sys.stdout.write("\n".join(line.rstrip() for line in captured.get().split("\n")))
+    print_whole(_out(), renderable)
 
 
 def fail(message: str, code: int = 2):

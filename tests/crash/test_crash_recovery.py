@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
+import re
 import subprocess
 import sys
 
@@ -89,6 +91,66 @@ def test_demo_runs_offline_and_reports_a_verdict(tmp_path):
     verdict = json.loads(out.stdout[out.stdout.index("{"):])
     assert verdict["ok"] is True and verdict["violations"] == []
     assert verdict["kills"] == 1 and verdict["events"] > 20
+
+
+def _demo_on_a_terminal(db: str, columns: int) -> str:
+    """The demo's human output as an 80-column terminal shows it (stdout on a real pty)."""
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns)}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen([sys.executable, "-m", "session_store.cli", "demo", "--db", db],
+                            stdout=slave, stderr=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    received = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the pty closes with the process
+            break
+        if not chunk:
+            break
+        received.append(chunk)
+    os.close(master)
+    assert proc.wait(timeout=300) == 0
+    return re.sub(r"\x1b\[[0-9;]*m", "", b"".join(received).decode().replace("\r\n", "\n"))
+
+
+def _cli_json(*args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "session_store.cli", *args, "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+def _demo_timeline(db: str) -> tuple[dict, set[str]]:
+    """The demo call's timeline (JSON) and every id it holds: the call's and its tool calls'."""
+    [call] = _cli_json("calls", "--db", db)["calls"]
+    tl = _cli_json("timeline", call["call"], "--db", db)
+    tool_calls = {e["tool_call_id"] for e in tl["entries"] if e.get("tool_call_id")}
+    return tl, {call["call"]} | tool_calls
+
+
+def test_demo_output_keeps_ids_whole_on_a_narrow_terminal_and_lines_whole_in_a_pipe(tmp_path):
+    """The demo prints its timeline as `timeline` does: at 80 columns no call or tool call id
+    is cut; into a file each event is one line that grep finds."""
+    on_terminal, into_pipe = (f"sqlite+aiosqlite:///{tmp_path / n}" for n in ("t.db", "p.db"))
+    shown = _demo_on_a_terminal(on_terminal, 80)
+    _tl, ids = _demo_timeline(on_terminal)
+    assert len(ids) > 2 and all(i in shown for i in ids), (ids, shown)
+    assert "…" not in shown.replace("takes over…", "")  # (the opening line's own ellipsis)
+    piped = subprocess.run([sys.executable, "-m", "session_store.cli", "demo", "--db", into_pipe],
+                           capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "COLUMNS": "80"})
+    assert piped.returncode == 0, piped.stderr[-3000:]
+    tl, ids = _demo_timeline(into_pipe)
+    lines = piped.stdout.splitlines()
+    assert all(i in piped.stdout for i in ids)
+    assert "…" not in piped.stdout.replace("takes over…", "")
+    assert any(len(x) > 80 for x in lines)  # wider than $COLUMNS: not wrapped
+    for e in tl["entries"]:
+        row = [x for x in lines if re.match(rf"^\s*{e['version']}\s+\d+\.\d{{3}}\s", x)]
+        assert len(row) == 1 and e["summary"] in row[0], (e, row)
+    assert not any(x != x.rstrip() for x in lines)
 
 
 def test_live_demo_refuses_without_a_key(tmp_path):

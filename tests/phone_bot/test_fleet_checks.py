@@ -99,3 +99,23 @@ def test_a_takeover_by_the_killed_process_or_none_is_flagged():
     none = [r for r in takeover_records() if r.type != "session.worker_attached"]
     assert check(records=none).problems == [
         "no worker took the call over in the log (no session.worker_attached after the kill)"]
+
+
+def test_a_call_the_killed_worker_had_logged_nothing_of_is_opened_afresh_by_the_next():
+    """Killed before its first append: the next worker finds no stream and opens the call. That
+    is the takeover; a worker_attached is not expected, and an opening is still required."""
+    afresh = [record(1, "session.opened", KILL_AT + 0.5, worker="vm:222:bb"),
+              record(2, "connection.connected", KILL_AT + 0.6, generation=1)]
+    outcome = check(records=afresh)
+    assert outcome.problems == [] and round(outcome.takeover_s, 3) == 0.5
+    assert check(records=afresh[1:]).problems == [
+        "no worker took the call over in the log (no session.opened after the kill)"]
+
+
+def test_a_call_logged_before_the_kill_and_opened_again_is_not_a_takeover():
+    """Once the killed worker logged the call, only an attach continues it: a second opening
+    would be a new call under the same id, and the verdict says so."""
+    reopened = [r for r in takeover_records() if r.type != "session.worker_attached"]
+    reopened.append(record(3, "session.opened", KILL_AT + 0.5, worker="vm:222:bb"))
+    assert check(records=reopened).problems == [
+        "no worker took the call over in the log (no session.worker_attached after the kill)"]

@@ -41,7 +41,6 @@ def test_the_published_schemas_are_the_models(name):
     assert sorted(p.stem for p in DOCS.glob("*.json")) == sorted(SCHEMAS)
 
 
-@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # (the web test reads both)
 async def test_every_cli_json_output_fits_its_schema(loaded):
     async def out(*args):
         r = await acli(*args, backend=loaded)

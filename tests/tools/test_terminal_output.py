@@ -141,7 +141,6 @@ async def test_piped_output_is_never_wrapped(desk, monkeypatch):
         assert not any(x != x.rstrip() for x in out.splitlines()), args  # no padding either
 
 
-@SQLITE_ONLY
 async def test_a_ten_megabyte_event_costs_what_its_line_shows(migrated):
     """A 10 MB transcript and a 10 MB argument: every human line stays short (values are cut
     before they are formatted); JSON and export keep them whole."""
