@@ -181,7 +181,7 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
             if outside and await _call_closed(db_url, schema, call_id):
                 # Killed from outside while it shut down after ending the call: the call is
                 # done, and a new worker would rightly refuse it (CallClosed, exit 1; seen
-                # once in the PostgreSQL soak under CI load, stop 21).
+                # once in the PostgreSQL soak under CI load).
                 break
         store = await open_store(db_url, **({"schema": schema} if schema else {}))
         try:
