@@ -12,6 +12,7 @@ import pytest
 
 from service.local_live import (Audio, Call, Close, Script, Sleep, ToolCall, TurnComplete,
                                 WaitFor, WaitToolResponse)
+from session_store import Policy
 
 from .helpers import (Ctl, assert_answered_once, assert_log_settled, assert_ran_once,
                       assert_server_clean, content_via, run_call)
@@ -40,7 +41,11 @@ async def test_a_result_as_content_waits_for_the_bot_to_stop_speaking(flavour):
         await ctl.wait(lambda: ctl.script_done(1) and not ctl.tap.speaking, timeout=12)
         await ctl.settle()
 
-    run = await run_call(flavour, scripts, drive, tool_delay=TOOL_S)
+    # defer="none": the tool starts at its toolCall, so it is done while the resumed session
+    # talks. Deferred (the default), it would start when the first session's playback ends;
+    # under load that end came 2 ms before the resumed session's playback began, one commit
+    # saw the bot speaking again, and the call rightly waited out the whole new turn (I4).
+    run = await run_call(flavour, scripts, drive, tool_delay=TOOL_S, policy=Policy(defer="none"))
 
     assert len(run.connections) == 2
     assert_server_clean(run)
