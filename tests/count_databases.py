@@ -21,7 +21,7 @@ DIRS = ["tests/store/contract/", "tests/store/sqlite/", "tests/store/postgres/",
 PARAMS = re.compile(r"\[(.*)\]$")
 
 
-def twin(test_id: str, db: str, other: str) -> str | None:
+def twin(test_id: str, db: str, other: str) -> str:
     found = PARAMS.search(test_id)
     parts = found.group(1).split("-")
     return test_id[:found.start()] + "[" + "-".join(other if p == db else p for p in parts) + "]"

@@ -41,10 +41,9 @@ async def test_a_result_as_content_waits_for_the_bot_to_stop_speaking(flavour):
         await ctl.wait(lambda: ctl.script_done(1) and not ctl.tap.speaking, timeout=12)
         await ctl.settle()
 
-    # defer="none": the tool starts at its toolCall, so it is done while the resumed session
-    # talks. Deferred (the default), it would start when the first session's playback ends;
-    # under load that end came 2 ms before the resumed session's playback began, one commit
-    # saw the bot speaking again, and the call rightly waited out the whole new turn (I4).
+    # defer="none": the tool starts at its toolCall and is done while the resumed session
+    # talks, however close the two sessions' playback runs (deferred, it would wait out any
+    # speech, I4); the rule under test does not depend on the defer policy.
     run = await run_call(flavour, scripts, drive, tool_delay=TOOL_S, policy=Policy(defer="none"))
 
     assert len(run.connections) == 2

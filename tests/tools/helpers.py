@@ -155,6 +155,15 @@ def support_call() -> list[tuple[float, Event]]:
     ]
 
 
+def ten_megabyte_call() -> list[tuple[float, Event]]:
+    """A closed call whose transcript and tool argument are 10 MB each (rendering bounds)."""
+    big = "x" * 10_000_000
+    return [(0, ev.SessionOpened("gemini-live", ["lookup"], "w1", 1)), (0, ev.Connected(1)),
+            (100, ev.ConversationMessage("user", big, 1)),
+            (200, ev.ToolCallRequested("c1", "lookup", {"note": big}, 1)),
+            (300, ev.SessionClosed("ended"))]
+
+
 def failing_call() -> list[tuple[float, Event]]:
     """An open call: a tool fails, an anomaly is recorded; nobody spoke yet."""
     return [

@@ -12,7 +12,7 @@ import pytest
 
 from session_store import events as ev
 
-from .helpers import T0, acli, support_call, write_call
+from .helpers import T0, acli, support_call, ten_megabyte_call, write_call
 from .terminal import in_terminal, plain
 
 LONG_ID = "prompt_change-" + "ba536c6" * 10 + "-c60"  # longer than a narrow terminal's column
@@ -144,12 +144,7 @@ async def test_piped_output_is_never_wrapped(desk, monkeypatch):
 async def test_a_ten_megabyte_event_costs_what_its_line_shows(migrated):
     """A 10 MB transcript and a 10 MB argument: every human line stays short (values are cut
     before they are formatted); JSON and export keep them whole."""
-    big = "x" * 10_000_000
-    await write_call(migrated, "big-1", [
-        (0, ev.SessionOpened("gemini-live", ["lookup"], "w1", 1)), (0, ev.Connected(1)),
-        (100, ev.ConversationMessage("user", big, 1)),
-        (200, ev.ToolCallRequested("c1", "lookup", {"note": big}, 1)),
-        (300, ev.SessionClosed("ended"))])
+    await write_call(migrated, "big-1", ten_megabyte_call())
     for args in (["tail", "big-1", "-n", "5"], ["timeline", "big-1"], ["state", "big-1"]):
         r = await acli(*args, backend=migrated)
         assert r.exit_code == 0, args

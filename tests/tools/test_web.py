@@ -330,14 +330,9 @@ async def test_a_ten_megabyte_event_costs_the_viewer_what_it_shows(migrated):
     asked for the whole (?full=1); the export keeps it whole."""
     from session_store.web.call_pages import INSPECTOR_STRING_MAX
 
-    from .helpers import write_call
+    from .helpers import ten_megabyte_call, write_call
 
-    big = "x" * 10_000_000
-    await write_call(migrated, "big-1", [
-        (0, ev.SessionOpened("gemini-live", ["lookup"], "w1", 1)), (0, ev.Connected(1)),
-        (100, ev.ConversationMessage("user", big, 1)),
-        (200, ev.ToolCallRequested("c1", "lookup", {"note": big}, 1)),
-        (300, ev.SessionClosed("ended"))])
+    await write_call(migrated, "big-1", ten_megabyte_call())
     with running_viewer(migrated) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             page = await http.get(href_of("calls", "big-1"))
@@ -354,7 +349,7 @@ async def test_a_ten_megabyte_event_costs_the_viewer_what_it_shows(migrated):
                 assert INSPECTOR_STRING_MAX < longest < INSPECTOR_STRING_MAX + 100, version
                 whole = await http.get(href_of("api/state", "big-1"),
                                        params={"at": version, "full": "1"})
-                assert max(len(s) for s in _strings(whole.json())) == len(big), version
+                assert max(len(s) for s in _strings(whole.json())) == 10_000_000, version
             export = await http.get(href_of("export", "big-1"))
             assert len(export.text) > 20_000_000
 
