@@ -58,9 +58,18 @@ class Dialect(Protocol):
     def insert(self, table) -> Any:
         """The dialect's INSERT construct (both have ON CONFLICT)."""
 
-    def global_order(self, cursor_order, from_position: int) -> tuple[tuple, tuple]:
-        """`read_all`'s WHERE clauses (rows after the cursor that a tailing reader may see)
-        and its ORDER BY: the log's global order on this database."""
+    def global_order(self) -> tuple:
+        """The ORDER BY of the log's global order on this database."""
+
+    def page_statement(self, columns: tuple, cursor, cursor_order, limit) -> Any:
+        """`read_all`'s statement, built once: `columns` of at most `limit` rows after the
+        cursor (the event at position `cursor`, in the global order at `cursor_order`)
+        that a tailing reader may see, in the global order (`limit`, `cursor`: bound
+        parameters)."""
+
+    async def read_page(self, conn: AsyncConnection, stmt, params: dict, limit: int
+                        ) -> list[tuple]:
+        """The rows of `page_statement`'s `stmt` bound to `params` (`limit`: its page size)."""
 
     def change_notifications(self, on_change: Callable[[], None]
                              ) -> contextlib.AbstractAsyncContextManager:

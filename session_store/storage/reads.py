@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy import literal_column, null, select, union_all
+from sqlalchemy import BigInteger, Integer, bindparam, literal_column, null, select, union_all
 
 from ..errors import StoreClosed, StoreUnavailable
 from ..records import RecordedEvent
@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 _EVENT_COLUMNS = (events.c.stream_id, events.c.version, events.c.position, events.c.type,
                   events.c.schema_version, events.c.data, events.c.recorded_at_us,
                   events.c.hash)
+
+# `read_all`'s page, built once (by the dialect) and bound at each read: the cursor (the
+# event at `from_position`), its place in the global order, the page's size.
+_CURSOR = bindparam("cursor", type_=BigInteger)
+_CURSOR_ORDER = select(events.c.tx_order).where(events.c.position == _CURSOR).scalar_subquery()
+_PAGE_LIMIT = bindparam("page_limit", type_=Integer)
 
 
 def _events_and_head(stream_id: str):
@@ -84,6 +90,9 @@ class LogReads:
         self._changed = asyncio.Event()  # set (and replaced) by `_signal_change` at each commit
         #: Wait for a change notification at most this long before polling the table again.
         self.poll_interval = dialect.poll_interval
+        # (The cursor's order comes back with the rows: see `read_all`.)
+        self._page = dialect.page_statement((*_EVENT_COLUMNS, _CURSOR_ORDER), _CURSOR,
+                                            _CURSOR_ORDER, _PAGE_LIMIT)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -164,13 +173,9 @@ class LogReads:
         raises ValueError (it has no place in that order).
         """
         self._check_open()
-        cursor_order = select(events.c.tx_order).where(
-            events.c.position == from_position).scalar_subquery()
-        # (The cursor's order comes back with the rows: see below.)
-        where, order = self._dialect.global_order(cursor_order, from_position)
-        stmt = select(*_EVENT_COLUMNS, cursor_order).where(*where).order_by(*order).limit(limit)
         async with self._connect() as conn:
-            rows = (await conn.execute(stmt)).all()
+            rows = await self._dialect.read_page(
+                conn, self._page, {"cursor": from_position, "page_limit": limit}, limit)
             # An empty page says nothing of the cursor (the rows carry its order): ask. (A
             # follower that is caught up pays one primary-key lookup per poll.)
             unknown = (rows[0][-1] is None if rows else from_position > 0 and (

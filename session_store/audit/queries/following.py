@@ -15,7 +15,7 @@ async def last_records(store, n: int, call_id: str | None = None) -> list[Record
     if call_id is not None:
         head = await store.stream_version(call_id)
         return await store.read(call_id, from_version=max(head - n + 1, 1)) if head else []
-    order = store._dialect.global_order(None, 0)[1]  # (the log's global order here)
+    order = store._dialect.global_order()
     async with engine_of(store).connect() as conn:
         rows = (await conn.execute(select(*EVENT_COLUMNS).order_by(*(c.desc() for c in order))
                                    .limit(n))).all()

@@ -19,7 +19,7 @@ import contextlib
 import hashlib
 import re
 
-from sqlalchemy import func, literal_column, select, text, tuple_
+from sqlalchemy import BigInteger, Boolean, column, func, select, text, true, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -32,6 +32,13 @@ from ..urls import SQLALCHEMY_ONLY_OPTIONS
 from .committer import PostgresCommitter
 from .listener import Listener
 from .statements import READERS_HORIZON
+
+# The horizon's one row: below it, rows no running writer of this log can precede.
+_HORIZON = text(READERS_HORIZON).columns(column("horizon", BigInteger),
+                                         column("unsettled", Boolean)).subquery("horizon")
+# An unsettled horizon (statements.py) is read again, this many reads at most; then the page
+# read stands (it holds rows back, never shows one too early).
+_SETTLING_READS = 3
 
 
 def check_schema_name(schema: str) -> str:
@@ -151,13 +158,31 @@ class PostgresDialect:
     def insert(self, table):
         return pg_insert(table)
 
-    def global_order(self, cursor_order, from_position: int):
-        # (tx_order, position): concurrent writers commit out of position order, and a
-        # tailing reader sees only rows no running transaction can precede.
-        return ((tuple_(events.c.tx_order, events.c.position)
-                 > tuple_(func.coalesce(cursor_order, -1), from_position),
-                 events.c.tx_order < literal_column(READERS_HORIZON)),
-                (events.c.tx_order, events.c.position))
+    def global_order(self):
+        # (tx_order, position): concurrent writers commit out of position order.
+        return events.c.tx_order, events.c.position
+
+    def page_statement(self, columns, cursor, cursor_order, limit):
+        # Rows after the cursor that no running writer of this log can precede, joined
+        # outward from the horizon's one row: even an empty page says whether the horizon
+        # was settled. (LATERAL keeps the page an ordered index scan that stops at `limit`.)
+        after = (tuple_(events.c.tx_order, events.c.position)
+                 > tuple_(func.coalesce(cursor_order, -1), cursor))
+        page = (select(events.c.tx_order.label("tail_order"),
+                       events.c.position.label("tail_position"), *columns)
+                .where(after, events.c.tx_order < _HORIZON.c.horizon)
+                .order_by(*self.global_order()).limit(limit).lateral())
+        return (select(_HORIZON.c.unsettled, page)
+                .select_from(_HORIZON.outerjoin(page, true()))
+                .order_by(page.c.tail_order, page.c.tail_position))
+
+    async def read_page(self, conn, stmt, params, limit):
+        for _ in range(_SETTLING_READS):
+            rows = (await conn.execute(stmt, params)).all()
+            found = [tuple(row[3:]) for row in rows if row[2] is not None]
+            if not rows[0][0] or len(found) == limit:
+                break
+        return found
 
     @contextlib.asynccontextmanager
     async def change_notifications(self, on_change):

@@ -34,26 +34,43 @@ INSERT_EVENTS = (
 
 
 # What a tailing reader may see: rows of transactions below the oldest one still running
-# that may yet commit an event here. A transaction that holds no lock on this schema's log
-# (another schema's writer, a report, a partitioned client of another database) cannot: ours
-# lock the heads or the log before they take a transaction id and keep the lock until they
-# end. So such bystanders are left out of the statement snapshot's running list; the oldest
-# transaction of the whole server (`pg_snapshot_xmin`) held every store's readers back for as
-# long as any transaction anywhere stayed open. pg_locks holds 32-bit ids, the snapshot 64.
-READERS_HORIZON = f"""(
+# that may yet commit an event here. Ours take a lock that lets them write the heads or the
+# log (RowShare from FOR UPDATE, RowExclusive from INSERT/UPDATE) before they get a
+# transaction id, and keep it until they end. A transaction with an id that holds no such
+# lock is a bystander, left out of the statement snapshot's running list: another schema's
+# writer, a report, a partitioned client; one that only reads or ANALYZEs this log
+# (AccessShare, ShareUpdateExclusive: autovacuum, a database-wide ANALYZE).
+#
+# Only while it still runs, asked after pg_locks was read: a transaction that is ending
+# leaves the running list, then drops its relation locks (fast-path ones first) and then its
+# id's lock, so for a moment a writer of ours that this snapshot saw running, whose rows it
+# does not see, looks like a bystander. pg_locks holds 32-bit ids, the snapshot 64.
+#
+# `unsettled`: what sets the horizon is not a writer of ours seen running (it ended after
+# the snapshot, or its id's lock is not in place yet), so it may hold rows back for nothing;
+# reading again settles it.
+_WRITE_MODES = ("'RowShareLock', 'RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', "
+                "'AccessExclusiveLock'")
+READERS_HORIZON = f"""
 WITH snap AS (SELECT pg_current_snapshot() AS s),
 locks AS MATERIALIZED (SELECT locktype, database, relation, virtualtransaction,
                               transactionid, mode, granted FROM pg_locks),
 ours AS (SELECT virtualtransaction FROM locks
          WHERE locktype = 'relation' AND relation IN ('{_S}'::regclass, '{_E}'::regclass)
+           AND mode IN ({_WRITE_MODES})
            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())),
-bystanders AS (SELECT transactionid::text::bigint AS xid32 FROM locks
-               WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted
-                 AND virtualtransaction NOT IN (SELECT virtualtransaction FROM ours))
-SELECT coalesce(
-    (SELECT min(x::text::bigint) FROM snap, pg_snapshot_xip(snap.s) AS x
-     WHERE x::text::bigint % 4294967296 NOT IN (SELECT xid32 FROM bystanders)),
-    (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap)))"""
+ids AS (SELECT transactionid::text::bigint AS xid32,
+               virtualtransaction IN (SELECT virtualtransaction FROM ours) AS writer
+        FROM locks WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted),
+oldest AS (SELECT min(x::text::bigint) AS xid FROM snap, pg_snapshot_xip(snap.s) AS x
+           WHERE CASE WHEN x::text::bigint % 4294967296 IN (SELECT xid32 FROM ids
+                                                            WHERE NOT writer)
+                      THEN pg_xact_status(x) <> 'in progress'
+                      ELSE true END)
+SELECT coalesce(oldest.xid, (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap)) AS horizon,
+       oldest.xid IS NOT NULL AND oldest.xid % 4294967296 NOT IN (
+           SELECT xid32 FROM ids WHERE writer) AS unsettled
+FROM oldest"""
 
 
 # SQLSTATE the function raises when a head moved (a class no PostgreSQL error uses).

@@ -15,7 +15,7 @@ import contextlib
 import os
 import urllib.parse
 
-from sqlalchemy import event
+from sqlalchemy import event, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -99,11 +99,18 @@ class SqliteDialect:
     def insert(self, table):
         return sqlite_insert(table)
 
-    def global_order(self, cursor_order, from_position: int):
+    def global_order(self):
         # One writer at a time commits in position order (tx_order is always 0 here): the
         # global order is the primary key's. SQLite has no (tx_order, position) index
         # (migration 0002: it cost a quarter of every commit), so this must not sort by it.
-        return (events.c.position > from_position,), (events.c.position,)
+        return (events.c.position,)
+
+    def page_statement(self, columns, cursor, cursor_order, limit):
+        return (select(*columns).where(events.c.position > cursor)
+                .order_by(*self.global_order()).limit(limit))
+
+    async def read_page(self, conn, stmt, params, limit):
+        return (await conn.execute(stmt, params)).all()
 
     def change_notifications(self, on_change):
         return contextlib.nullcontext(InProcessOnly())
