@@ -49,15 +49,14 @@ INSERT_EVENTS = (
 # `unsettled`: what sets the horizon is not a writer of ours seen running (it ended after
 # the snapshot, or its id's lock is not in place yet), so it may hold rows back for nothing;
 # reading again settles it.
-_WRITE_MODES = ("'RowShareLock', 'RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', "
-                "'AccessExclusiveLock'")
 READERS_HORIZON = f"""
 WITH snap AS (SELECT pg_current_snapshot() AS s),
 locks AS MATERIALIZED (SELECT locktype, database, relation, virtualtransaction,
                               transactionid, mode, granted FROM pg_locks),
 ours AS (SELECT virtualtransaction FROM locks
          WHERE locktype = 'relation' AND relation IN ('{_S}'::regclass, '{_E}'::regclass)
-           AND mode IN ({_WRITE_MODES})
+           AND mode IN ('RowShareLock', 'RowExclusiveLock', 'ShareRowExclusiveLock',
+                        'ExclusiveLock', 'AccessExclusiveLock')
            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())),
 ids AS (SELECT transactionid::text::bigint AS xid32,
                virtualtransaction IN (SELECT virtualtransaction FROM ours) AS writer
