@@ -29,7 +29,9 @@ _CALLER = re.compile(r"caller's number is (\+\d+)")
 CHUNK_MS = 40.0
 # How long a fresh session waits for its seed before it speaks (the service seeds every
 # fresh session: the opening context of a new call, the logged conversation of a takeover).
-SEED_WAIT_S = 2.0
+# A real model says nothing before its first input, however late a worker under load sends
+# it; 3.x refuses a seed that comes after the model spoke.
+SEED_WAIT_S = 20.0
 
 
 def order_of(caller: str) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from service.crash.case import Kill, run_case
@@ -29,3 +31,29 @@ async def test_the_harness_records_where_each_kill_fired(tmp_path):
     assert result.ok, result.violations
     assert result.kills == 1 and len(result.kills_fired) == 1, result.kills_fired
     assert result.kills_fired[0].startswith("after v4: died at v"), result.kills_fired
+
+
+async def test_a_fresh_session_says_nothing_until_its_late_seed():
+    """The crash scenarios' model plans a fresh session once its seed has arrived, however
+    late (a real model says nothing before its first input). It gave up after 0.6 s and
+    played the scenario's next turn; a taken-over worker under CI load sent its seed 0.94 s
+    after setupComplete, which Gemini 3.1 then refused (1007): a violation of the harness's
+    making."""
+    from service.crash.scenarios import SCENARIOS, ServerPlan
+    from service.local_live import LocalLiveServer
+    from tests.local_live.helpers import receive_until, turn_complete
+    from tests.local_live.test_profiles import connect, kinds, text_turn
+
+    plan = ServerPlan(SCENARIOS["single_call"])
+    async with LocalLiveServer(plan.script) as server:
+        async with connect(server, "3.1") as session:
+            connection = await server.wait_for_connection(0)
+            await asyncio.sleep(1.5)
+            assert connection.model_output_at is None, "the model spoke before any input"
+            await session.send_client_content(turns=[text_turn("Where is my order 42?")],
+                                              turn_complete=True)
+            messages = await receive_until(
+                session, lambda m: bool(m.tool_call) or turn_complete(m), timeout=10)
+            assert any(m.tool_call for m in messages), [m.model_dump(exclude_none=True)
+                                                        for m in messages]
+    assert kinds(server) == []
