@@ -111,8 +111,7 @@ class ServerPlan:
     def script(self, conn) -> Script:
         # A fresh session is seeded first (clientContent); planning waits for the seed, as a
         # real model says nothing before its first input, however long a worker under load
-        # takes to send it (0.94 s after setupComplete in CI, 2026-12-04). A resumed session
-        # holds its context already and gets no seed.
+        # takes to send it. A resumed session holds its context already and gets no seed.
         seed_wait = 0.6 if conn.resumption_handle is not None else 20.0
         return Script([WaitFor("client_content", timeout=seed_wait, required=False),
                        Dynamic(self.plan)], reply=())

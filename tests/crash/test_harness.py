@@ -8,6 +8,10 @@ import pytest
 
 from service.crash.case import Kill, run_case
 from service.crash.harness import Databases
+from service.crash.scenarios import SCENARIOS, ServerPlan
+from service.local_live import LocalLiveServer
+from tests.local_live.helpers import receive_until, turn_complete
+from tests.local_live.test_profiles import connect, kinds, text_turn
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,15 +39,8 @@ async def test_the_harness_records_where_each_kill_fired(tmp_path):
 
 async def test_a_fresh_session_says_nothing_until_its_late_seed():
     """The crash scenarios' model plans a fresh session once its seed has arrived, however
-    late (a real model says nothing before its first input). It gave up after 0.6 s and
-    played the scenario's next turn; a taken-over worker under CI load sent its seed 0.94 s
-    after setupComplete, which Gemini 3.1 then refused (1007): a violation of the harness's
-    making."""
-    from service.crash.scenarios import SCENARIOS, ServerPlan
-    from service.local_live import LocalLiveServer
-    from tests.local_live.helpers import receive_until, turn_complete
-    from tests.local_live.test_profiles import connect, kinds, text_turn
-
+    late (a real model says nothing before its first input): had it spoken first, Gemini
+    3.1 would refuse the seed (1007), a violation of the harness's making."""
     plan = ServerPlan(SCENARIOS["single_call"])
     async with LocalLiveServer(plan.script) as server:
         async with connect(server, "3.1") as session:

@@ -348,10 +348,8 @@ async def test_concurrent_writers_and_tailing_reader_race(migrated):
     row exactly once, each stream in version order. A naive position-ordered reader runs
     alongside as the control and must have missed rows, proving out-of-order commits
     happened; one commit is held back on purpose until the control has read past it, so
-    it always has one to miss (by chance alone it sometimes had none under CI load). (A
-    reader skipped a writer's batch for good when that writer, ending, had dropped its lock
-    on the log and not yet its id's: it passed for a bystander. Seen in 15 s runs with four
-    readers; the soak in docs/testing.md runs this for longer.)"""
+    it always has one to miss. A writer that is ending, its lock on the log dropped and its
+    id's not yet, must not pass for a bystander here (docs/testing.md soaks this longer)."""
     stores = [await migrated.open() for _ in range(4)]
     reader_stores = [await migrated.open()
                      for _ in range(int(os.environ.get("TAILING_RACE_READERS", "1")))]
