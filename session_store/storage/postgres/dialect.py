@@ -35,10 +35,10 @@ from .statements import READERS_HORIZON
 
 # The horizon's one row: below it, rows no running writer of this log can precede.
 _HORIZON = text(READERS_HORIZON).columns(column("horizon", BigInteger),
-                                         column("unsettled", Boolean)).subquery("horizon")
-# An unsettled horizon (statements.py) is read again, this many reads at most; then the page
-# read stands (it holds rows back, never shows one too early).
-_SETTLING_READS = 3
+                                         column("unsettled", Boolean),
+                                         column("xmax", BigInteger)).subquery("horizon")
+# A safety net only: the reads an unsettled horizon may take are bounded anyway (read_page).
+_SETTLING_READS = 100
 
 
 def check_schema_name(schema: str) -> str:
@@ -172,15 +172,22 @@ class PostgresDialect:
                        events.c.position.label("tail_position"), *columns)
                 .where(after, events.c.tx_order < _HORIZON.c.horizon)
                 .order_by(*self.global_order()).limit(limit).lateral())
-        return (select(_HORIZON.c.unsettled, page)
+        return (select(_HORIZON.c.unsettled, _HORIZON.c.horizon, _HORIZON.c.xmax, page)
                 .select_from(_HORIZON.outerjoin(page, true()))
                 .order_by(page.c.tail_order, page.c.tail_position))
 
     async def read_page(self, conn, stmt, params, limit):
+        # An unsettled horizon is read again until it settles or is set by a transaction
+        # that began after the first read did (what it holds back committed after that
+        # read began). Each read again passes one that ended, and only the first read's
+        # running transactions can be such: the reads are bounded by their number.
+        began = None
         for _ in range(_SETTLING_READS):
             rows = (await conn.execute(stmt, params)).all()
-            found = [tuple(row[3:]) for row in rows if row[2] is not None]
-            if not rows[0][0] or len(found) == limit:
+            unsettled, horizon, xmax = rows[0][:3]
+            began = xmax if began is None else began
+            found = [tuple(row[5:]) for row in rows if row[4] is not None]
+            if not unsettled or horizon >= began or len(found) == limit:
                 break
         return found
 

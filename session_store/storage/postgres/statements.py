@@ -48,7 +48,7 @@ INSERT_EVENTS = (
 #
 # `unsettled`: what sets the horizon is not a writer of ours seen running (it ended after
 # the snapshot, or its id's lock is not in place yet), so it may hold rows back for nothing;
-# reading again settles it.
+# reading again settles it. `xmax`: the snapshot's first id not yet given out.
 READERS_HORIZON = f"""
 WITH snap AS (SELECT pg_current_snapshot() AS s),
 locks AS MATERIALIZED (SELECT locktype, database, relation, virtualtransaction,
@@ -68,7 +68,8 @@ oldest AS (SELECT min(x::text::bigint) AS xid FROM snap, pg_snapshot_xip(snap.s)
                       ELSE true END)
 SELECT coalesce(oldest.xid, (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap)) AS horizon,
        oldest.xid IS NOT NULL AND oldest.xid % 4294967296 NOT IN (
-           SELECT xid32 FROM ids WHERE writer) AS unsettled
+           SELECT xid32 FROM ids WHERE writer) AS unsettled,
+       (SELECT pg_snapshot_xmax(s)::text::bigint FROM snap) AS xmax
 FROM oldest"""
 
 
