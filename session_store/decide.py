@@ -18,6 +18,7 @@ from .models import call_mode
 from .policy import Policy
 from .state import CONTEXT_KEYS, CallState, SessionState
 from .answers import next_progress, stopped_failure, unless_answered
+from .outcomes import CheckAnswer, answer_events
 from .storable import bounded, clean, is_text, preview, storable_args
 
 
@@ -136,6 +137,13 @@ class ResultReturned:
 
 
 @dataclass(frozen=True)
+class OutcomeAnswered:
+    """What a tool's outcome check answered about a call in doubt (outcomes.py)."""
+    call_id: str
+    answer: CheckAnswer
+
+
+@dataclass(frozen=True)
 class ProgressReturned:
     """A NON_BLOCKING call's intermediate result."""
     call_id: str
@@ -146,7 +154,7 @@ class ProgressReturned:
 Observation = (ToolCallsArrived | SpeechStarted | SpeechStopped | InterruptionObserved
                | SettingsUpdate | CancellationArrived | GoAway | ServerMessageRejected
                | InteractionStatusObserved | SessionReady | SessionLeft | ToolStopped
-               | ResultReturned | ProgressReturned)
+               | ResultReturned | ProgressReturned | OutcomeAnswered)
 
 #: Rejected server messages after which this session's state may differ from the model's (the
 #: message may have been a toolCall, a handle, a goAway ...): the session is replaced, by the
@@ -209,6 +217,8 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
             return unless_answered(state, obs.call_id, list(obs.outcome))
         case ProgressReturned():
             return next_progress(state, obs.call_id, obs.value, obs.scheduling)
+        case OutcomeAnswered():
+            return answer_events(state, obs.call_id, obs.answer, policy)
         case ServerMessageRejected():
             out = [ev.AnomalyRecorded(obs.kind, bounded(obs.detail), obs.generation)]
             # Only for the live session: one from a session already left needs nothing more.

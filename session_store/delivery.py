@@ -98,6 +98,14 @@ class ResolveInDoubt:
 
 
 @dataclass(frozen=True)
+class CheckOutcome:
+    """Ask the tool's outcome check, by the idempotency key, whether an in-doubt call took
+    effect (the answer is logged by `outcomes.answer_events`). A read: it has no intent."""
+    call_id: str
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
 class SendResult:
     """Send a call's outcome (part 0) or its intermediate result `part`. `via`: a
     toolResponse to a session that issued the id; otherwise content, as `clientContent`
@@ -127,7 +135,7 @@ class Reconnect:
     reason: str
 
 
-Effect = StartCall | ResolveInDoubt | SendResult | ApplyContext | SendConversation | Reconnect
+Effect = StartCall | ResolveInDoubt | CheckOutcome | SendResult | ApplyContext | SendConversation | Reconnect
 
 OUTCOME_UNKNOWN = ("outcome unknown: the system was interrupted while this tool was running; "
                    "it may or may not have taken effect. Check before retrying.")
@@ -143,10 +151,7 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
         return []
     effects: list[Effect] = []
     for call in state.in_doubt():
-        if policy.is_idempotent(call.name):
-            effects.append(StartCall(call.call_id, call.attempt + 1, idempotency_key(state, call)))
-        else:
-            effects.append(ResolveInDoubt(call.call_id))
+        effects.append(_settle_in_doubt(state, call, policy))
     if state.connected:
         rules = state.rules
         if rules.context_update and lacks_context(state) and not _under_way(
@@ -187,6 +192,18 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
         if not state.connected or deadline_near or (state.idle and not waiting):
             effects.append(Reconnect(reason))
     return effects
+
+
+def _settle_in_doubt(state: SessionState, call: CallState, policy: Policy) -> Effect:
+    """An idempotent tool runs again with its key; a tool with an outcome check is asked
+    first (still in doubt after "not done": the tool allowed a re-run, outcomes.py); any
+    other is answered "outcome unknown"."""
+    key = idempotency_key(state, call)
+    if policy.is_idempotent(call.name) or call.checked == "not_done":
+        return StartCall(call.call_id, call.attempt + 1, key)
+    if policy.checks(call.name) and call.checked is None:
+        return CheckOutcome(call.call_id, key)
+    return ResolveInDoubt(call.call_id)
 
 
 def _under_way(covers, generation: int) -> bool:

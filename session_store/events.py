@@ -254,6 +254,17 @@ class ToolCallCancelled(Event):
     reason: str  # server | reissue_cancelled (the id that re-asked for it was cancelled)
 
 
+@event_type("tool.outcome_checked")
+class ToolOutcomeChecked(Event):
+    """What a tool's outcome check said, asked by the call's idempotency key about a call
+    left in doubt: "done" (its result is logged with this), "not_done" (re-run where the tool
+    allows, else answered as not done), or "cannot_tell" (also a check that failed or timed
+    out: `detail`; answered "outcome unknown")."""
+    call_id: str
+    answer: str  # done | not_done | cannot_tell
+    detail: str = ""
+
+
 @event_type("tool.result_sending", schema=2)
 class ToolResultSending(Event):
     """Write-ahead intent: the shell is about to send this result on this generation.

@@ -44,14 +44,22 @@ class Policy:
     #: always starts a fresh session seeded from the log; "auto" avoids resumption where it is
     #: known to lose context (3.1 with a system instruction over ~200 tokens: models.py).
     resumption: Literal["auto", "prefer", "avoid"] = "auto"
+    #: Tools with an outcome check (the service's `register_outcome_check` sets these): a
+    #: call of theirs left in doubt is asked about by its idempotency key before anything
+    #: else is decided (outcomes.py); `rerun_if_not_done`: those a check that says "not done"
+    #: may run again.
+    outcome_checks: frozenset[str] = frozenset()
+    rerun_if_not_done: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         # Checked here, once: a typo (defer="lookup_order", a string, not a set of names)
         # otherwise deferred nothing, silently, and idempotent="lookup_order" matched
         # every tool whose name is a substring of it.
-        for name in ("defer", "reuse_equivalent", "idempotent"):
+        for name in ("defer", "reuse_equivalent", "idempotent", "outcome_checks",
+                     "rerun_if_not_done"):
             object.__setattr__(self, name, _tool_names(name, getattr(self, name),
-                                                       modes=name != "idempotent"))
+                                                       modes=name in ("defer",
+                                                                      "reuse_equivalent")))
         for name in ("crossing_window_s", "go_away_margin_s"):
             check_seconds(f"Policy.{name}", getattr(self, name), zero_ok=True)
         for name in ("handle_ttl_us", "max_args_bytes"):
@@ -74,6 +82,9 @@ class Policy:
 
     def is_idempotent(self, name: str) -> bool:
         return name in self.idempotent
+
+    def checks(self, name: str) -> bool:
+        return name in self.outcome_checks
 
 
 def _tool_names(field_name: str, value: Any, *, modes: bool) -> Any:

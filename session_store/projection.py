@@ -19,7 +19,7 @@ from .records import RecordedEvent
 from .state import (CONTEXT_KEYS, CallState, Cover, Generation, Handle, HistoryNeeded, Progress,
                     Send, SessionState)
 
-PROJECTION_VERSION = 8
+PROJECTION_VERSION = 9
 
 
 def _apply(s: SessionState, rec: RecordedEvent) -> None:
@@ -124,7 +124,7 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
                 call.status = "deferred"
         case ev.ToolCallStarted():
             call = s.calls[e.call_id]
-            call.status, call.attempt = "started", e.attempt
+            call.status, call.attempt, call.checked = "started", e.attempt, None
             call.idempotency_key, call.started_epoch = e.idempotency_key, e.epoch
             call.started_at_us = rec.recorded_at_us
         case ev.ToolCallCompleted():
@@ -133,6 +133,7 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
                 call.status, call.result, call.reused_from = "completed", e.result, e.reused_from
                 call.scheduling = e.scheduling
             call.finished_at_us = rec.recorded_at_us
+            call.finished_after_end = s.closed
             original = s.calls.get(e.reused_from) if e.reused_from else None
             if original is not None and not original.superseded_by:
                 # Answered from the original's recorded result: the model knows that answer
@@ -146,10 +147,13 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
                 call.status, call.error = "failed", e.error
                 call.outcome_unknown = e.outcome_unknown
             call.finished_at_us = rec.recorded_at_us
+            call.finished_after_end = s.closed
             _inherit_outcome(s, call)
         case ev.ToolCallCancelled():
             call = s.calls[e.call_id]
             call.status, call.cancel_reason = "cancelled", e.reason
+        case ev.ToolOutcomeChecked():
+            s.calls[e.call_id].checked = e.answer
         case ev.ToolResultSending():
             s.calls[e.call_id].sends_of(e.part).append(Send(e.generation, e.via, rec.version))
         case ev.ToolResultSent():

@@ -83,6 +83,10 @@ class CallState:
     mode: str = "blocking"  # blocking | non_blocking (how the server runs it)
     scheduling: str | None = None  # of the outcome (NON_BLOCKING calls)
     progress: list[Progress] = field(default_factory=list)
+    # What its outcome check answered since it last started (ToolOutcomeChecked), if asked.
+    checked: str | None = None
+    # Its outcome was logged after the call ended (a tool still running at the hang-up).
+    finished_after_end: bool = False
 
     @property
     def has_outcome(self) -> bool:
@@ -194,13 +198,18 @@ class SessionState:
         return [c for c in self.calls.values() if c.status == "deferred"]
 
     def in_doubt(self) -> list[CallState]:
-        """Started by an earlier worker and never finished: the outcome is unknown."""
-        return [c for c in self.calls.values()
-                if c.status == "started" and (c.started_epoch or 0) < self.epoch]
+        """Started by an earlier worker and never finished, or still unfinished when the
+        call ended (nobody is left to run it): the outcome is unknown."""
+        return [c for c in self.calls.values() if c.status == "started"
+                and (self.closed or (c.started_epoch or 0) < self.epoch)]
 
     def running(self) -> list[CallState]:
-        return [c for c in self.calls.values()
-                if c.status == "started" and (c.started_epoch or 0) >= self.epoch]
+        """Started by this worker and not finished; none once the call ended."""
+        return [c for c in self.calls.values() if c.status == "started" and not self.closed
+                and (c.started_epoch or 0) >= self.epoch]
+
+    def finished_after_end(self) -> list[CallState]:
+        return [c for c in self.calls.values() if c.finished_after_end]
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

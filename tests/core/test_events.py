@@ -35,6 +35,7 @@ SAMPLES: list[ev.Event] = [
     ev.ToolCallReissued("c2", original="c1"), ev.ToolCallDeferred("c1"), ev.ToolCallStarted("c1", 1, "call:c1", 1),
     ev.ToolCallCompleted("c1", {"ok": True, "items": [1.5, "é"]}, reused_from="c0"),
     ev.ToolCallFailed("c1", "boom", outcome_unknown=True), ev.ToolCallCancelled("c1", "server"),
+    ev.ToolOutcomeChecked("c1", "done"),
     ev.ToolResultSending("c1", 1, "tool_response"), ev.ToolResultSent("c1", 1, "content"),
     ev.ToolResultSending("c1", 2, "text", 1), ev.ToolResultSent("c1", 2, "text", 1),
     ev.ConversationMessage("assistant", "hello", 1),
