@@ -43,6 +43,7 @@ from session_store.checks import check_count, check_seconds
 from session_store.decide import ServerMessageRejected
 from session_store.delivery import ResolveInDoubt
 from session_store.errors import Fenced
+from session_store.outcomes import CannotTell, Done, NotDone
 from session_store.storage import SqlEventStore
 from session_store.withholding import HandleGate
 
@@ -50,6 +51,8 @@ from .driver import CallDriver
 from .effects import EffectRunner
 from .link import RECONNECT_WINDOW_S, Link
 from .log_writer import LogWriter
+from .outcome_checks import (CHECK_TIMEOUT_S, TOOL_GRACE_S, OutcomeCheck, OutcomeChecks,
+                             wait_for_tools)
 from .receiver import Receiver, parse_time_left
 from .results import ResultIntake
 from .seeding import Seeder
@@ -61,8 +64,8 @@ from .translate import (base_prompt, restore_settings, settings_snapshot, tool_n
 from .watchdog import watch_silence
 from .wire import guard_session, with_frame_limit
 
-__all__ = ["DurableGeminiLiveLLMService", "MAX_FRAME_BYTES", "base_prompt", "parse_time_left",
-           "tools_from_declarations"]
+__all__ = ["CannotTell", "Done", "DurableGeminiLiveLLMService", "MAX_FRAME_BYTES", "NotDone",
+           "base_prompt", "parse_time_left", "tools_from_declarations"]
 
 #: The largest websocket frame the service reads (google-genai's default is 1 MiB). Larger
 #: than Policy.max_args_bytes on purpose: a tool call with oversized arguments then arrives
@@ -87,6 +90,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     `max_frame_bytes`: the largest server frame read (MAX_FRAME_BYTES).
     `reconnect_window_s`: connection failures in a row are retried for that long (with
     backoff) before the service is given up (RECONNECT_WINDOW_S; pipecat gives up at three).
+    `tool_grace_s`: how long a tool still running when the call ends may go on to log its
+    outcome (after the end); one still running then stays in doubt.
     """
 
     # pipecat sets its default level on thinking models with model_copy(update=...), which skips
@@ -102,6 +107,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         speaking_timeout_s: float = 4.0, snapshot_every: int = 500,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         reconnect_window_s: float = RECONNECT_WINDOW_S,
+        tool_grace_s: float = TOOL_GRACE_S,
         # pipecat's GeminiLiveLLMService, spelled out so that IDEs and type checkers see them
         # (their defaults are pipecat's: tests/service/test_pipecat_contract.py pins them).
         # `model`, `voice_id` and `params` are deprecated upstream in favour of `settings`.
@@ -126,6 +132,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         check_seconds("speaking_timeout_s", speaking_timeout_s)
         check_seconds("reconnect_window_s", reconnect_window_s, zero_ok=True)
         check_count("max_frame_bytes", max_frame_bytes)
+        check_seconds("tool_grace_s", tool_grace_s, zero_ok=True)
         super().__init__(
             api_key=api_key, model=model, voice_id=voice_id,
             start_audio_paused=start_audio_paused, start_video_paused=start_video_paused,
@@ -155,6 +162,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         self.log_writer.effects = self.effects
         self.effects.link = self.session_link
         self._watchdog_task: asyncio.Task | None = None
+        self.outcome_checks = OutcomeChecks(self._driver, self.log_writer)
+        self._tool_grace_s = tool_grace_s
 
     # ------------------------------------------------------------------ public helpers
     @property
@@ -169,6 +178,17 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         """The key a tool handler should use to make a re-run after a crash harmless."""
         call = self._driver.state.calls.get(tool_call_id)
         return call.idempotency_key if call else None
+
+    def register_outcome_check(self, name: str, check: OutcomeCheck, *,
+                               rerun_if_not_done: bool = False,
+                               timeout_s: float = CHECK_TIMEOUT_S) -> None:
+        """Let a takeover ask, instead of guessing, whether a call of tool `name` a crash left
+        in doubt took effect: `check(idempotency_key, args)` (plain or async) returns
+        `Done(result)` (the model gets that result), `NotDone()` (answered as not done, or
+        run again with the same key if `rerun_if_not_done`) or `CannotTell()` ("outcome
+        unknown", as for a check that fails or takes longer than `timeout_s`)."""
+        self.outcome_checks.register(name, check, rerun_if_not_done=rerun_if_not_done,
+                                     timeout_s=timeout_s)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
         """A task of the pipeline's task manager. Without one (a service used outside a
@@ -198,6 +218,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         # Calls a dead worker left in doubt are settled before the new session is seeded, so
         # the model learns their outcome with its history instead of asking again. (Re-runs
         # of idempotent ones wait for the pipeline: no tool runs before it has started.)
+        await self.outcome_checks.settle()
         await self.effects.perform_due(frozenset({ResolveInDoubt}))
         # The first connection resumes from the newest handle the log allows (takeover).
         self._session_resumption_handle = self._driver.resumption_handle()
@@ -211,6 +232,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             await self._driver.close("ended")
         except Exception as exc:  # noqa: BLE001 - shutting down: report, do not hang
             logger.error(f"{self}: could not record the end of call {self.call_id}: {exc}")
+        # A tool the hang-up caught mid-run still logs its outcome, after the end.
+        await wait_for_tools(self._function_call_tasks, self._tool_grace_s, str(self))
         await super().stop(frame)
 
     async def cleanup(self):

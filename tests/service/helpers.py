@@ -238,6 +238,7 @@ async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script | Callab
                    run_first: bool = True, messages: Sequence[dict[str, Any]] | None = None,
                    server_handles: Mapping[str, HandleRecord] | None = None,
                    model: str | None = None, progress: Mapping[str, int] | None = None,
+                   prepare: Callable[[GeminiLiveLLMService], None] | None = None,
                    **llm_extra: Any) -> CallRun:
     """`call_id`: a call whose log a test wrote beforehand (a takeover); `run_first=False`:
     the pipeline's first context (LLMRunFrame) is left to `drive` (`ctl.run_llm()`);
@@ -246,7 +247,8 @@ async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script | Callab
     `model`: the model the setup names (the server applies its generation's rules; by
     default the flavour's: conftest's GEMINI_MODELS);
     `progress`: tools that report that many intermediate results (registered as async
-    tools, cancel_on_interruption=False: pipecat declares them NON_BLOCKING)."""
+    tools, cancel_on_interruption=False: pipecat declares them NON_BLOCKING);
+    `prepare(llm)`: called once the tools are registered, before the pipeline starts."""
     call_id = call_id or f"call-{uuid.uuid4().hex[:10]}"
     ledger = TimedLedger()
     tap = Tap()
@@ -265,6 +267,8 @@ async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script | Callab
             llm.register_function(name, make_tool(name, ledger, delay,
                                                   progress=progress.get(name, 0)),
                                   cancel_on_interruption=name not in progress)
+        if prepare is not None:
+            prepare(llm)
         context = LLMContext(messages=list(messages or [{"role": "user", "content": "Hello"}]))
         aggregators = LLMContextAggregatorPair(context)
         pipeline = Pipeline([aggregators.user(), llm, PlaybackOutput(), tap,
