@@ -1,4 +1,4 @@
-"""I1–I7, checked against three independent records of one call.
+"""I1–I8, checked against three independent records of one call.
 
 - the local server's record: what Gemini actually received, on which connection (absent
   for a live call against the real API: then the log and the ledger are checked);
@@ -25,6 +25,7 @@ def check_call(scenario, records, reports, server, ledger: list[dict]) -> list[s
     if server is not None:
         problems += _check_server(scenario, server, records)
     problems += _check_ledger(scenario, ledger, records)
+    problems += check_answers(scenario, records, ledger)
     return problems
 
 
@@ -74,7 +75,8 @@ def _check_log(scenario, records, reports) -> list[str]:
                        and call.started_epoch != state.epoch) or (
                 isinstance(e, ev.ToolCallFailed) and not e.outcome_unknown
                 and call.started_epoch not in (None, state.epoch))
-            if made_up:
+            # (Unless the tool's outcome check said what became of it: I8.)
+            if made_up and call.checked is None:
                 ran = f"epoch {call.started_epoch}" if call.started_epoch else "nobody"
                 out.append(f"I3: {e.call_id} ({call.name}) got an outcome from epoch "
                            f"{state.epoch}, but {ran} ran it (v{rec.version})")
@@ -83,6 +85,7 @@ def _check_log(scenario, records, reports) -> list[str]:
             if earlier is None or earlier.status != "completed" or earlier.result != e.result:
                 out.append(f"I3: {e.call_id} answered from {e.reused_from}, whose recorded "
                            f"result differs (v{rec.version})")
+        out += _check_outcome_check(scenario, state, rec)
         fold_into(state, [rec])
     # I1: every call asked for ended delivered (result or failure) or cancelled, and every
     # intermediate result logged before a call's outcome reached the model.
@@ -99,6 +102,50 @@ def _check_log(scenario, records, reports) -> list[str]:
                                 for c in state.calls.values()):
         out.append("I1: no tool result reached the model (did the model call any tool?)")
     return out
+
+
+def _check_outcome_check(scenario, state: SessionState, rec) -> list[str]:
+    """I8: a call in doubt whose tool has an outcome check is answered from what the check
+    said: never "outcome unknown" where it knew (done or not done), never without asking."""
+    e = rec.event
+    if not (isinstance(e, ev.ToolCallFailed) and e.outcome_unknown) or e.call_id not in state.calls:
+        return []
+    call = state.calls[e.call_id]
+    if call.name not in getattr(scenario, "checked", ()) or call.status != "started":
+        return []  # (a call stopped by pipecat's timeout is another story)
+    if call.checked in ("done", "not_done"):
+        return [f"I8: {e.call_id} ({call.name}) answered 'outcome unknown' though its check "
+                f"said {call.checked} (v{rec.version})"]
+    if call.checked is None:
+        return [f"I8: {e.call_id} ({call.name}) answered 'outcome unknown' without asking its "
+                f"outcome check (v{rec.version})"]
+    return []
+
+
+def check_answers(scenario, records, ledger: list[dict]) -> list[str]:
+    """I8 against the ledger: what each check said is what the ledger holds for the key
+    (done: a run with that key before the check; not done: none)."""
+    out: list[str] = []
+    state = SessionState(stream_id=records[0].stream_id if records else "")
+    for rec in records:
+        e = rec.event
+        if isinstance(e, ev.ToolOutcomeChecked) and e.call_id in state.calls:
+            call = state.calls[e.call_id]
+            ran = any(x["tool"] == call.name and x["idempotency_key"] == call.idempotency_key
+                      for x in ledger)
+            if e.answer == "done" and not ran:
+                out.append(f"I8: the check said {e.call_id} was done; the ledger has no run")
+            if e.answer == "not_done" and ran and not _ran_after(ledger, call, rec):
+                out.append(f"I8: the check said {e.call_id} was not done; the ledger has a run")
+        fold_into(state, [rec])
+    return out
+
+
+def _ran_after(ledger: list[dict], call, rec) -> bool:
+    """A run of the call with its key after the check (a re-run it allowed)."""
+    at = rec.recorded_at_us / 1e6
+    return any(x["tool"] == call.name and x["idempotency_key"] == call.idempotency_key
+               and x.get("at", 0) >= at for x in ledger)
 
 
 def _check_server(scenario, server, records) -> list[str]:

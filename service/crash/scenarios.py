@@ -40,6 +40,12 @@ class Scenario:
     # with cancel_on_interruption=False: pipecat declares them NON_BLOCKING where the model
     # takes such declarations, and only such calls take intermediate results).
     progress: dict[str, int] = field(default_factory=dict)
+    # Tools with an outcome check that asks the ledger by the call's idempotency key
+    # (worker.py); `unsure`: the check cannot tell (the system it asks is down);
+    # `rerun_if_not_done`: a call the check says was not done runs again.
+    checked: frozenset[str] = frozenset()
+    unsure: bool = False
+    rerun_if_not_done: bool = False
 
     @property
     def tool_names(self) -> list[str]:
@@ -62,6 +68,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("progress_call", (("track_parcel", {"id": 9}), ("lookup_order", {"id": 9})),
              progress={"track_parcel": 2}, tool_delay_s=0.15,
              description="a NON_BLOCKING call that reports two intermediate results"),
+    Scenario("checked_refund", (("refund_order", {"id": 42}),),
+             checked=frozenset({"refund_order"}), rerun_if_not_done=True, tool_delay_s=0.3,
+             description="a refund (not idempotent) whose outcome check asks the ledger"),
+    Scenario("unsure_refund", (("refund_order", {"id": 42}),),
+             checked=frozenset({"refund_order"}), unsure=True, tool_delay_s=0.3,
+             description="a refund whose outcome check cannot tell: outcome unknown"),
     Scenario("live", (("lookup_order", {"id": 42}), ("refund_order", {"id": 42})),
              new_prompt=("You are a refunds specialist for an online shop. Be brief. When the "
                          "customer wants a refund, call refund_order with the order id."),

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pipecat.frames.frames import FunctionCallResultProperties, LLMUpdateSettingsFrame
 
 from service.crash.scenarios import PROMPT, SCENARIOS, live_complete, scenario_complete
-from service.gemini_live import DurableGeminiLiveLLMService
+from service.gemini_live import CannotTell, Done, DurableGeminiLiveLLMService, NotDone
 from service.local_live import http_options
 from service.testing.pipeline import MODEL, ToolLedger, run_pipeline, tools_schema
 from session_store import Policy, load_state, open_store
@@ -127,6 +127,9 @@ async def run_worker(cfg: WorkerConfig) -> None:
     for name in scenario.tool_names:
         llm.register_function(name, make_handler(name),
                               cancel_on_interruption=name not in scenario.progress)
+    for name in scenario.checked:
+        llm.register_outcome_check(name, ledger_check(cfg.ledger_path, name, scenario),
+                                   rerun_if_not_done=scenario.rerun_if_not_done)
 
     async def control(task) -> None:
         complete_since = None
@@ -160,6 +163,21 @@ async def run_worker(cfg: WorkerConfig) -> None:
                            initial_messages=[{"role": "user", "content": scenario.user_turn}])
     finally:
         await store.close()
+
+
+def ledger_check(path: str, name: str, scenario):
+    """An outcome check that asks the ledger (the system the tool acts on) whether it has
+    a run of `name` with this idempotency key: its result if so (as the tool answers)."""
+    def check(key: str, args: dict):
+        if scenario.unsure:
+            return CannotTell("the ledger cannot be asked")
+        runs = [json.loads(line) for line in open(path, encoding="utf-8")] \
+            if os.path.exists(path) else []
+        if any(r["tool"] == name and r["idempotency_key"] == key for r in runs):
+            return Done({"ok": True, "tool": name, "args": args,
+                         **scenario.tool_results.get(name, {})})
+        return NotDone()
+    return check
 
 
 def main(cfg: WorkerConfig | dict) -> None:

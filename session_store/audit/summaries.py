@@ -50,6 +50,8 @@ class CallSummary:
     reconnects: int = 0
     takeovers: int = 0
     handovers: int = 0  # takeovers after the old worker let the call go
+    finished_after_end: int = 0  # tool outcomes logged after the call ended (tool_ends)
+    in_doubt: int = 0  # tool calls whose outcome is unknown (tool_ends)
     now_us: int | None = None  # when the summary was made (for `silent_s`)
 
     @property
@@ -78,7 +80,8 @@ class CallSummary:
             "failures": self.failures, "cancelled": self.cancelled,
             "anomalies": self.anomalies, "reconnects": self.reconnects,
             "takeovers": self.takeovers, "crashes": self.crashes,
-            "handovers": self.handovers})
+            "handovers": self.handovers, "finished_after_end": self.finished_after_end,
+            "in_doubt": self.in_doubt})
 
 
 def status_of(closed: bool, last_event_at_us: int, now_us: int,
@@ -88,10 +91,37 @@ def status_of(closed: bool, last_event_at_us: int, now_us: int,
     return "stale" if last_event_at_us < now_us - stale_after_us else "open"
 
 
+#: The events `tool_ends` reads (with their versions and call ids).
+TOOL_END_TYPES = ("session.closed", "tool.call_started", "tool.call_completed",
+                  "tool.call_failed", "tool.call_cancelled")
+
+
+def tool_ends(rows: list[tuple[int, str, dict]]) -> tuple[int, int]:
+    """(outcomes logged after the call ended, tool calls in doubt) from a call's
+    (version, type, payload) rows of TOOL_END_TYPES. In doubt: answered "outcome unknown",
+    or started and never finished in a call that ended (nobody is left to run it)."""
+    closed_at = min((v for v, t, _d in rows if t == "session.closed"), default=None)
+    started: set = set()
+    finished: set = set()
+    after = doubt = 0
+    for version, etype, data in sorted(rows, key=lambda r: r[0]):
+        call_id = data.get("call_id")
+        if etype == "tool.call_started":
+            started.add(call_id)
+        elif etype != "session.closed":
+            finished.add(call_id)
+            after += closed_at is not None and version > closed_at and etype != "tool.call_cancelled"
+            doubt += etype == "tool.call_failed" and data.get("outcome_unknown") is True
+    if closed_at is not None:
+        doubt += len(started - finished)
+    return after, doubt
+
+
 def summarise(head: tuple, counts: dict[str, int], now_us: int,
-              stale_after_us: int = STALE_AFTER_US, handovers: int = 0) -> CallSummary:
-    """One summary from a stream head (id, version, epoch, created, updated), type counts
-    and how many of its takeovers were planned hand-overs."""
+              stale_after_us: int = STALE_AFTER_US, handovers: int = 0,
+              ends: tuple[int, int] = (0, 0)) -> CallSummary:
+    """One summary from a stream head (id, version, epoch, created, updated), type counts,
+    how many of its takeovers were planned hand-overs and its `tool_ends`."""
     call_id, version, epoch, created, updated = head
     closed = counts.get("session.closed", 0) > 0
     c = {COUNTED_TYPES[t]: n for t, n in counts.items() if t in COUNTED_TYPES}
@@ -101,7 +131,8 @@ def summarise(head: tuple, counts: dict[str, int], now_us: int,
         tool_calls=c.get("tool_calls", 0), deferred=c.get("deferred", 0),
         failures=c.get("failures", 0), cancelled=c.get("cancelled", 0),
         anomalies=c.get("anomalies", 0), reconnects=max(c.get("connects", 0) - 1, 0),
-        takeovers=c.get("takeovers", 0), handovers=handovers, now_us=now_us)
+        takeovers=c.get("takeovers", 0), handovers=handovers, now_us=now_us,
+        finished_after_end=ends[0], in_doubt=ends[1])
 
 
 #: Orders of a listing: name -> (what it sorts by, descending?).

@@ -119,20 +119,21 @@ def print_whole(console: Console, renderable: Any) -> None:
 
 
 CALLS_LEGEND = ("tools: tool calls; recon: reconnects; crash: takeovers after the worker died; "
-                "handover: planned takeovers; err: failed tool calls + anomalies; silent: "
-                "since the last event")
+                "handover: planned takeovers; err: failed tool calls + anomalies; doubt: tool "
+                "calls whose outcome is unknown; silent: since the last event")
 
 
 def calls_table(calls: list[CallSummary], next_after: str | None) -> Group:
     table = _table("call", "start (UTC)", "dur", "status", "ev", "tools", "recon", "crash",
-                   "handover", "err", "silent", caption=CALLS_LEGEND)
+                   "handover", "err", "doubt", "silent", caption=CALLS_LEGEND)
     for c in calls:
         errors = c.failures + c.anomalies
         table.add_row(T(c.call_id), T((iso(c.started_at_us) or "")[:16].replace("T", " ")),
                       T(f"{c.duration_s:.1f}s"), T(c.status, STATUS_STYLE.get(c.status, "")),
                       T(c.events), T(c.tool_calls), T(c.reconnects),
                       T(c.crashes, "yellow" if c.crashes else ""), T(c.handovers),
-                      T(errors, "red" if errors else ""), T(_ago(c.silent_s)))
+                      T(errors, "red" if errors else ""),
+                      T(c.in_doubt, "yellow" if c.in_doubt else ""), T(_ago(c.silent_s)))
     parts: list[Any] = [table]
     if next_after is not None:
         parts.append(T(f"more: --after {next_after}", "dim"))
@@ -223,7 +224,7 @@ def state_view_text(view: dict[str, Any]) -> Group:
     head.add_column(overflow="fold")
     for key in ("call", "version", "closed", "worker", "epoch", "takeovers", "generation",
                 "connected", "bot_speaking", "reconnect_pending", "newest_handle", "deferred",
-                "running", "in_doubt", "to_send", "unanswered"):
+                "running", "in_doubt", "finished_after_end", "to_send", "unanswered"):
         head.add_row(T(key, "bold"), T(words(view.get(key), 400)))
     event = view.get("event")
     if event:

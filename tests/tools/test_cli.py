@@ -24,7 +24,8 @@ def summary(call, status, start, last, duration, events, **counts):
     base = {"call": call, "status": status, "start": start, "last_event": last,
             "duration_s": duration, "silent_s": None, "events": events, "epoch": 1,
             "tool_calls": 0, "deferred": 0, "failures": 0, "cancelled": 0, "anomalies": 0,
-            "reconnects": 0, "takeovers": 0, "crashes": 0, "handovers": 0}
+            "reconnects": 0, "takeovers": 0, "crashes": 0, "handovers": 0,
+            "finished_after_end": 0, "in_doubt": 0}
     return {**base, **counts}
 
 
@@ -300,6 +301,31 @@ async def test_state_at_a_version_says_what_runs_and_what_is_in_doubt(migrated):
     assert (before["running"], before["in_doubt"], before["unanswered"]) == (["c1"], [], ["c1"])
     after = out_json(await acli("state", "doubt-1", "--at", "5", "--json", backend=migrated))
     assert (after["running"], after["in_doubt"], after["epoch"]) == ([], ["c1"], 2)
+
+
+async def test_a_closed_call_says_what_became_of_its_tools_never_running(migrated):
+    """Issue #32: a hang-up 100 ms into a tool. One tool finished after the end (its outcome
+    is shown, and counted), one never did (in doubt, counted); `running` stays empty."""
+    await write_call(migrated, "hangup-1", [
+        (0, ev.SessionOpened("gemini-live", ["refund_order"], "w1", 1)), (0, ev.Connected(1)),
+        (100, ev.ToolCallRequested("c1", "refund_order", {"order_id": 3}, 1)),
+        (110, ev.ToolCallStarted("c1", 1, "hangup-1:c1", 1)),
+        (120, ev.ToolCallRequested("c2", "refund_order", {"order_id": 4}, 1)),
+        (130, ev.ToolCallStarted("c2", 1, "hangup-1:c2", 1)),
+        (210, ev.Disconnected(1, "shutdown")), (210, ev.SessionClosed("ended")),
+        (600, ev.ToolCallCompleted("c1", {"refunded": True}))])
+    state = out_json(await acli("state", "hangup-1", "--json", backend=migrated))
+    assert (state["running"], state["in_doubt"], state["finished_after_end"]) == (
+        [], ["c2"], ["c1"])
+    c1 = next(c for c in state["tool_calls"] if c["tool_call_id"] == "c1")
+    assert (c1["status"], c1["result"], c1["finished_after_end"]) == (
+        "completed", {"refunded": True}, True)
+    (row,) = out_json(await acli("calls", "--json", backend=migrated))["calls"]
+    assert (row["finished_after_end"], row["in_doubt"]) == (1, 1)
+    text = (await acli("state", "hangup-1", backend=migrated)).stdout
+    assert "finished_after_end" in text and "running" in text
+    table = (await acli("calls", backend=migrated)).stdout
+    assert "doubt" in table
 
 
 async def test_calls_time_bounds_are_since_inclusive_until_exclusive(loaded):

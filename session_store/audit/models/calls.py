@@ -30,6 +30,10 @@ class CallSummary(Out):
     takeovers: int = Field(description="crashes + handovers")
     crashes: int = Field(description="takeovers after the old worker died mid-call")
     handovers: int = Field(description="takeovers after the old worker let the call go")
+    finished_after_end: int = Field(0, description="tool outcomes logged after the call "
+                                                   "ended (a tool still running at the hang-up)")
+    in_doubt: int = Field(0, description="tool calls whose outcome is unknown: answered "
+                                         "'outcome unknown', or unfinished when the call ended")
 
 
 class CallPage(Out):

@@ -43,6 +43,11 @@ class StateToolCall(Out):
     result: Any
     error: Any
     outcome_unknown: bool
+    checked: str | None = Field(None, description="what the tool's outcome check answered "
+                                                  "(done, not_done, cannot_tell) after a crash "
+                                                  "left the call in doubt; null if not asked")
+    finished_after_end: bool = Field(False, description="its outcome was logged after the "
+                                                        "call ended")
     reused_from: Any
     cancel_reason: Any
     reissue_of: Any
@@ -98,7 +103,10 @@ class State(Out):
     last_event_at: str | None
     deferred: list[str]
     running: list[str]
-    in_doubt: list[str]
+    in_doubt: list[str] = Field(description="tool calls started and not finished by an earlier "
+                                            "worker, or by any worker once the call ended")
+    finished_after_end: list[str] = Field(default_factory=list, description="tool calls whose "
+                                          "outcome was logged after the call ended")
     to_send: list[str] = Field(description="tool calls with an outcome no send in the "
                                            "current session's lineage holds")
     unanswered: list[str] = Field(description="tool calls not settled (neither sent to the "

@@ -16,7 +16,8 @@ from sqlalchemy import and_, exists, func, not_, or_, select
 
 from ...schema import events, streams, valid_id, valid_stream_id
 from ..summaries import (
-    COUNTED_TYPES, SORTS, STALE_AFTER_US, CallFilter, CallSummary, like_pattern, summarise,
+    COUNTED_TYPES, SORTS, STALE_AFTER_US, TOOL_END_TYPES, CallFilter, CallSummary, like_pattern,
+    summarise, tool_ends,
 )
 from ..timeline import LETTING_GO, PLANNED_REASONS
 from .base import SCAN_CHUNK, engine_of, payload_dict
@@ -128,8 +129,23 @@ async def _summaries(conn, rows: list[tuple], now_us: int,
     counts = await _counts(conn, ids)
     handovers = await _handovers(conn, ids) if any(
         counts[i].get("session.worker_attached") for i in ids) else {}
-    return [summarise(r, counts[r[0]], now_us, stale_after_us, handovers.get(r[0], 0))
+    ends = await _tool_ends(conn, [i for i in ids if counts[i].get("tool.call_failed")
+                                   or counts[i].get("session.closed")])
+    return [summarise(r, counts[r[0]], now_us, stale_after_us, handovers.get(r[0], 0),
+                      ends.get(r[0], (0, 0)))
             for r in rows]
+
+
+async def _tool_ends(conn, ids: list[str]) -> dict[str, tuple[int, int]]:
+    """`tool_ends` of each call (read only for calls that ended or had a failure)."""
+    if not ids:
+        return {}
+    rows: dict[str, list] = {}
+    stmt = (select(events.c.stream_id, events.c.version, events.c.type, events.c.data)
+            .where(events.c.stream_id.in_(ids), events.c.type.in_(TOOL_END_TYPES)))
+    for sid, version, etype, data in await conn.execute(stmt):
+        rows.setdefault(sid, []).append((version, etype, payload_dict(data)))
+    return {sid: tool_ends(r) for sid, r in rows.items()}
 
 
 # Types whose payload a text search reads, and the fields it looks in.
