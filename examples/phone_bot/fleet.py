@@ -54,7 +54,7 @@ from session_store.verify import verify_log
 
 from .gemini_script import PhoneCallPlan, caller_of, order_of, tool_calls
 from .telephony import Balancer, PhoneCall
-from .tools import IDEMPOTENT
+from .tools import CHECKED, IDEMPOTENT
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_URL = "https://phone-bot.invalid"  # the load balancer's address (.invalid: never real)
@@ -308,7 +308,7 @@ async def _judge(calls, kill: Kill | None, fleet, gemini, plan, url, schema, led
             reports = await verify_log(store, call.call_sid)
             order = order_of(call.from_number)
             scenario = Scenario("phone_call", tool_calls(call.from_number),
-                                idempotent=IDEMPOTENT)
+                                idempotent=IDEMPOTENT, checked=CHECKED)
             mine = [e for e in entries if (e.get("args") or {}).get("order_id") == order]
             view = _ServerView(gemini, call.from_number)
             problems = check_call(scenario, records, reports, view, mine) if records else \
