@@ -20,6 +20,7 @@ import pytest
 
 from service.gemini_live import CannotTell, Done, NotDone
 from service.local_live import Audio, Call, Script, ToolCall, TurnComplete
+from session_store.audit.replay import replay
 from session_store.delivery import OUTCOME_UNKNOWN
 from session_store.outcomes import NOT_DONE_ERROR
 
@@ -117,6 +118,9 @@ async def _take_over_with(flavour, check: Check, **options):
     assert_server_clean(run)
     assert_log_settled(run)
     await assert_chain_ok(run)
+    # `session-store replay` (a policy without the check) decides as the log did.
+    report = replay(run.events, call_id=call_id)
+    assert report.ok, [d.message for d in report.divergences] or report.error
     return run
 
 

@@ -328,6 +328,23 @@ async def test_a_closed_call_says_what_became_of_its_tools_never_running(migrate
     assert "doubt" in table
 
 
+async def test_the_timeline_says_what_an_outcome_check_answered(migrated):
+    await write_call(migrated, "checked-1", [
+        (0, ev.SessionOpened("gemini-live", ["refund_order"], "w1", 1)), (0, ev.Connected(1)),
+        (100, ev.ToolCallRequested("c1", "refund_order", {"order_id": 3}, 1)),
+        (110, ev.ToolCallStarted("c1", 1, "checked-1:c1", 1)),
+        (500, ev.WorkerAttached("w2", 2, "takeover")),
+        (520, ev.ToolOutcomeChecked("c1", "done")),
+        (520, ev.ToolCallCompleted("c1", {"refunded": True}))])
+    tl = out_json(await acli("timeline", "checked-1", "--json", backend=migrated))
+    (entry,) = [e for e in tl["entries"] if e["version"] == 6]
+    assert (entry["lane"], entry["summary"]) == (
+        "tools", "c1: in doubt after a crash; its outcome check says it was done (the model "
+                 "gets its result)")
+    state = out_json(await acli("state", "checked-1", "--json", backend=migrated))
+    assert [(c["checked"], c["status"]) for c in state["tool_calls"]] == [("done", "completed")]
+
+
 async def test_calls_time_bounds_are_since_inclusive_until_exclusive(loaded):
     """`--since T` lists calls started at or after T, `--until T` those started before T:
     a call started exactly at T is on the --since side, once."""

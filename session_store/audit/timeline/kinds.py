@@ -283,6 +283,7 @@ KINDS: dict[str, Kind] = {
     "tool.call_completed": Kind("tools", tool_kinds.completed, None),
     "tool.call_failed": Kind("tools", tool_kinds.failed, None),
     "tool.call_cancelled": Kind("tools", tool_kinds.cancelled, None),
+    "tool.outcome_checked": Kind("tools", tool_kinds.checked, None),
     "tool.result_sending": Kind("tools", tool_kinds.sending, None),
     "tool.result_sent": Kind("tools", tool_kinds.sent, None),
 }

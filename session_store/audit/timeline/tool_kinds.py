@@ -106,6 +106,21 @@ def failed(b, rec, d, c, cid):
     return f"{cid}: failed{unknown}: {clip(c.error, 80)}", "error"
 
 
+#: What an outcome check's answer means, as the timeline says it.
+CHECK_ANSWERS = {"done": "it was done (the model gets its result)",
+                 "not_done": "it was not done",
+                 "cannot_tell": "it cannot tell (the model hears: outcome unknown)"}
+
+
+@_tool
+def checked(b, rec, d, c, cid):
+    answer = d.get("answer")
+    what = CHECK_ANSWERS.get(answer) if isinstance(answer, str) else None
+    detail = f": {clip(d.get('detail'), 80)}" if d.get("detail") else ""
+    return (f"{cid}: in doubt after a crash; its outcome check says "
+            f"{what or words(answer)}{detail}"), "info" if answer != "cannot_tell" else "warn"
+
+
 @_tool
 def cancelled(b, rec, d, c, cid):
     c.outcome, c.cancel_reason = "cancelled", d.get("reason")
