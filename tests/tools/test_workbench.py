@@ -307,5 +307,14 @@ async def test_in_doubt_calls_are_named(migrated, n=3):
             (110, ev.ToolCallStarted("c1", 1, "k", 1)),
             (500, ev.WorkerAttached("w2", 2, "takeover")),
             (600, ev.ToolCallFailed("c1", "in doubt", True))], T0 + i * 1000)
+    # One its tool's outcome check settled (done): it was in doubt all the same.
+    await write_call(migrated, "doubt-checked", [
+        (0, ev.SessionOpened("gemini-live", ["book"], "w1", 1)), (0, ev.Connected(1)),
+        (100, ev.ToolCallRequested("c1", "book", {}, 1)),
+        (110, ev.ToolCallStarted("c1", 1, "k", 1)),
+        (500, ev.WorkerAttached("w2", 2, "takeover")),
+        (600, ev.ToolOutcomeChecked("c1", "done")),
+        (600, ev.ToolCallCompleted("c1", {"booked": True}))], T0 + n * 1000)
     stats = out_json(await acli("stats", "--json", "--since", "3000d", backend=migrated))
-    assert stats["in_doubt_calls"] == [f"doubt-{i}" for i in range(n)]
+    assert stats["in_doubt_calls"] == sorted([f"doubt-{i}" for i in range(n)]
+                                             + ["doubt-checked"])

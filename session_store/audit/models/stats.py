@@ -40,7 +40,8 @@ class Stats(Out):
     anomalies: Anomalies
     in_doubt_calls: list[str] = Field(description="calls with a tool call whose outcome was "
                                                   "in doubt after a crash (resolved as "
-                                                  "unknown, or run again)")
+                                                  "unknown, run again, or by its outcome "
+                                                  "check)")
     tool_wait_ms: Percentiles = Field(description="tool call requested -> first started")
     result_send_ms: Percentiles = Field(description="outcome -> first write of the result "
                                                     "that returned")

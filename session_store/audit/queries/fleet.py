@@ -60,10 +60,12 @@ async def fleet_stats(store, since_us: int, until_us: int) -> dict:
         doubt: set[str] = set()
         for sid, etype, data in await conn.execute(select(
                 events.c.stream_id, events.c.type, events.c.data).where(
-                events.c.type.in_(["tool.call_failed", "tool.call_started"]),
+                events.c.type.in_(["tool.call_failed", "tool.call_started",
+                                    "tool.outcome_checked"]),
                 events.c.stream_id.in_(in_range))):
             d = payload_dict(data)
-            if (d.get("outcome_unknown") is True if etype == "tool.call_failed"
+            if etype == "tool.outcome_checked" or (
+                    d.get("outcome_unknown") is True if etype == "tool.call_failed"
                     else isinstance(d.get("attempt"), int) and d["attempt"] > 1):
                 doubt.add(sid)
         firsts: dict[tuple[str, str], dict[str, int]] = {}
