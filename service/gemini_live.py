@@ -233,7 +233,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         except Exception as exc:  # noqa: BLE001 - shutting down: report, do not hang
             logger.error(f"{self}: could not record the end of call {self.call_id}: {exc}")
         # A tool the hang-up caught mid-run still logs its outcome, after the end.
-        await wait_for_tools(self._function_call_tasks, self._tool_grace_s, str(self))
+        if not self._driver.fenced:  # (a fenced worker could not log the outcome)
+            await wait_for_tools(self._function_call_tasks, self._tool_grace_s, str(self))
         await super().stop(frame)
 
     async def cleanup(self):
