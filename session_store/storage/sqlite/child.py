@@ -132,8 +132,9 @@ def _serve(requests: int, replies) -> None:
                     conn.set_trace_callback(None if traced is None else traced.append)
                 if op == "commit":
                     rows, cached = args
-                    batch = [_AppendRequest(s, r, v, e, t, 0.0, final_hash=h, claim=c)
-                             for s, r, v, e, t, h, c in rows]
+                    batch = [_AppendRequest(s, r, v, e, t, 0.0, final_hash=h, claim=c,
+                                            unfenced=u)
+                             for s, r, v, e, t, h, c, u in rows]
 
                     def planned(batch, rid=rid):
                         replies.write(frame((rid, "planned", None, _planned(batch))))

@@ -36,6 +36,26 @@ def check_database_file(path: str, *, creating: bool = False) -> None:
         raise SchemaMismatch(
             f"the database file {where} does not exist; to create a session store there, run "
             "`session-store migrate --db URL` (alembic upgrade head)")
+    if not creating and _empty(where):
+        # Not "no schema, run migrate": a store's file is never empty, so this one was
+        # truncated or never was one, and migrate would write a new store over the evidence.
+        raise CannotOpen(
+            f"the database file {where} is empty (0 bytes, and no write-ahead log): it holds "
+            "no session store. If it held calls, it was truncated: keep it as it is and "
+            "restore the database from a backup; `migrate` would make a new, empty store of "
+            "it")
+
+
+def _empty(path: str) -> bool:
+    try:
+        if os.path.getsize(path) > 0:
+            return False
+    except OSError:
+        return False
+    try:  # (a database whose pages are all in its WAL yet)
+        return os.path.getsize(path + "-wal") == 0
+    except OSError:
+        return True
 
 
 def check_writable(path: str) -> None:
