@@ -180,7 +180,7 @@ async def test_hostile_rows_in_process(hostile_log, store):
                 await driver.attach(**MODEL)
             assert err.value.version == N + 1 and driver.epoch == 0
             assert await rows_of(hostile_log, call) == before, "a refused takeover wrote"
-            assert await other.stream_head(call) == (N + 2, before[-1][2], 1)
+            assert await other.stream_head(call) == (N + 2, before[-1][2], 2)  # (taken over)
 
             report, = await verify_log(store, call)
             assert (report.ok, report.first_bad_version) == (False, N + 1), kind

@@ -79,15 +79,17 @@ def _replace(path: str) -> None:
 
 
 def _overwrite(path: str) -> None:
-    """Another database's bytes written over the file in place (`cp other.db db`: same
-    inode), not shorter than it."""
+    """Another database's bytes written over the file in place, not shorter than it (as
+    `cp other.db db`, same inode; without its truncation first, which the store may catch
+    as "truncated" instead)."""
     other = f"{path}.other"
     conn = sqlite3.connect(other)
     conn.execute("CREATE TABLE t (x BLOB)")
     conn.execute("INSERT INTO t VALUES (zeroblob(?))", (os.path.getsize(path) + 8192,))
     conn.commit()
     conn.close()
-    shutil.copyfile(other, path)
+    with open(other, "rb") as src, open(path, "r+b") as dst:
+        dst.write(src.read())
 
 
 CHANGES = {

@@ -12,7 +12,8 @@ cache (bench/append.py):
   long enough to hold every frame the index counts;
 - the database file (header, size, change and modification times) changed only when a
   checkpoint ran: one copies WAL frames into it, and announces itself in the index
-  (`nBackfillAttempted`) before it writes a page.
+  (`nBackfillAttempted`) before it writes a page. Across a checkpoint (or while one is
+  unfinished) the header must be one a checkpoint could write (`_may_follow`).
 
 Checked without SQLite's locks: another process may be committing or restarting the WAL
 meanwhile, which can make a snapshot disagree for a moment; a disagreement that persists
@@ -179,7 +180,7 @@ class FileWatch:
         before = self._db_seen
         if before is not None and seen != before:
             what = f"the database file {self.path} was overwritten"
-            if checkpoints == self._checkpoints:
+            if checkpoints == self._checkpoints and _settled(checkpoints):
                 if seen[:3] != before[:3]:
                     return (f"{what} (not by a checkpoint: its header, size or modification "
                             "time changed)")
@@ -190,11 +191,22 @@ class FileWatch:
         return None
 
 
+def _settled(checkpoints) -> bool:
+    """No checkpoint left unfinished? One that failed part-way (a full disk) has written
+    pages; tried again at the same frame, it writes more without announcing itself anew."""
+    return checkpoints is None or checkpoints[1] >= checkpoints[2]
+
+
 def _may_follow(old: bytes, new: bytes) -> bool:
     """Can a checkpoint turn the database header `old` into `new`? It copies page 1 as a
-    later transaction wrote it: the same format, page size and encoding; its change counter
-    and page count never go down (this store never vacuums)."""
-    if len(new) < _DB_HEADER or new[:24] != old[:24] or new[44:68] != old[44:68]:
+    later transaction wrote it: the same format, page size and encoding (set once: 0 before
+    the first table); its change counter and page count never go down (this store never
+    vacuums)."""
+    if len(new) < _DB_HEADER or new[:24] != old[:24]:
+        return False
+    settings = struct.Struct(">6I")  # schema format .. incremental vacuum (offsets 44-67)
+    if any(o not in (0, n) for o, n in zip(settings.unpack_from(old, 44),
+                                            settings.unpack_from(new, 44))):
         return False
     counter_old, pages_old = struct.unpack_from(">II", old, 24)
     counter_new, pages_new = struct.unpack_from(">II", new, 24)
