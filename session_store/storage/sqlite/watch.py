@@ -47,19 +47,25 @@ close_when_unused = False
 
 def _acquire(path: str) -> tuple[int, tuple[int, int]] | None:
     try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (st.st_dev, st.st_ino)
+    entry = _shared.get(key)
+    if entry is not None:  # (never a second descriptor: it could only be closed again)
+        entry[1] += 1
+        return entry[0], key
+    try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
-    st = os.fstat(fd)
+    st = os.fstat(fd)  # (what it opened, should the path have been replaced meanwhile)
     key = (st.st_dev, st.st_ino)
-    entry = _shared.get(key)
-    if entry is None:
-        _shared[key] = [fd, 1]
+    if key in _shared:  # (replaced by a file already held: the rare case, keep this one)
+        _shared[key][1] += 1
         return fd, key
-    # (Keep the first: closing this one now is safe only because another stays open.)
-    entry[1] += 1
-    os.close(fd)
-    return entry[0], key
+    _shared[key] = [fd, 1]
+    return fd, key
 
 
 def _release(key: tuple[int, int] | None) -> None:
