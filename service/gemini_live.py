@@ -32,8 +32,8 @@ from loguru import logger
 from pipecat.adapters.llm.schemas.direct_function import DirectFunction
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
-from pipecat.frames.frames import (EndFrame, FunctionCallCancelFrame, FunctionCallResultFrame,
-                                   InterruptionFrame, LLMSetToolsFrame)
+from pipecat.frames.frames import (CancelWorkerFrame, EndFrame, FunctionCallCancelFrame,
+                                   FunctionCallResultFrame, InterruptionFrame, LLMSetToolsFrame)
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSetup
 from pipecat.services.google.gemini_live.llm import (GeminiLiveLLMService,
                                                      GeminiLiveLLMSettings, InputParams)
@@ -42,7 +42,7 @@ from session_store import Policy
 from session_store.checks import check_count, check_seconds
 from session_store.decide import ServerMessageRejected
 from session_store.delivery import ResolveInDoubt
-from session_store.errors import Fenced
+from session_store.errors import CallClosed, Fenced
 from session_store.outcomes import CannotTell, Done, NotDone
 from session_store.storage import SqlEventStore
 from session_store.withholding import HandleGate
@@ -209,9 +209,17 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
 
     # ------------------------------------------------------------------ lifecycle
     async def setup(self, setup: FrameProcessorSetup):
-        state = await self._driver.attach(model=str(self._settings.model),
-                                          tools=tool_names(self._tools_from_init),
-                                          settings=settings_snapshot(self._settings))
+        try:
+            state = await self._driver.attach(model=str(self._settings.model),
+                                              tools=tool_names(self._tools_from_init),
+                                              settings=settings_snapshot(self._settings))
+        except CallClosed as exc:
+            # Nothing to do for this worker: end its pipeline now. Raised alone, pipecat
+            # reported it and then waited 20 s for a start that could not come.
+            logger.error(f"{self}: {exc}; ending the pipeline")
+            await super().setup(setup)
+            await self.push_frame(CancelWorkerFrame(reason=str(exc)), FrameDirection.UPSTREAM)
+            raise
         logger.info(f"{self}: call {self.call_id} attached at version {state.version}, "
                     f"epoch {self._driver.epoch}")
         restore_settings(self, state.settings)
@@ -312,8 +320,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
 
     # ------------------------------------------------------------------ the session
     async def _connect(self, session_resumption_handle: str | None = None):
-        if self._session or self._driver.fenced:
-            return
+        if self._session or self._driver.fenced or not self._driver.epoch:
+            return  # (epoch 0: not attached, as a call that ended: no session for it)
         # pipecat's setup() connects with no handle: use the one the log chose (setup and
         # the link set it, None for a fresh session: upstream also stores every handle a
         # session issues there, which the log may have ruled out).

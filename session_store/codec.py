@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import types
 import typing
@@ -31,6 +32,7 @@ class Event:
     _FIELDS: ClassVar[tuple[str, ...]]
     _REQUIRED: ClassVar[frozenset[str]]
     _CHECKS: ClassVar[dict[str, Callable[[Any], bool]]]
+    _COUNTS: ClassVar[frozenset[str]]  # its int fields (`out_of_range`)
 
     def to_data(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._FIELDS}
@@ -58,6 +60,8 @@ def event_type(name: str, schema: int = 1):
         except Exception:  # noqa: BLE001 - an annotation we cannot resolve is not checked
             hints = {}
         cls._CHECKS = {f.name: _json_check(hints[f.name]) for f in fields if f.name in hints}
+        cls._COUNTS = frozenset(f.name for f in fields
+                                if hints.get(f.name) in (int, int | None))
         _CATALOGUE[name] = cls
         return cls
 
@@ -73,10 +77,11 @@ def _json_check(tp: Any) -> Callable[[Any], bool]:
         return lambda v: True
     if tp is bool:
         return lambda v: isinstance(v, bool)
-    if tp is int:
+    if tp is int:  # every int of the catalogue counts something (`out_of_range`)
         return lambda v: isinstance(v, int) and not isinstance(v, bool)
     if tp is float:
-        return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+        return lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool)
+                          and math.isfinite(v))
     if tp is str:
         return lambda v: isinstance(v, str)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -186,8 +191,27 @@ def decode(event_type_name: str, schema_version: int, data: dict[str, Any], *,
             raise CorruptEvent(
                 f"field {name!r} holds {type(data[name]).__name__} {_short(data[name])}, "
                 f"which does not fit its type", event_type=event_type_name, **where)
+    wrong = out_of_range(cls, data)
+    if wrong:
+        raise CorruptEvent(wrong, event_type=event_type_name, **where)
     # Tolerant reader: fields added by newer writers at the same schema are ignored.
     return cls(**{k: data[k] for k in cls._FIELDS if k in data})
+
+
+#: The largest int an event's field holds: a BIGINT, as every version and timestamp.
+MAX_COUNT = 2**63 - 1
+
+
+def out_of_range(cls: type[Event], data: dict[str, Any]) -> str | None:
+    """What is wrong with an event's int fields, or None. Each counts something (a
+    generation, an attempt, a version, an epoch, a part) from 0 to MAX_COUNT: -5 or 10**40
+    was stored and read back silently, and broke whatever compared or stored it next."""
+    for name in cls._COUNTS:
+        value = data.get(name)
+        if type(value) is int and not 0 <= value <= MAX_COUNT:
+            return (f"field {name!r} holds {_short(value)}, outside the 0 to 2^63-1 a count "
+                    "of the log holds")
+    return None
 
 
 def _short(value: Any) -> str:

@@ -24,13 +24,16 @@ class ConcurrencyConflict(SessionStoreError):
 class Fenced(ConcurrencyConflict):
     """A newer worker took the stream over (I6): this worker must stop writing to it."""
 
-    def __init__(self, stream_id: str, epoch: int, current_epoch: int):
+    def __init__(self, stream_id: str, epoch: int | None, current_epoch: int):
         self.epoch, self.current_epoch = epoch, current_epoch
-        SessionStoreError.__init__(
-            self,
-            f"stream {stream_id!r}: writer epoch {epoch} is fenced off by epoch {current_epoch} "
-            "(another worker took this call over)",
-        )
+        if epoch is None:  # (an append that passed none, after a takeover: batch.py)
+            message = (f"stream {stream_id!r}: an append without an epoch is fenced off by "
+                       f"epoch {current_epoch} (the call was taken over): pass the writer's "
+                       "epoch, or unfenced=True to append whichever worker owns the call")
+        else:
+            message = (f"stream {stream_id!r}: writer epoch {epoch} is fenced off by epoch "
+                       f"{current_epoch} (another worker took this call over)")
+        SessionStoreError.__init__(self, message)
         self.stream_id, self.expected, self.actual = stream_id, -1, None
 
     def __reduce__(self):

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from . import events as ev
 from .errors import CorruptEvent, EventDecodeError, StreamDamaged
 from .lineage import context_held
-from .records import RecordedEvent
+from .records import RecordedEvent, recorded_at_problem
 from .state import (CONTEXT_KEYS, CallState, Cover, Generation, Handle, HistoryNeeded, Progress,
                     Send, SessionState)
 
@@ -37,6 +37,10 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
                             "state")
     s.version, s.stream_id, s.last_event_at_us = rec.version, rec.stream_id, rec.recorded_at_us
     match e:
+        case ev.SessionOpened() if s.opened:
+            # A call opens once: a second one would reset its model, tools and epoch.
+            raise CorruptEvent("a second session.opened: the call was opened already",
+                               event_type=rec.type, **rec.where)
         case ev.SessionOpened():
             s.opened, s.model, s.tools = True, e.model, list(e.tools)
             s.worker, s.epoch, s.settings = e.worker, e.epoch, dict(e.settings)
@@ -225,11 +229,14 @@ def _apply_checked(state: SessionState, rec: RecordedEvent) -> None:
     requested, a payload of the right shape from a damaged log): the fold would die with a
     bare KeyError, or worse go on. Whoever reads the log gets an error naming the event.
     """
+    wrong = recorded_at_problem(rec.recorded_at_us)
+    if wrong:  # (every output shows the time: none could)
+        raise CorruptEvent(wrong, event_type=rec.type, **rec.where)
     try:
         _apply(state, rec)
     except EventDecodeError:
         raise
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError, ArithmeticError) as exc:
         raise CorruptEvent(f"does not fit the call's state at this point ({type(exc).__name__}: "
                            f"{exc}), e.g. it names a tool call the log never requested",
                            event_type=rec.type, **rec.where) from exc

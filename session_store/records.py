@@ -6,7 +6,8 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+import math
+from datetime import datetime, timedelta, timezone
 from functools import cached_property
 from typing import Any
 
@@ -44,6 +45,27 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not a JSON number")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: no float holds it (Python reads inf)
+        raise ValueError(f"{text[:40]} is not a number a float holds")
+    return value
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: The last microsecond a date can show (9999-12-31T23:59:59.999999Z).
+MAX_RECORDED_AT_US = 253402300799999999
+
+
+def recorded_at_problem(us: int) -> str | None:
+    """Why `us` is no time an event was recorded at, or None: before 1970 or after the year
+    9999 no date can show it (2**63-1 made `state`, `export` and `tail` crash)."""
+    if not 0 <= us <= MAX_RECORDED_AT_US:
+        return (f"recorded_at_us {us} is outside 1970 to 9999 (0 to {MAX_RECORDED_AT_US} "
+                "microseconds)")
+    return None
+
+
 @dataclass(frozen=True)
 class RecordedEvent:
     """One stored event exactly as in its row. `event` decodes (and upcasts) on demand."""
@@ -59,7 +81,10 @@ class RecordedEvent:
 
     @property
     def recorded_at(self) -> datetime:
-        return datetime.fromtimestamp(self.recorded_at_us / 1e6, tz=timezone.utc)
+        wrong = recorded_at_problem(self.recorded_at_us)
+        if wrong:
+            raise CorruptEvent(wrong, event_type=self.type, **self.where)
+        return _EPOCH + timedelta(microseconds=self.recorded_at_us)
 
     @property
     def where(self) -> dict[str, Any]:
@@ -68,7 +93,7 @@ class RecordedEvent:
     @property
     def data(self) -> dict[str, Any]:
         try:
-            data = json.loads(self.data_json, parse_constant=_not_json)
+            data = json.loads(self.data_json, parse_constant=_not_json, parse_float=_finite)
         except (ValueError, TypeError) as exc:
             raise CorruptEvent(f"payload is not valid JSON ({exc})", event_type=self.type,
                                **self.where) from None

@@ -121,6 +121,11 @@ class Handle:
     refused: bool = False
 
 
+#: A call's fencing epoch once a worker took it over (the first worker opens it at 1): from
+#: then on the store fences an append that passes no epoch unless it says `unfenced`.
+TAKEN_OVER = 2
+
+
 @dataclass
 class SessionState:
     stream_id: str = ""

@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from .errors import EventDecodeError
+from .errors import EventDecodeError, StreamDamaged
 from .projection import fold_into
 from .records import GENESIS_HASH, RecordedEvent, chain_hash
-from .state import SessionState
+from .state import TAKEN_OVER, SessionState
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,7 @@ def verify_stream(stream_id: str, rows: list[RecordedEvent],
         if expected != ev.hash:
             return bad(ev, i, "hash mismatch: the row was altered, or the one before it", i - 1)
         try:
+            ev.recorded_at  # noqa: B018 - (checks it is a time a date can show)
             fold_into(state, [ev])  # decodes (and checks) the payload, then applies it
         except EventDecodeError as exc:
             # Intact, but this code cannot read it (or it makes no sense where it stands):
@@ -81,13 +82,19 @@ def verify_stream(stream_id: str, rows: list[RecordedEvent],
         return bad(rows[-1] if rows else None, len(rows),
                    "the last event's hash does not match the head", len(rows))
     # A call's epochs are in its events (session opened, worker attached: hashed). One above
-    # them all came from no append of a worker (a takeover refuses such a call); one below
-    # is an append that passed no epoch (the store's own users may). A stream that records
-    # no epoch (not a call) has only the appends' word for it.
+    # them all came from no append of a worker (a takeover refuses such a call). One below
+    # re-admits the workers the takeovers fenced; 0 is a call whose appends passed no epoch
+    # (the store's own users may), unless the log records a takeover, which raised it. A
+    # stream that records no epoch (not a call) has only the appends' word for it.
     if (state.opened or state.epoch) and head_epoch > state.epoch:
         return bad(rows[-1] if rows else None, len(rows),
                    f"the head says fencing epoch {head_epoch} but the log records epoch "
                    f"{state.epoch} (the head row was changed behind the log's back)", len(rows))
+    if head_epoch < state.epoch and (head_epoch > 0 or state.epoch >= TAKEN_OVER):
+        return bad(rows[-1] if rows else None, len(rows),
+                   f"the head says fencing epoch {head_epoch} but the log records epoch "
+                   f"{state.epoch}: a lowered epoch lets a fenced worker append again (the "
+                   "head row was changed behind the log's back)", len(rows))
     return StreamReport(stream_id, True, len(rows))
 
 
@@ -97,5 +104,8 @@ async def verify_log(store, stream_id: str | None = None) -> list[StreamReport]:
     reports = []
     async with contextlib.aclosing(store.read_chains(stream_id)) as chains:
         async for sid, rows, head in chains:
-            reports.append(verify_stream(sid, rows, head))
+            if isinstance(rows, StreamDamaged):  # (the database could not read them)
+                reports.append(StreamReport(sid, False, 0, None, None, str(rows)))
+            else:
+                reports.append(verify_stream(sid, rows, head))
     return reports

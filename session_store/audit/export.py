@@ -32,7 +32,7 @@ def export_line(rec: RecordedEvent, redactor: Redactor) -> dict[str, Any]:
     data, masked = redactor.redact_stored(rec)  # an unreadable payload: scrubbed, flagged
     return {"export_schema": EXPORT_SCHEMA, "call": rec.stream_id, "version": rec.version,
             "position": rec.position, "type": rec.type, "schema_version": rec.schema_version,
-            "recorded_at": iso(rec.recorded_at_us), "recorded_at_us": rec.recorded_at_us,
+            "recorded_at": rec.recorded_at.isoformat(), "recorded_at_us": rec.recorded_at_us,
             "data": data, "hash": rec.hash, "redacted": masked}
 
 

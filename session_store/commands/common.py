@@ -73,10 +73,17 @@ def fail(message: str, code: int = 2):
 
 
 def run(coro_fn: Callable[..., Awaitable[Any]], *args) -> Any:
+    from sqlalchemy.exc import DBAPIError
+
+    from ..errors import driver_said
+
     try:
         return asyncio.run(coro_fn(*args))
     except (SessionStoreError, UserError) as exc:
         fail(str(exc))
+    except DBAPIError as exc:  # reached, and cannot read it (SQLite: a malformed file)
+        fail(f"the database cannot be read ({driver_said(exc)}); "
+             "`session-store verify` says which calls it spoils")
 
 
 def url_of(db: str | None) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import CallClosed, ConcurrencyConflict, Fenced
 from ..events import SessionClosed
 from ..records import GENESIS_HASH, chain_hash
+from ..state import TAKEN_OVER
 
 #: The event after which a call is not taken over (`Claim`).
 CLOSED_TYPE = SessionClosed.TYPE
@@ -39,6 +40,7 @@ class _AppendRequest:
     final_hash: str | None = None  # set when first computed: recognises a commit whose ack was lost
     seq: int = 0  # order of acceptance: a batch commits its requests in this order
     claim: Claim | None = None
+    unfenced: bool = False  # no epoch, on purpose: goes in after a takeover too (`_refusal`)
 
     @property
     def abandoned(self) -> bool:
@@ -195,6 +197,10 @@ def _refusal(r: _AppendRequest, version: int, epoch: int,
     if r.claim is None:
         if r.epoch is not None and r.epoch < epoch:
             return Fenced(r.stream_id, r.epoch, epoch)
+        if r.epoch is None and epoch >= TAKEN_OVER and not r.unfenced:
+            # Without an epoch an old worker's append went in after the takeover that
+            # fenced it: after one, appending unfenced is said, not a default.
+            return Fenced(r.stream_id, None, epoch)
         if version != r.expected_version:
             return ConcurrencyConflict(r.stream_id, r.expected_version, version)
         return None

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy import BigInteger, Integer, bindparam, literal_column, null, select, union_all
+from sqlalchemy.exc import DatabaseError, OperationalError
 
-from ..errors import StoreClosed, StoreUnavailable
+from ..errors import StoreClosed, StoreUnavailable, StreamDamaged, driver_said
 from ..records import RecordedEvent
 from ..schema import check_stream_id, events, snapshots, streams
 
@@ -275,7 +276,8 @@ class LogReads:
                                                    tuple[int, str, int] | None]]:
         """Each stream's events (version order) with its head row (version, last_hash, epoch;
         None if it has none), stream by stream in id order: every stream that has a head row
-        or events, or only `stream_id`. What `session_store.verify` checks."""
+        or events, or only `stream_id`. What `session_store.verify` checks. A stream whose
+        rows the database cannot read comes as (id, StreamDamaged, None)."""
         self._check_open()
         if stream_id is not None:
             check_stream_id(stream_id)
@@ -291,9 +293,18 @@ class LogReads:
                 # an append committing between them made an intact live stream "damaged"
                 # (a head behind its events: "added behind the log's back").
                 head, rows = None, []
-                for *row, is_head in await conn.execute(_events_and_head(sid)):
-                    if is_head:
-                        head = (row[1], row[7], row[2])
-                    else:
-                        rows.append(RecordedEvent(*row))
+                try:
+                    for *row, is_head in await conn.execute(_events_and_head(sid)):
+                        if is_head:
+                            head = (row[1], row[7], row[2])
+                        else:
+                            rows.append(RecordedEvent(*row))
+                except DatabaseError as exc:
+                    if isinstance(exc, OperationalError):
+                        raise  # (no answer at all: nothing further would read either)
+                    # A damaged page (SQLite: "malformed") spoils the rows on it, not the
+                    # other streams': verify names this one and goes on.
+                    yield sid, StreamDamaged(f"its rows cannot be read ({driver_said(exc)})",
+                                             stream_id=sid), None
+                    continue
                 yield sid, rows, head

@@ -19,7 +19,9 @@ from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
 from ..checks import check_count, check_seconds
 from ..errors import CannotOpen, SchemaMismatch, StoreUnavailable, driver_said, refused
+from ..codec import out_of_range
 from ..events import Event, canonical_json
+from ..records import recorded_at_problem
 from ..schema import (HEAD_REVISION, check_known_revisions, check_stream_id, events, snapshots,
                       streams, unrecorded_revision)
 from .batch import BatchPlan, Claim, _AppendRequest
@@ -167,7 +169,8 @@ class SqlEventStore(LogReads):
     # ------------------------------------------------------------------ append
     async def append(self, stream_id: str, new_events: Sequence[Event], expected_version: int,
                      *, epoch: int | None = None, timeout: float | None = None,
-                     recorded_at_us: int | None = None, urgent: bool = False) -> int:
+                     recorded_at_us: int | None = None, urgent: bool = False,
+                     unfenced: bool = False) -> int:
         """Append events after `expected_version` (0 for a new stream); durable on return.
 
         Returns the stream's new version. Raises ConcurrencyConflict when the stream is not at
@@ -180,9 +183,12 @@ class SqlEventStore(LogReads):
         CallDriver) then knows exactly what was stored without reading it back. `urgent`: the
         caller acts on the wire as soon as this commit returns (write-ahead on a latency
         path); a dialect may then commit it on the calling thread (SQLite: sqlite/dialect.py).
+        Without an `epoch`, an append to a stream taken over (epoch 2 or more) is Fenced
+        unless `unfenced` says it goes in whichever worker owns the call.
         """
         request = self._request(stream_id, new_events, expected_version, epoch, timeout,
                                 recorded_at_us)
+        request.unfenced = bool(unfenced) and epoch is None
         return await self._commits.submit(request, urgent)
 
     async def take_over(self, stream_id: str, new_events: Sequence[Event], epoch: int, *,
@@ -220,7 +226,13 @@ class SqlEventStore(LogReads):
         self._check_writable()
         if not new_events:
             raise ValueError("append needs at least one event")
-        rows = [(e.TYPE, e.SCHEMA, canonical_json(e.to_data())) for e in new_events]
+        rows = []
+        for e in new_events:
+            data = e.to_data()
+            wrong = out_of_range(type(e), data)
+            if wrong:  # (every reader would refuse the event: `decode`)
+                raise ValueError(f"{e.TYPE}: {wrong}")
+            rows.append((e.TYPE, e.SCHEMA, canonical_json(data)))
         # Refused here, alone: queued, an append the database cannot store failed the whole
         # group commit it landed in (every other caller's append with it).
         _check_storable(stream_id, rows)
@@ -230,6 +242,8 @@ class SqlEventStore(LogReads):
             # acknowledged stream failed `verify` for good.
             raise TypeError(f"recorded_at_us must be a 64-bit int (microseconds), not "
                             f"{recorded_at_us!r:.40}")
+        if recorded_at_us is not None and recorded_at_problem(recorded_at_us):
+            raise ValueError(recorded_at_problem(recorded_at_us))
         if epoch is not None and type(epoch) is not int:
             # The same rule on both databases, said before the append shares a commit:
             # SQLite stored a float (or a bool) epoch in the head row and fenced with it,

@@ -14,8 +14,13 @@ SINGLE = SCENARIOS["single_call"]
 ARGS = {"id": 42}
 
 
+def _epoch(events) -> int:
+    """The epoch a worker appends such a log with: the highest it records (a takeover's)."""
+    return max(e.epoch for e in events if isinstance(e, (ev.SessionOpened, ev.WorkerAttached)))
+
+
 async def _check(store, call_id, events, ledger):
-    await store.append(call_id, events, 0, epoch=1)
+    await store.append(call_id, events, 0, epoch=_epoch(events))
     records = await store.read(call_id)
     return check_call(SINGLE, records, await verify_log(store, call_id), None, ledger)
 
@@ -96,7 +101,7 @@ async def test_a_call_the_model_still_waits_for_at_the_end_is_reported(store):
                                                  "content", True, 1, 1.0))
     server = SimpleNamespace(violations=[], errors=[], connections=[first, last])
     events = _taken_over(ev.ToolCallFailed("c1", "outcome unknown", outcome_unknown=True))
-    await store.append("still-waiting", events, 0, epoch=1)
+    await store.append("still-waiting", events, 0, epoch=_epoch(events))
     records = await store.read("still-waiting")
     problems = check_call(SINGLE, records, await verify_log(store, "still-waiting"), server,
                           RAN_ONCE)
@@ -132,7 +137,7 @@ async def test_sessions_the_server_never_saw_are_reported(store):
 
     server = SimpleNamespace(violations=[], errors=[], connections=[])
     events = _taken_over(ev.ToolCallFailed("c1", "outcome unknown", outcome_unknown=True))
-    await store.append("unseen", events, 0, epoch=1)
+    await store.append("unseen", events, 0, epoch=_epoch(events))
     problems = check_call(SINGLE, await store.read("unseen"), await verify_log(store, "unseen"),
                           server, RAN_ONCE)
     assert problems == ["server: the log has 2 connected sessions, the server saw 0"], problems

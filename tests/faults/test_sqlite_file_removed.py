@@ -8,7 +8,8 @@ file it wrote to; but with the WAL removed ~9,600 more appends were acknowledged
 them gone after a kill -9, and verify said ok), and with the database file truncated to 0
 ~9,300 (then "database disk image is malformed"). Now each commit checks the database file
 and the WAL it has open, before and after it, and the store refuses every append from then
-on (StoreFilesChanged).
+on (StoreFilesChanged). Changes in place keep the inode (`: > db-wal`, `cp other.db db`):
+each commit also checks the files' content against SQLite's WAL index (watch.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sqlite3
 
 import pytest
 
@@ -76,7 +78,24 @@ def _replace(path: str) -> None:
     os.replace(f"{path}.copy", path)
 
 
+def _overwrite(path: str) -> None:
+    """Another database's bytes written over the file in place, not shorter than it (as
+    `cp other.db db`, same inode; without its truncation first, which the store may catch
+    as "truncated" instead)."""
+    other = f"{path}.other"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE t (x BLOB)")
+    conn.execute("INSERT INTO t VALUES (zeroblob(?))", (os.path.getsize(path) + 8192,))
+    conn.commit()
+    conn.close()
+    with open(other, "rb") as src, open(path, "r+b") as dst:
+        dst.write(src.read())
+
+
 CHANGES = {
+    "wal-emptied": (lambda db: os.truncate(f"{db}-wal", 0), "write-ahead log",
+                    "-wal was emptied or overwritten"),
+    "db-overwritten": (_overwrite, "database file", "was overwritten"),
     "wal-removed": (lambda db: os.unlink(f"{db}-wal"), "write-ahead log", "-wal was removed"),
     "wal-replaced": (lambda db: _replace(f"{db}-wal"), "write-ahead log", "-wal was replaced"),
     "db-truncated": (lambda db: os.truncate(db, 0), "database file", "was truncated (from"),

@@ -9,6 +9,7 @@ be compared exactly, times included. One test per backend also runs the real sto
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import sqlite3
 from collections.abc import Sequence
@@ -62,15 +63,29 @@ _HEAD_COLS = ["stream_id", "version", "last_hash", "epoch", "created_at_us", "up
 
 async def write_records(backend, calls: dict[str, list[RecordedEvent]],
                         epochs: dict[str, int] | None = None) -> None:
-    """Insert whole calls (new streams) with their head rows, in bulk."""
+    """Insert whole calls (new streams) with their head rows, in bulk. A head's epoch: as
+    `epochs` says, else the highest its events record, as the store's appends leave it (a
+    lower one is a fenced worker re-admitted: `verify` says so)."""
     epochs = epochs or {}
     rows, heads = [], []
     for sid, recs in calls.items():
         rows += [(0, r.stream_id, r.version, r.type, r.schema_version, r.data_json,
                   r.recorded_at_us, r.hash) for r in recs]
-        heads.append((sid, recs[-1].version, recs[-1].hash, epochs.get(sid, 1),
+        epoch = epochs.get(sid) or _recorded_epoch(recs)
+        heads.append((sid, recs[-1].version, recs[-1].hash, epoch,
                        recs[0].recorded_at_us, recs[-1].recorded_at_us))
     await write_rows(backend, rows, heads)
+
+
+def _recorded_epoch(recs: list[RecordedEvent]) -> int:
+    epochs = [1]
+    for r in recs:
+        if r.type in ("session.opened", "session.worker_attached"):
+            try:
+                epochs.append(int(json.loads(r.data_json).get("epoch", 1)))
+            except (ValueError, TypeError, AttributeError):
+                pass  # (a hostile row: its reader says so)
+    return max(epochs)
 
 
 async def write_rows(backend, rows: list[tuple], heads: list[tuple]) -> None:
@@ -105,7 +120,7 @@ async def write_rows(backend, rows: list[tuple], heads: list[tuple]) -> None:
 
 
 async def write_call(backend, call_id: str, timed: Sequence[tuple[float, Event]],
-                     t0: int = T0, epoch: int = 1) -> list[RecordedEvent]:
+                     t0: int = T0, epoch: int | None = None) -> list[RecordedEvent]:
     recs = chain(call_id, timed, t0)
     await write_records(backend, {call_id: recs}, {call_id: epoch})
     return recs

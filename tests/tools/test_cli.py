@@ -43,7 +43,7 @@ async def test_calls_json_golden(loaded):
         summary("failing-1", "stale", at(0, T0 + HOUR_US), at(1000, T0 + HOUR_US), 1.0, 8,
                 tool_calls=1, failures=1, anomalies=1),
         summary("support-1", "closed", at(0), at(5000), 5.0, 25, tool_calls=1, deferred=1,
-                reconnects=2, takeovers=1, crashes=1),
+                reconnects=2, takeovers=1, crashes=1, epoch=2),  # (taken over: epoch 2)
     ]
     got = out_json(await acli("calls", "--json", backend=loaded))
     # How long a call not closed has been silent depends on when the test runs.

@@ -106,9 +106,12 @@ async def test_tools_read_what_the_store_writes(store, migrated):
     for (offset, e) in support_call():
         same = groups and e.TYPE in ("tool.call_deferred", "connection.reconnect_requested")
         (groups[-1].append(e) if same else groups.append([e]))
-    version = 0
+    version, epoch = 0, None
     for group in groups:
-        version = await store.append("support-1", group, version)
+        # As a worker does: its epoch with every append, the takeover's from the takeover on.
+        epoch = max([epoch or 0, *(getattr(e, "epoch", 0) for e in group
+                                   if e.TYPE in ("session.opened", "session.worker_attached"))])
+        version = await store.append("support-1", group, version, epoch=epoch or None)
     r = await acli("replay", "support-1", "--json", backend=migrated)
     assert r.exit_code == 0, r.stdout
     assert json.loads(r.stdout)["divergences"] == []

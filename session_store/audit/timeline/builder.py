@@ -67,6 +67,7 @@ class TimelineBuilder(TimelineDraft):
 
     # --------------------------------------------------------------- one event
     def add(self, rec: RecordedEvent) -> Entry:
+        rec.recorded_at  # noqa: B018 - CorruptEvent for a time no entry could show
         if self.tl is None:
             t0 = self.t0_us if self.t0_us is not None else rec.recorded_at_us
             self.tl = Timeline(self.call_id or rec.stream_id, t0, rec.version, rec.version,

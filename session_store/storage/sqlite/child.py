@@ -34,6 +34,7 @@ import sys
 from typing import Any
 
 from ..batch import _AppendRequest
+from . import watch
 from .commit import FilesChanged, checkpoint, commit_batch, connect
 
 HEADER = struct.Struct("<I")
@@ -99,6 +100,7 @@ def _serve(requests: int, replies) -> None:
     # The files changed under the connection: every request after it fails the same way
     # (a new connection would commit to whatever the path names now).
     files_changed: FilesChanged | None = None
+    files = None  # the FileWatch of the database's files, across this process's connections
     while True:
         if (conn is not None and commits_since_checkpoint >= IDLE_CHECKPOINT_AFTER
                 and not _request_within(requests, IDLE_S)):
@@ -121,16 +123,18 @@ def _serve(requests: int, replies) -> None:
                 raise files_changed
             if op == "open":
                 path, statements = args
-                conn = connect(path, statements)
+                files = watch.FileWatch(path)
+                conn = connect(path, statements, watch=files)
                 result = None
             else:
                 if conn is None:  # dropped after a failure: a new connection each try
-                    conn = connect(path, statements)
+                    conn = connect(path, statements, watch=files)
                     conn.set_trace_callback(None if traced is None else traced.append)
                 if op == "commit":
                     rows, cached = args
-                    batch = [_AppendRequest(s, r, v, e, t, 0.0, final_hash=h, claim=c)
-                             for s, r, v, e, t, h, c in rows]
+                    batch = [_AppendRequest(s, r, v, e, t, 0.0, final_hash=h, claim=c,
+                                            unfenced=u)
+                             for s, r, v, e, t, h, c, u in rows]
 
                     def planned(batch, rid=rid):
                         replies.write(frame((rid, "planned", None, _planned(batch))))
@@ -172,6 +176,7 @@ def _serve(requests: int, replies) -> None:
 def main() -> None:
     _die_with_parent(int(sys.argv[1]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent closes us when it stops
+    watch.close_when_unused = True  # (its commit connection is the only one here)
     _serve(sys.stdin.fileno(), os.fdopen(int(sys.argv[2]), "wb"))
 
 

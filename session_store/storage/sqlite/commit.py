@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ..batch import (CLOSED_TYPE, BatchPlan, _AppendRequest, claims_wanted, plan_batch,
                     stored_hashes_wanted)
+from .watch import Changed, FileWatch
 
 BUSY_TIMEOUT_MS = 5000
 
@@ -100,7 +101,9 @@ class CommitConnection(sqlite3.Connection):
     _db: tuple[int, int]  # (device, inode)
     _wal: tuple[int, int] | None  # None: no WAL (yet)
 
-    def opened(self, path: str) -> None:
+    watch: FileWatch | None = None  # their content, since the store opened (watch.py)
+
+    def opened(self, path: str, watch: FileWatch | None) -> None:
         """Note the files just opened (after a read: SQLite opens the WAL with the first)."""
         self.path, self.wal_path, self.size, self._wal = path, path + "-wal", 0, None
         try:
@@ -108,6 +111,7 @@ class CommitConnection(sqlite3.Connection):
         except OSError:
             self._changed(f"the database file {path} was removed")
         self._db = (st.st_dev, st.st_ino)
+        self.watch = watch
         self.check_files()
 
     def check_file(self) -> None:
@@ -136,6 +140,11 @@ class CommitConnection(sqlite3.Connection):
             self._wal = (st.st_dev, st.st_ino)  # (created since: the one it has open)
         elif st.st_ino != self._wal[1] or st.st_dev != self._wal[0]:
             self._changed(f"the write-ahead log {self.wal_path} was replaced")
+        if self.watch is not None:  # the same files: their content (watch.py)
+            try:
+                self.watch.check()
+            except Changed as exc:
+                self._changed(str(exc))
 
     def _changed(self, what: str):
         raise FilesChanged(
@@ -146,10 +155,12 @@ class CommitConnection(sqlite3.Connection):
 
 
 def connect(path: str, statements: Statements, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
-            checkpoints: bool = True) -> CommitConnection:
+            checkpoints: bool = True, watch: FileWatch | None = None) -> CommitConnection:
     """A connection that commits batches. isolation_level=None: we issue BEGIN IMMEDIATE
     ourselves, so the write lock is held from the head check to the commit. The file must
-    exist (`mode=rw`): a removed database is never silently created again, empty."""
+    exist (`mode=rw`): a removed database is never silently created again, empty. `watch`
+    checks the files' content: its owner keeps it across connections, so that a connection
+    opened after a change does not take the changed files for the ones it watched."""
     conn = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=rw", uri=True,
                            isolation_level=None, check_same_thread=False,
                            factory=CommitConnection)
@@ -164,7 +175,7 @@ def connect(path: str, statements: Statements, *, busy_timeout_ms: int = BUSY_TI
             conn.execute(ddl)
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # (opens the WAL)
         conn.checkpoints = checkpoints
-        conn.opened(path)
+        conn.opened(path, watch)
     except BaseException:
         conn.close()
         raise
@@ -298,3 +309,4 @@ def _write_plan(conn: sqlite3.Connection, st: Statements, plan: BatchPlan) -> bo
 def checkpoint(conn: CommitConnection) -> None:
     conn.check_files()  # (never copy the WAL into a file truncated or replaced under it)
     conn.execute("PRAGMA main.wal_checkpoint(PASSIVE)").fetchall()
+    conn.check_files()  # (and what it wrote is what the next check compares with)

@@ -26,7 +26,8 @@ from ..reads import InProcessOnly
 from ..store import SqlEventStore
 from .commit import configure
 from .committer import SqliteCommitter
-from .files import check_database_file, check_writable, database_path, read_mode
+from .files import (ReadConnections, check_database_file, check_writable, database_path,
+                    read_mode)
 
 
 class SqliteDialect:
@@ -61,6 +62,10 @@ class SqliteDialect:
             database=f"file:{urllib.parse.quote(os.path.abspath(self._path))}"
         ).update_query_dict(read_mode(self._path, read_only)))
         event.listen(self.engine.sync_engine, "connect", lambda c, _r: configure(c))
+        if read_only:  # (its mode decided per connection: files.py)
+            reads = ReadConnections(self._path, read_only)
+            event.listen(self.engine.sync_engine, "do_connect", reads.on_connect)
+            event.listen(self.engine.sync_engine.pool, "checkout", reads.on_checkout)
         self.committer = SqliteCommitter(self._path, budget=inline_budget,
                                          urgent_only=inline == "urgent")
         self.commits_urgent_inline = inline_budget > 0

@@ -37,6 +37,7 @@ from collections.abc import Callable
 
 from ..batch import BatchPlan, _AppendRequest
 from .commit import FilesChanged, Statements, commit_batch, connect
+from .watch import FileWatch
 from .writer import WriterProcess
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class InlineCommits:
         self._refuse = refuse  # files changed under a connection: the store's error for good
         self._usable = usable  # the store is open and its files are as they were
         self.conn: sqlite3.Connection | None = None  # the event loop thread's
+        self._files: FileWatch | None = None  # its files' content, across its connections
         self.paused_until = 0.0
         self.pause = PAUSE_MIN_S
         self._slow_score = 0.0
@@ -84,8 +86,10 @@ class InlineCommits:
     def open(self) -> None:
         """(Off the loop: it may wait for SQLite's lock.)"""
         if self.budget > 0 and self.conn is None:
+            if self._files is None:
+                self._files = FileWatch(self._path)
             self.conn = connect(self._path, self._statements, busy_timeout_ms=0,
-                                checkpoints=False)
+                                checkpoints=False, watch=self._files)
 
     def broken(self) -> bool:
         """Is the connection gone while inline commits are on (to be opened again)?"""
@@ -162,6 +166,9 @@ class InlineCommits:
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.close()
+        if self._files is not None:
+            self._files.close()
+            self._files = None
 
     async def close(self) -> None:
         if self._checkpoint_task is not None:

@@ -28,7 +28,7 @@ from .commit import FilesChanged, Statements
 
 def _request_rows(batch: list[_AppendRequest]) -> list[tuple]:
     return [(r.stream_id, r.rows, r.expected_version, r.epoch, r.recorded_at_us, r.final_hash,
-             r.claim) for r in batch]
+             r.claim, r.unfenced) for r in batch]
 
 
 def _error_from(payload: tuple) -> BaseException:

@@ -13,7 +13,7 @@ from session_store import events as ev
 from session_store.errors import CallClosed, ConcurrencyConflict, Fenced
 from session_store.verify import verify_log
 
-from ..helpers import msg, opened
+from ..helpers import msg, opened, sql
 
 
 def attached(worker: str, epoch: int) -> ev.WorkerAttached:
@@ -89,3 +89,41 @@ async def test_a_takeover_of_events_that_are_gone_is_a_conflict(store):
     with pytest.raises(ValueError, match="after_version"):
         await store.take_over("c", [attached("w2", 2)], 2, after_version=-1)
     assert await store.stream_version("c") == 2
+
+
+async def test_after_a_takeover_an_append_without_an_epoch_is_fenced_unless_unfenced(store):
+    """An old worker that passed no epoch went on appending after the takeover that fenced it
+    (issue #34, item 5): after one, leaving the epoch out is refused, and appending unfenced
+    is said (`unfenced=True`), not a default."""
+    v = await store.append("c", [opened()], 0, epoch=1)
+    v = await store.append("c", [msg(1)], v)  # (one worker so far: no epoch is fine)
+    v = await store.take_over("c", [attached("w2", 2)], 2, after_version=v)
+    for urgent in (False, True):  # (urgent: SQLite may commit it inline)
+        with pytest.raises(Fenced, match="without an epoch is fenced off by epoch 2") as caught:
+            await store.append("c", [msg(2)], v, urgent=urgent)
+        assert (caught.value.epoch, caught.value.current_epoch) == (None, 2)
+    assert await store.stream_version("c") == v
+    assert await store.append("c", [msg(2)], v, unfenced=True) == v + 1
+    assert await store.append("c", [msg(3)], v + 1, epoch=2) == v + 2
+    with pytest.raises(Fenced):  # unfenced says nothing to an epoch passed with it
+        await store.append("c", [msg(4)], v + 2, epoch=1, unfenced=True)
+    report, = await verify_log(store, "c")
+    assert report.ok, report
+
+
+async def test_verify_reports_a_head_epoch_set_lower_than_the_log_records(store, migrated):
+    """A head epoch lowered behind the log's back re-admits the worker a takeover fenced;
+    verify said ok (issue #34, item 5)."""
+    v = await store.append("c", [opened()], 0, epoch=1)
+    v = await store.take_over("c", [attached("w2", 2)], 2, after_version=v)
+    await sql(migrated, "UPDATE session_streams SET epoch = 1 WHERE stream_id = 'c'")
+    report, = await verify_log(store, "c")
+    assert not report.ok and report.first_bad_version == v, report
+    assert "the head says fencing epoch 1 but the log records epoch 2" in report.reason
+    assert "lets a fenced worker append again" in report.reason
+    await sql(migrated, "UPDATE session_streams SET epoch = 0 WHERE stream_id = 'c'")
+    report, = await verify_log(store, "c")
+    assert not report.ok and "fencing epoch 0 but the log records epoch 2" in report.reason
+    await sql(migrated, "UPDATE session_streams SET epoch = 2 WHERE stream_id = 'c'")
+    report, = await verify_log(store, "c")
+    assert report.ok, report
