@@ -39,6 +39,9 @@ from session_store import open_store  # noqa: E402
 from session_store.migrate import upgrade  # noqa: E402
 
 
+RAMP_S = 10.0  # the clients open their pages over this long
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -98,8 +101,10 @@ async def clients_child(base: str, calls: list[str], clients: int, seconds: floa
 
     async with httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(60, read=None),
                                  limits=limits) as http:
-        tasks = [asyncio.create_task(browse(http, calls[i % len(calls)]))
-                 for i in range(clients)]
+        tasks = []
+        for i in range(clients):  # browsers arrive over RAMP_S, not all in one instant
+            tasks.append(asyncio.create_task(browse(http, calls[i % len(calls)])))
+            await asyncio.sleep(RAMP_S / clients)
         print(json.dumps({"started": True}), flush=True)
         await asyncio.sleep(seconds)
         for task in tasks:
@@ -143,8 +148,8 @@ async def run(calls_n: int, clients: int, window: float) -> dict:
             sys.executable, __file__, "--child", base, "--clients", str(clients),
             "--calls", str(calls_n), "--seconds", str(window + 15),
             stdout=subprocess.PIPE, env=env)
-        await child.stdout.readline()  # started
-        await asyncio.sleep(5)  # (the live pages open: each reads its call's state)
+        await child.stdout.readline()  # all started
+        await asyncio.sleep(2)  # (the last pages open: each reads its call's state)
         watched = asyncio.create_task(bots(store, calls, versions, window))
         await asyncio.sleep(window / 2)
         out["viewer_connections_clients"] = pg_connections(viewer.pid)

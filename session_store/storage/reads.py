@@ -120,12 +120,19 @@ class LogReads:
             async with (self._engine.begin() if begin else self._engine.connect()) as conn:
                 yield conn
         except Exception as exc:  # noqa: BLE001 - sorted out below
-            cause = self._outage_cause(exc)
-            if cause is None:
+            outage = self.outage_of(exc)
+            if outage is None:
                 raise
-            raise StoreUnavailable("cannot reach the database "
-                                   f"({self._dialect.committer.describe_outage(cause)})"
-                                   ) from exc
+            raise outage from exc
+
+    def outage_of(self, exc: BaseException) -> StoreUnavailable | None:
+        """StoreUnavailable naming the cause if `exc` is the driver's error for a database
+        that is down (however wrapped), else None."""
+        cause = self._outage_cause(exc)
+        if cause is None:
+            return None
+        return StoreUnavailable("cannot reach the database "
+                                f"({self._dialect.committer.describe_outage(cause)})")
 
     def _outage_cause(self, exc: BaseException) -> BaseException | None:
         """The driver's outage error behind `exc`, which SQLAlchemy may have wrapped (`orig`,
@@ -135,6 +142,18 @@ class LogReads:
             if candidate is not None and not isinstance(candidate, StoreUnavailable) \
                     and self._dialect.committer.is_outage(candidate):
                 return candidate
+        return None
+
+    async def unreachable(self, timeout: float) -> str | None:
+        """Why the database does not answer a new connection within `timeout` seconds, or
+        None if it does (always, for a database that is a file: SQLite)."""
+        probe = getattr(self._dialect, "probe", None)
+        if probe is None:
+            return None
+        try:
+            await probe(timeout)
+        except Exception as exc:  # noqa: BLE001 - any failure to answer is the reason
+            return self._dialect.committer.describe_outage(exc)
         return None
 
     # ------------------------------------------------------------------ read
