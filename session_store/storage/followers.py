@@ -74,6 +74,20 @@ class StreamWaits:
         self._waiting: dict[str, list[tuple[int, asyncio.Future]]] = {}
         self._poke = asyncio.Event()  # a new waiter: read the heads again now
         self._task: asyncio.Task | None = None
+        self._reading: dict[tuple[str, int, int], asyncio.Future] = {}
+
+    async def read_once(self, stream_id: str, from_version: int, limit: int) -> list:
+        """`reads.read(stream_id, from_version, limit=)`, one query for all the followers
+        that ask the same at once (those of one call, woken by its append, all do)."""
+        key = (stream_id, from_version, limit)
+        reading = self._reading.get(key)
+        if reading is None:
+            reading = asyncio.ensure_future(self._reads.read(stream_id,
+                                                             from_version=from_version,
+                                                             limit=limit))
+            self._reading[key] = reading
+            reading.add_done_callback(lambda _: self._reading.pop(key, None))
+        return list(await asyncio.shield(reading))
 
     async def wait_past(self, stream_id: str, version: int) -> None:
         """Return once the stream's head is past `version` or the store closes; raise what

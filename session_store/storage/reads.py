@@ -264,7 +264,7 @@ class LogReads:
         version = (after_version if after_version is not None
                    else await self._version_at(stream_id, from_position))
         while not self._closed:
-            batch = await self.read(stream_id, from_version=version + 1, limit=batch_size)
+            batch = await self._stream_waits.read_once(stream_id, version + 1, batch_size)
             for ev in batch:
                 version = ev.version
                 yield ev

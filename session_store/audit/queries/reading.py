@@ -57,23 +57,32 @@ async def overview(store, call_id: str, start_us: int, end_us: int,
     return Overview(start_us, end_us, width, counts, first)
 
 
+#: What one chunk of `iter_records` may hold in stored JSON, roughly: memory bounded by this
+#: or the largest event, not by the call (a 100 MB call was read whole before).
+CHUNK_BYTES = 4 << 20
+
+
 async def iter_records(store, call_id: str, *, from_version: int = 1,
                        to_version: int | None = None, chunk: int = 5000
                        ) -> AsyncIterator[list[RecordedEvent]]:
-    """A call's events in version order, `chunk` at a time (bounded memory).
+    """A call's events in version order, at most `chunk` at a time and about CHUNK_BYTES
+    (the next chunk's size comes from the biggest event so far, starting small; at least
+    one event).
 
-    Chunks are `chunk` rows, not ranges of `chunk` versions: on a damaged call (exported all
+    Chunks are counts of rows, not ranges of versions: on a damaged call (exported all
     the same) a range that ends short only means rows are missing there, not that the call
     ends, and every stored row after the gap still goes out."""
-    v = from_version
+    v, limit, biggest = from_version, 1, 1
     while to_version is None or v <= to_version:
-        recs = await store.read(call_id, from_version=v, to_version=to_version, limit=chunk)
+        recs = await store.read(call_id, from_version=v, to_version=to_version, limit=limit)
         if not recs:
             return
         yield recs
         v = recs[-1].version + 1
-        if len(recs) < chunk:
+        if len(recs) < limit:
             return
+        biggest = max(biggest, *(len(r.data_json) for r in recs))
+        limit = max(1, min(chunk, 2 * limit, CHUNK_BYTES // biggest))
 
 
 async def complete_head(store, call_id: str) -> int:
@@ -175,15 +184,16 @@ async def state_at(store, call_id: str, at: int | None = None,
     every = cache.every if cache else 10_000
     while state.version < target:
         hi = min(target, (state.version // every + 1) * every)
-        recs = await store.read(call_id, from_version=state.version + 1, to_version=hi)
-        if not recs or recs[-1].version != hi:
+        got = state.version
+        async for recs in iter_records(store, call_id, from_version=got + 1, to_version=hi):
+            fold_into(state, recs)
+            got = recs[-1].version
+        if got != hi:
             # The head row promises events up to `target` that are not stored: showing the
             # fold of what is left as "the state" would be a wrong answer.
-            got = recs[-1].version if recs else state.version
             raise StreamDamaged(f"the head says version {head} but the events end at {got} "
                                 "(events deleted from the end?)", stream_id=call_id,
                                 version=got + 1)
-        fold_into(state, recs)
         if cache is not None and state.version % every == 0:
             cache.put(call_id, _private(state))
     if remember and cache is not None and state.version % every and start is not cached:
