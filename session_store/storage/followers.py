@@ -33,7 +33,6 @@ class SharedNotifications:
 
     def __init__(self, open_notifications: Callable[[], contextlib.AbstractAsyncContextManager]):
         self._open = open_notifications
-        self._lock = asyncio.Lock()
         self._users = 0
         self._context: contextlib.AbstractAsyncContextManager | None = None
         self._notifications = None
@@ -41,20 +40,23 @@ class SharedNotifications:
 
     @contextlib.asynccontextmanager
     async def use(self):
-        async with self._lock:
-            if self._users == 0:
-                context = self._open()
-                self._notifications = await context.__aenter__()
-                self._context = context
-            self._users += 1
+        if self._context is None:
+            context = self._open()
+            notifications = await context.__aenter__()
+            if self._context is None:
+                self._context, self._notifications = context, notifications
+            else:  # (another follower opened them meanwhile)
+                await context.__aexit__(None, None, None)
+        self._users += 1
         try:
             yield self
         finally:
-            async with self._lock:
-                self._users -= 1
-                if self._users == 0:
-                    context, self._context, self._attempt = self._context, None, None
-                    await context.__aexit__(None, None, None)
+            # Taken with no await in between: a follower arriving while they close opens
+            # new ones rather than using these.
+            self._users -= 1
+            if self._users == 0 and self._context is not None:
+                context, self._context, self._attempt = self._context, None, None
+                await context.__aexit__(None, None, None)
 
     async def listening(self) -> bool:
         """Whether commits of other processes wake the followers. One attempt to listen
