@@ -131,3 +131,26 @@ async def test_state_scrubs_only_what_its_text_shows(migrated, monkeypatch):
     assert len(view["conversation"][0]["text"]) == 10_000_000
     assert view["tool_calls"][0]["args"]["note"] == "x" * 10_000_000
     assert max(scrubbed) >= 10_000_000
+
+
+async def test_the_viewer_keeps_no_big_state(migrated):
+    """The viewer's state cache holds at most `max_bytes` of states and none bigger than a
+    quarter of it: one look at a 20 MB call left every state of it (the conversation
+    whole, ~9 of them) in the viewer before."""
+    await write_call(migrated, "big", big_call(2, 10 * MB))
+    await write_call(migrated, "small", support_call())
+    store = await migrated.open(read_only=True)
+    cache = reading.StateCache(max_bytes=8 * MB)
+    try:
+        for at in (3, 4, 5):
+            whole = await reading.state_at(store, "big", at, cache, remember=True)
+            assert len(whole.conversation[0][1]) == 10 * MB + 1
+        assert cache.size() == 0 and cache.best("big", 5) is None
+        small = await reading.state_at(store, "small", None, cache, remember=True)
+        kept = cache.best("small", small.version)
+        assert kept is not None and kept is not small and kept.version == small.version
+        assert 0 < cache.size() <= 8 * MB
+        kept.conversation.clear()  # (a copy: the cache's own is untouched)
+        assert cache.best("small", small.version).conversation == small.conversation
+    finally:
+        await store.close()

@@ -118,7 +118,9 @@ async def complete_head(store, call_id: str) -> int:
 
 @dataclass
 class StateCache:
-    """Folded states of calls at checkpoint versions (every `every`), for a few calls.
+    """Folded states of calls at checkpoint versions (every `every`), for a few calls, kept
+    pickled: at most `max_bytes` in all, and none bigger than a quarter of it (a state holds
+    its call's conversation: a 100 MB call's states stayed in the viewer after one look).
 
     A stored event never changes (the hash chain says so), so a state at version v is the
     same whenever it is computed: clicking through a 50,000-event call folds each stretch once.
@@ -127,25 +129,38 @@ class StateCache:
     max_calls: int = 16
     #: States kept per call besides the checkpoints (the windows last looked at).
     max_extra: int = 8
-    _by_call: "OrderedDict[str, dict[int, SessionState]]" = field(default_factory=OrderedDict)
+    max_bytes: int = 64 << 20
+    _by_call: "OrderedDict[str, dict[int, bytes]]" = field(default_factory=OrderedDict)
 
     def best(self, call_id: str, at: int) -> SessionState | None:
+        """The latest state kept at or before `at`: the caller's own copy."""
         points = self._by_call.get(call_id)
         if not points:
             return None
         self._by_call.move_to_end(call_id)
         usable = [v for v in points if v <= at]
-        return points[max(usable)] if usable else None
+        return pickle.loads(points[max(usable)]) if usable else None
 
     def put(self, call_id: str, state: SessionState) -> None:
+        """Keep a copy of `state` (unless it is too big to)."""
+        kept = pickle.dumps(state, pickle.HIGHEST_PROTOCOL)
+        if len(kept) > self.max_bytes // 4:
+            return
         points = self._by_call.setdefault(call_id, {})
-        points[state.version] = state
+        points[state.version] = kept
         extra = [v for v in points if v % self.every]
         for v in extra[:max(len(extra) - self.max_extra, 0)]:  # (dicts keep insertion order)
             del points[v]
         self._by_call.move_to_end(call_id)
-        while len(self._by_call) > self.max_calls:
+        while len(self._by_call) > self.max_calls or (
+                len(self._by_call) > 1 and self.size() > self.max_bytes):
             self._by_call.popitem(last=False)
+        points = self._by_call.get(call_id, {})
+        while points and self.size() > self.max_bytes:
+            del points[next(iter(points))]
+
+    def size(self) -> int:
+        return sum(len(b) for points in self._by_call.values() for b in points.values())
 
 
 def _private(state: SessionState) -> SessionState:
@@ -180,7 +195,7 @@ async def state_at(store, call_id: str, at: int | None = None,
     # settled for good: shown as "the state", it would be a wrong one.
     if snap is not None and snap.history_complete and snap.version > start.version:
         start = snap
-    state = _private(start) if start is cached or start is after else start
+    state = _private(start) if start is after else start  # (`best` gave a copy)
     every = cache.every if cache else 10_000
     while state.version < target:
         hi = min(target, (state.version // every + 1) * every)
@@ -195,9 +210,9 @@ async def state_at(store, call_id: str, at: int | None = None,
                                 "(events deleted from the end?)", stream_id=call_id,
                                 version=got + 1)
         if cache is not None and state.version % every == 0:
-            cache.put(call_id, _private(state))
+            cache.put(call_id, state)
     if remember and cache is not None and state.version % every and start is not cached:
-        cache.put(call_id, _private(state))
+        cache.put(call_id, state)
     return state
 
 
