@@ -97,6 +97,7 @@ class LogReads:
         self._notifications = SharedNotifications(
             lambda: dialect.change_notifications(self._signal_change))
         self._stream_waits = StreamWaits(self)
+        self._probing: asyncio.Future | None = None  # (`unreachable`)
         # (The cursor's order comes back with the rows: see `read_all`.)
         self._page = dialect.page_statement((*_EVENT_COLUMNS, _CURSOR_ORDER), _CURSOR,
                                             _CURSOR_ORDER, _PAGE_LIMIT)
@@ -146,7 +147,13 @@ class LogReads:
 
     async def unreachable(self, timeout: float) -> str | None:
         """Why the database does not answer a new connection within `timeout` seconds, or
-        None if it does (always, for a database that is a file: SQLite)."""
+        None if it does (always, for a database that is a file: SQLite). One probe at a
+        time, its answer shared: many slow pages must not open a connection each."""
+        if self._probing is None or self._probing.done():
+            self._probing = asyncio.ensure_future(self._probe(timeout))
+        return await asyncio.shield(self._probing)
+
+    async def _probe(self, timeout: float) -> str | None:
         probe = getattr(self._dialect, "probe", None)
         if probe is None:
             return None
