@@ -154,3 +154,24 @@ async def test_the_viewer_keeps_no_big_state(migrated):
         assert cache.best("small", small.version).conversation == small.conversation
     finally:
         await store.close()
+
+
+def test_the_cli_never_formats_a_whole_state(tmp_path, monkeypatch):
+    """asyncio's runner formats its main task's result with repr() (when it restores the
+    SIGINT handler, on the main thread): a command returning a 100 MB call's state spent
+    200 MB and a second on its repr. Commands hand their results out behind a short one."""
+    import asyncio
+
+    from session_store.state import SessionState
+
+    from ..conftest import Backend
+    from .helpers import cli
+
+    backend = Backend("sqlite", f"sqlite+aiosqlite:///{tmp_path / 'log.db'}")
+    asyncio.run(backend.migrate())
+    asyncio.run(write_call(backend, "c", support_call()))
+    formatted: list[str] = []
+    monkeypatch.setattr(SessionState, "__repr__", lambda self: formatted.append("state") or "S")
+    r = cli("state", "c", backend=backend)  # (here, on the main thread)
+    assert r.exit_code == 0, r.output
+    assert formatted == []
