@@ -101,3 +101,10 @@ def state_view(s: SessionState, call_id: str | None = None, *,
         "conversation_total": len(s.conversation),
         "conversation": [{"role": role, "text": text} for role, text in conversation],
     }
+
+
+def without_values(view: dict[str, Any]) -> dict[str, Any]:
+    """A `state_view` without what its text (`text.state_view_text`) never shows: the
+    conversation, and the tool calls' arguments, results and errors."""
+    return {**view, "conversation": [], "tool_calls": [
+        {**c, "args": None, "result": None, "error": None} for c in view["tool_calls"]]}

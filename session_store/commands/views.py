@@ -52,7 +52,8 @@ def timeline(call: str,
     from ..audit import LANES, build_timeline
     from ..audit.fmt import preview_record
     from ..audit.queries import call_summary, window_facts
-    from ..audit.timeline import tool_calls_in, unreadable_call
+    from ..audit.streaming import write_timeline_json
+    from ..audit.timeline import Timeline, tool_calls_in, unreadable_call
     from ..audit.text import timeline_view
 
     redactor = redactor_for(redact, redact_keys, redact_config)
@@ -71,10 +72,20 @@ def timeline(call: str,
             raise UserError(f"call {call} has versions 1–{head}: "
                             f"{'--at' if at is not None else '--from'} {point} is past its end")
         to = head if limit is None else min(head, start + max(limit, 1) - 1)
-        recs = await store.read(call, from_version=start, to_version=to)
+        # (--json streams the window: its tool calls are found without holding its events)
+        recs = [] if as_json else await store.read(call, from_version=start, to_version=to)
         prior, whole, note = await window_facts(store, call, start, to, head,
-                                                tool_calls=tool_calls_in(recs))
+                                                tool_calls=None if as_json
+                                                else tool_calls_in(recs))
+        if note is not None and as_json:
+            recs = await store.read(call, from_version=start, to_version=to)
         summary = await call_summary(store, call, now_us())
+        if as_json and note is None:  # written as it is built: first bytes early
+            await write_timeline_json(sys.stdout.write, store, call, start, to,
+                                      t0_us=summary.started_at_us if summary else None,
+                                      prior=prior, whole=whole, summary=summary,
+                                      redactor=redactor, keep=Timeline.keeps(lanes, types))
+            return None, None
         if not as_json:  # (a line shows a preview of each value: cut before formatting)
             recs = [preview_record(r) for r in recs]
         tl = build_timeline(redactor.redact_records(recs), call_id=call,
@@ -86,6 +97,8 @@ def timeline(call: str,
         return tl, summary
 
     tl, summary = with_store(db, schema, go)
+    if tl is None:
+        return  # (written)
     if lanes or types:
         tl = tl.only(lanes, types)
     if as_json:
@@ -103,6 +116,8 @@ def state(call: str, at: Optional[str] = typer.Option(None, "--at", help="Fold u
           as_json: bool = JsonOption) -> None:
     """The projection of a call at any point: deferred, running, in doubt, to send."""
     from ..audit import export_line, state_view
+    from ..audit.export import without_values
+    from ..audit.fmt import preview_record
     from ..audit.models import State, dump
     from ..audit.queries import state_at
     from ..audit.text import state_view_text
@@ -116,10 +131,15 @@ def state(call: str, at: Optional[str] = typer.Option(None, "--at", help="Fold u
             raise UserError(f"call {call} has versions 1–{head}: --at {at} is not one of them")
         s = await state_at(store, call, version)
         rec = await store.read(call, from_version=s.version, to_version=s.version)
+        if rec and not as_json:  # (the text shows the event's type and time alone)
+            rec = [preview_record(rec[0])]
         return s, (export_line(rec[0], redactor) if rec else None)
 
     s, event = with_store(db, schema, go)
-    view = redactor.redact_state(state_view(s, call))
+    view = state_view(s, call)
+    if not as_json:  # the text shows no value: none is scrubbed (seconds for a 10 MB one)
+        view = without_values(view)
+    view = redactor.redact_state(view)
     view = dump(State, {**view, "event": event})
     if as_json:
         print_json(view)

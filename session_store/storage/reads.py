@@ -16,12 +16,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy import BigInteger, Integer, bindparam, literal_column, null, select, union_all
+from sqlalchemy import (
+    BigInteger, Integer, bindparam, func, literal_column, null, select, tuple_, union_all,
+)
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from ..errors import StoreClosed, StoreUnavailable, StreamDamaged, driver_said
 from ..records import RecordedEvent
 from ..schema import check_stream_id, events, snapshots, streams
+from .followers import SharedNotifications, StreamWaits
 
 if TYPE_CHECKING:
     from .dialect import Dialect
@@ -91,6 +94,11 @@ class LogReads:
         self._changed = asyncio.Event()  # set (and replaced) by `_signal_change` at each commit
         #: Wait for a change notification at most this long before polling the table again.
         self.poll_interval = dialect.poll_interval
+        # One listener and one head reader for all of this store's followers (followers.py).
+        self._notifications = SharedNotifications(
+            lambda: dialect.change_notifications(self._signal_change))
+        self._stream_waits = StreamWaits(self)
+        self._probing: asyncio.Future | None = None  # (`unreachable`)
         # (The cursor's order comes back with the rows: see `read_all`.)
         self._page = dialect.page_statement((*_EVENT_COLUMNS, _CURSOR_ORDER), _CURSOR,
                                             _CURSOR_ORDER, _PAGE_LIMIT)
@@ -114,12 +122,19 @@ class LogReads:
             async with (self._engine.begin() if begin else self._engine.connect()) as conn:
                 yield conn
         except Exception as exc:  # noqa: BLE001 - sorted out below
-            cause = self._outage_cause(exc)
-            if cause is None:
+            outage = self.outage_of(exc)
+            if outage is None:
                 raise
-            raise StoreUnavailable("cannot reach the database "
-                                   f"({self._dialect.committer.describe_outage(cause)})"
-                                   ) from exc
+            raise outage from exc
+
+    def outage_of(self, exc: BaseException) -> StoreUnavailable | None:
+        """StoreUnavailable naming the cause if `exc` is the driver's error for a database
+        that is down (however wrapped), else None."""
+        cause = self._outage_cause(exc)
+        if cause is None:
+            return None
+        return StoreUnavailable("cannot reach the database "
+                                f"({self._dialect.committer.describe_outage(cause)})")
 
     def _outage_cause(self, exc: BaseException) -> BaseException | None:
         """The driver's outage error behind `exc`, which SQLAlchemy may have wrapped (`orig`,
@@ -129,6 +144,24 @@ class LogReads:
             if candidate is not None and not isinstance(candidate, StoreUnavailable) \
                     and self._dialect.committer.is_outage(candidate):
                 return candidate
+        return None
+
+    async def unreachable(self, timeout: float) -> str | None:
+        """Why the database does not answer a new connection within `timeout` seconds, or
+        None if it does (always, for a database that is a file: SQLite). One probe at a
+        time, its answer shared: many slow pages must not open a connection each."""
+        if self._probing is None or self._probing.done():
+            self._probing = asyncio.ensure_future(self._probe(timeout))
+        return await asyncio.shield(self._probing)
+
+    async def _probe(self, timeout: float) -> str | None:
+        probe = getattr(self._dialect, "probe", None)
+        if probe is None:
+            return None
+        try:
+            await probe(timeout)
+        except Exception as exc:  # noqa: BLE001 - any failure to answer is the reason
+            return self._dialect.committer.describe_outage(exc)
         return None
 
     # ------------------------------------------------------------------ read
@@ -210,22 +243,60 @@ class LogReads:
 
     def _change_notifications(self) -> contextlib.AbstractAsyncContextManager:
         """Yields what tells a follower whether commits elsewhere wake it: a dialect with
-        cross-process notification (PostgreSQL's LISTEN) keeps it up there."""
-        return self._dialect.change_notifications(self._signal_change)
+        cross-process notification (PostgreSQL's LISTEN) keeps it up there, one for all
+        the store's followers."""
+        return self._notifications.use()
 
     async def subscribe(self, from_position: int = 0, *, stream_id: str | None = None,
-                        batch_size: int = 500) -> AsyncIterator[RecordedEvent]:
+                        after_version: int | None = None, batch_size: int = 500
+                        ) -> AsyncIterator[RecordedEvent]:
         """Follow the log: every event after `from_position`, then new ones as they commit.
 
-        Woken at once by commits in this process (and on PostgreSQL by NOTIFY from other
-        processes, listening again after the connection for it was lost); otherwise it
-        polls every `poll_interval` seconds (while it cannot listen: every second, plus
-        the time its attempt to listen again takes, at most the connect timeout).
+        With `stream_id`, only that stream's, read from the stream itself (never the rest of
+        the log): those after `after_version`, or else those after the event at
+        `from_position` in the global order. Woken at once by commits in this process (and
+        on PostgreSQL by NOTIFY from other processes, on one connection for all followers,
+        listening again after it was lost); otherwise it polls every `poll_interval`
+        seconds (while it cannot listen: every second, plus the time its attempt to listen
+        again takes, at most the connect timeout).
         A read the database does not answer raises StoreUnavailable: follow again from the
-        position of the last event you got.
+        position (or version) of the last event you got.
         """
-        if stream_id is not None:
-            check_stream_id(stream_id)
+        if stream_id is None:
+            if after_version is not None:
+                raise ValueError("after_version is a version of one stream: give stream_id")
+            async for ev in self._follow_log(from_position, batch_size):
+                yield ev
+            return
+        check_stream_id(stream_id)
+        version = (after_version if after_version is not None
+                   else await self._version_at(stream_id, from_position))
+        while not self._closed:
+            batch = await self._stream_waits.read_once(stream_id, version + 1, batch_size)
+            for ev in batch:
+                version = ev.version
+                yield ev
+            if len(batch) < batch_size:
+                await self._stream_waits.wait_past(stream_id, version)
+
+    async def _version_at(self, stream_id: str, position: int) -> int:
+        """The stream's last version at or before the event at `position` in the global
+        order (0: none); ValueError if no event has that position."""
+        if position == 0:
+            return 0
+        order = self._dialect.global_order()
+        at = [select(c).where(events.c.position == position).scalar_subquery() for c in order]
+        async with self._connect() as conn:
+            if await conn.scalar(select(events.c.position)
+                                 .where(events.c.position == position)) is None:
+                raise ValueError(f"no event at position {position}: continue from the "
+                                 "position of an event read_all returned (0: the beginning)")
+            return await conn.scalar(select(func.coalesce(func.max(events.c.version), 0)).where(
+                events.c.stream_id == stream_id,
+                (tuple_(*order) <= tuple_(*at)) if len(order) > 1 else order[0] <= at[0]))
+
+    async def _follow_log(self, from_position: int, batch_size: int
+                          ) -> AsyncIterator[RecordedEvent]:
         position = from_position
         async with self._change_notifications() as notifications:
             while not self._closed:
@@ -234,8 +305,7 @@ class LogReads:
                 batch = await self.read_all(position, batch_size)
                 for ev in batch:
                     position = ev.position
-                    if stream_id is None or ev.stream_id == stream_id:
-                        yield ev
+                    yield ev
                 if len(batch) < batch_size:
                     wait = self.poll_interval if live else min(self.poll_interval, 1.0)
                     with contextlib.suppress(asyncio.TimeoutError):

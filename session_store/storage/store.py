@@ -156,6 +156,7 @@ class SqlEventStore(LogReads):
         if self._closed:
             return
         self._closed = True
+        self._signal_change()  # followers waiting for a change see the store closed
         await self._commits.close()  # (the appends accepted so far commit first)
         await self._dialect.close()
         await self._engine.dispose()

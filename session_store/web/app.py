@@ -22,13 +22,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..audit import RedactionConfig
-from ..errors import SessionStoreError
+from ..errors import SessionStoreError, StoreUnavailable
 from .params import BadRequest
 from .security import (
     COOKIE, SECURITY_HEADERS, SESSION_MAX_AGE_S, Gate, SecurityHeaders, check_token,
 )
 from .call_list import CallList
 from .call_pages import CallPages
+from .deadline import within_outage_deadline
 from .fleet import FleetPage
 from .viewer import Viewer
 
@@ -61,7 +62,7 @@ def create_app(url: str, *, schema: str | None = None, token: str | None = None,
         async def run(request: Request) -> Response:
             api = request.url.path.startswith(("/api/", "/export"))
             try:
-                return await handler(request)
+                return await within_outage_deadline(handler(request), viewer.store)
             except BadRequest as exc:
                 if api:
                     return JSONResponse({"error": str(exc)}, 400, headers=SECURITY_HEADERS)
@@ -69,12 +70,14 @@ def create_app(url: str, *, schema: str | None = None, token: str | None = None,
                                    redact=False)
             except SessionStoreError as exc:
                 # The reason may quote a stored value (a field of the wrong type): scrubbed
-                # of credentials, as every answer is.
+                # of credentials, as every answer is. An outage is 503, not the log's fault.
                 message = viewer.redactors[False].scrub_text(str(exc))
+                status = 503 if isinstance(exc, StoreUnavailable) else 500
                 if api:
-                    return JSONResponse({"error": message}, 500, headers=SECURITY_HEADERS)
-                return viewer.page("error.html", 500, title="cannot read the log",
-                                   message=message, redact=False)
+                    return JSONResponse({"error": message}, status, headers=SECURITY_HEADERS)
+                return viewer.page("error.html", status, message=message, redact=False,
+                                   title="the database does not answer" if status == 503
+                                   else "cannot read the log")
         return run
 
     async def not_found(request: Request, exc: Exception) -> Response:

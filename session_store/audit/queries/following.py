@@ -24,22 +24,14 @@ async def last_records(store, n: int, call_id: str | None = None) -> list[Record
 
 async def follow(store, after: RecordedEvent | None, call_id: str | None = None
                  ) -> AsyncIterator[RecordedEvent]:
-    """Events after `after` as they commit (the store's subscribe), of one call or all. For
-    one call, versions come out in order, each once: one missing from what the subscription
-    gave (it started from a position `read` returned) is read from the call itself."""
-    last = after.version if after is not None and call_id is not None else 0
-    async for rec in store.subscribe(after.position if after is not None else 0,
-                                     stream_id=call_id):
-        if call_id is None:
+    """Events after `after` as they commit (the store's subscribe), of one call (read from
+    the call's own events, each version once, in order) or all."""
+    if call_id is None:
+        async for rec in store.subscribe(after.position if after is not None else 0):
             yield rec
-            continue
-        if rec.version <= last:
-            continue
-        if rec.version > last + 1:
-            for gap in await store.read(call_id, from_version=last + 1,
-                                        to_version=rec.version - 1):
-                yield gap
-        last = rec.version
+        return
+    async for rec in store.subscribe(stream_id=call_id,
+                                     after_version=after.version if after is not None else 0):
         yield rec
 
 

@@ -57,23 +57,32 @@ async def overview(store, call_id: str, start_us: int, end_us: int,
     return Overview(start_us, end_us, width, counts, first)
 
 
+#: What one chunk of `iter_records` may hold in stored JSON, roughly: memory bounded by this
+#: or the largest event, not by the call (a 100 MB call was read whole before).
+CHUNK_BYTES = 4 << 20
+
+
 async def iter_records(store, call_id: str, *, from_version: int = 1,
                        to_version: int | None = None, chunk: int = 5000
                        ) -> AsyncIterator[list[RecordedEvent]]:
-    """A call's events in version order, `chunk` at a time (bounded memory).
+    """A call's events in version order, at most `chunk` at a time and about CHUNK_BYTES
+    (the next chunk's size comes from the biggest event so far, starting small; at least
+    one event).
 
-    Chunks are `chunk` rows, not ranges of `chunk` versions: on a damaged call (exported all
+    Chunks are counts of rows, not ranges of versions: on a damaged call (exported all
     the same) a range that ends short only means rows are missing there, not that the call
     ends, and every stored row after the gap still goes out."""
-    v = from_version
+    v, limit, biggest = from_version, 1, 1
     while to_version is None or v <= to_version:
-        recs = await store.read(call_id, from_version=v, to_version=to_version, limit=chunk)
+        recs = await store.read(call_id, from_version=v, to_version=to_version, limit=limit)
         if not recs:
             return
         yield recs
         v = recs[-1].version + 1
-        if len(recs) < chunk:
+        if len(recs) < limit:
             return
+        biggest = max(biggest, *(len(r.data_json) for r in recs))
+        limit = max(1, min(chunk, 2 * limit, CHUNK_BYTES // biggest))
 
 
 async def complete_head(store, call_id: str) -> int:
@@ -109,7 +118,9 @@ async def complete_head(store, call_id: str) -> int:
 
 @dataclass
 class StateCache:
-    """Folded states of calls at checkpoint versions (every `every`), for a few calls.
+    """Folded states of calls at checkpoint versions (every `every`), for a few calls, kept
+    pickled: at most `max_bytes` in all, and none bigger than a quarter of it (a state holds
+    its call's conversation: a 100 MB call's states stayed in the viewer after one look).
 
     A stored event never changes (the hash chain says so), so a state at version v is the
     same whenever it is computed: clicking through a 50,000-event call folds each stretch once.
@@ -118,25 +129,38 @@ class StateCache:
     max_calls: int = 16
     #: States kept per call besides the checkpoints (the windows last looked at).
     max_extra: int = 8
-    _by_call: "OrderedDict[str, dict[int, SessionState]]" = field(default_factory=OrderedDict)
+    max_bytes: int = 64 << 20
+    _by_call: "OrderedDict[str, dict[int, bytes]]" = field(default_factory=OrderedDict)
 
     def best(self, call_id: str, at: int) -> SessionState | None:
+        """The latest state kept at or before `at`: the caller's own copy."""
         points = self._by_call.get(call_id)
         if not points:
             return None
         self._by_call.move_to_end(call_id)
         usable = [v for v in points if v <= at]
-        return points[max(usable)] if usable else None
+        return pickle.loads(points[max(usable)]) if usable else None
 
     def put(self, call_id: str, state: SessionState) -> None:
+        """Keep a copy of `state` (unless it is too big to)."""
+        kept = pickle.dumps(state, pickle.HIGHEST_PROTOCOL)
+        if len(kept) > self.max_bytes // 4:
+            return
         points = self._by_call.setdefault(call_id, {})
-        points[state.version] = state
+        points[state.version] = kept
         extra = [v for v in points if v % self.every]
         for v in extra[:max(len(extra) - self.max_extra, 0)]:  # (dicts keep insertion order)
             del points[v]
         self._by_call.move_to_end(call_id)
-        while len(self._by_call) > self.max_calls:
+        while len(self._by_call) > self.max_calls or (
+                len(self._by_call) > 1 and self.size() > self.max_bytes):
             self._by_call.popitem(last=False)
+        points = self._by_call.get(call_id, {})
+        while points and self.size() > self.max_bytes:
+            del points[next(iter(points))]
+
+    def size(self) -> int:
+        return sum(len(b) for points in self._by_call.values() for b in points.values())
 
 
 def _private(state: SessionState) -> SessionState:
@@ -171,23 +195,24 @@ async def state_at(store, call_id: str, at: int | None = None,
     # settled for good: shown as "the state", it would be a wrong one.
     if snap is not None and snap.history_complete and snap.version > start.version:
         start = snap
-    state = _private(start) if start is cached or start is after else start
+    state = _private(start) if start is after else start  # (`best` gave a copy)
     every = cache.every if cache else 10_000
     while state.version < target:
         hi = min(target, (state.version // every + 1) * every)
-        recs = await store.read(call_id, from_version=state.version + 1, to_version=hi)
-        if not recs or recs[-1].version != hi:
+        got = state.version
+        async for recs in iter_records(store, call_id, from_version=got + 1, to_version=hi):
+            fold_into(state, recs)
+            got = recs[-1].version
+        if got != hi:
             # The head row promises events up to `target` that are not stored: showing the
             # fold of what is left as "the state" would be a wrong answer.
-            got = recs[-1].version if recs else state.version
             raise StreamDamaged(f"the head says version {head} but the events end at {got} "
                                 "(events deleted from the end?)", stream_id=call_id,
                                 version=got + 1)
-        fold_into(state, recs)
         if cache is not None and state.version % every == 0:
-            cache.put(call_id, _private(state))
+            cache.put(call_id, state)
     if remember and cache is not None and state.version % every and start is not cached:
-        cache.put(call_id, _private(state))
+        cache.put(call_id, state)
     return state
 
 

@@ -6,7 +6,7 @@ is the published `timeline` output (`..models.timeline_json`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -178,6 +178,13 @@ class Timeline:
              types: Iterable[str] | None = None) -> "Timeline":
         """The same facts, listing only the entries of these lanes and types (a type ending
         in `.` or `*` is a prefix: `tool.`)."""
+        keep = Timeline.keeps(lanes, types)
+        return replace(self, entries=[e for e in self.entries if keep(e)])
+
+    @staticmethod
+    def keeps(lanes: Iterable[str] | None = None,
+              types: Iterable[str] | None = None) -> Callable[[Entry], bool]:
+        """Whether `only(lanes, types)` lists an entry."""
         lanes = set(lanes or ())
         prefixes = tuple(t.rstrip("*") for t in types or ())
 
@@ -186,7 +193,7 @@ class Timeline:
                     and (not prefixes or any(e.type == p or (p.endswith(".")
                                                               and e.type.startswith(p))
                                              for p in prefixes)))
-        return replace(self, entries=[e for e in self.entries if keep(e)])
+        return keep
 
     def to_json(self, summary=None) -> dict[str, Any]:
         """models.Timeline; `summary`: the call's CallSummary, when known."""

@@ -15,9 +15,12 @@ in (tx_order, position) order.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import re
+
+import asyncpg
 
 from sqlalchemy import BigInteger, Boolean, column, func, select, text, true, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -30,7 +33,7 @@ from ...schema import events, snapshots, streams
 from ..store import SqlEventStore
 from ..urls import SQLALCHEMY_ONLY_OPTIONS
 from .committer import PostgresCommitter
-from .listener import Listener
+from .listener import Listener, close_quickly
 from .statements import READERS_HORIZON
 
 # The horizon's one row: below it, rows no running writer of this log can precede.
@@ -190,6 +193,16 @@ class PostgresDialect:
             if not unsettled or horizon >= began or len(found) == limit:
                 break
         return found
+
+    async def probe(self, timeout: float) -> None:
+        """Raise (the driver's error, or TimeoutError) unless the server answers a new
+        connection's query within `timeout` seconds: the pool's may all be hung."""
+        async with asyncio.timeout(timeout):
+            conn = await asyncpg.connect(**dict(self._connect_kwargs, timeout=timeout))
+            try:
+                await conn.fetchval("SELECT 1")
+            finally:
+                await close_quickly(conn)
 
     @contextlib.asynccontextmanager
     async def change_notifications(self, on_change):
