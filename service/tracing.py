@@ -12,7 +12,8 @@ of a crash and its recovery:
   `durable.tool_outcome_unknown`;
 - `durable.reconnect` (why, the settings it carries), `durable.session` (generation,
   resumed or fresh), `durable.result_resent` (a result sent again on a later session),
-  `durable.context_update`, `durable.anomaly` (kind), `durable.call_left` (why).
+  `durable.context_update`, `durable.anomaly` (kind), `durable.call_left` (ended,
+  taken_over, stopped).
 
 Off by default: without pipecat's tracing the service registers nothing here, and a commit
 pays what it pays with no observer (service/observe.py). Decisions logged before the
@@ -45,6 +46,7 @@ CONVERSATION_ID = "conversation.id"  # pipecat's attribute (turn_trace_observer.
 class _Call:
     tracing_context: Any  # pipecat's TracingContext of the call's pipeline
     pending: list[tuple[str, dict[str, Any], int]] = field(default_factory=list)
+    parent: Any = None  # the last context found: the conversation's may be gone at the end
 
 
 class DecisionTracer:
@@ -70,12 +72,14 @@ class DecisionTracer:
     def left(self, driver: CallDriver, why: str) -> None:
         call = self._calls.pop(driver, None)
         if call is not None:
+            why = "ended" if driver.state.closed and not driver.fenced else why
             call.pending.append(("durable.call_left", {"durable.reason": why}, time.time_ns()))
             self._flush(driver, call, force=True)
 
     def _flush(self, driver: CallDriver, call: _Call, force: bool) -> None:
         ctx = call.tracing_context
-        parent = ctx.get_turn_context() or ctx.get_conversation_context()
+        call.parent = ctx.get_turn_context() or ctx.get_conversation_context() or call.parent
+        parent = call.parent
         if parent is None and not force:
             return  # before the conversation span: held until it exists
         tracer = trace.get_tracer(TRACER_NAME)

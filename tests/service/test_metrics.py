@@ -114,9 +114,13 @@ async def test_a_takeover_counts_reruns_unknown_outcomes_resends_and_fencing(sto
         ev.ToolCallStarted("c2", 1, f"{call_id}:c2", 1),
     ], 0, epoch=1, recorded_at_us=now_us())
 
+    def settled(state) -> bool:  # (the state before the attach has no calls at all)
+        return set(state.calls) == {"c0", "c1", "c2"} and all(
+            c.has_outcome and c.sends and c.sends[-1].confirmed for c in state.calls.values())
+
     async def drive(ctl: Ctl):
-        await ctl.wait(lambda: all(c.has_outcome and c.sends and c.sends[-1].confirmed
-                                   for c in ctl.llm.driver.state.calls.values()), timeout=10)
+        assert await ctl.wait(lambda: settled(ctl.llm.driver.state), timeout=15), \
+            (ctl.server.violations, ctl.server.errors)
         await ctl.settle()
 
     run = await run_call(Flavour("durable", store), Script([], reply=()), drive,
@@ -137,7 +141,7 @@ async def test_a_takeover_counts_reruns_unknown_outcomes_resends_and_fencing(sto
     assert value(s, "tool_calls_unknown_outcome_total") == 1
     resent = [e for e in run.find("tool.result_sending", call_id="c0")
               if e.data["generation"] > 1]
-    assert value(s, "results_resent_total") == len(resent) == 1
+    assert value(s, "results_resent_total") == len(resent) == 1, run.timeline()
     assert value(s, "fencing_refusals_total") == 1
 
 
