@@ -7,7 +7,12 @@ tests/phone_bot/test_fleet.py; here each counter is checked against the call's o
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
+import yaml
 from pipecat.frames.frames import LLMUpdateSettingsFrame
 from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 from prometheus_client import CollectorRegistry, generate_latest
@@ -182,3 +187,25 @@ def test_no_call_id_in_any_label(registry):
         assert family.name.startswith("gemini_durable_")
         for sample in family.samples:
             assert set(sample.labels) <= {"reason", "how", "le"}, sample
+
+
+def test_the_alert_rules_and_the_dashboard_name_only_metrics_the_service_exposes(registry):
+    """examples/phone_bot/alerts.yml and grafana/dashboard.json against the exposition: a
+    renamed metric would leave an alert that never fires and an empty panel."""
+    exposed = {s.name for family in text_string_to_metric_families(
+        generate_latest(registry).decode()) for s in family.samples}
+    # Histogram series appear once observed: their names, from the families.
+    exposed |= {f"{f.name}_bucket" for f in text_string_to_metric_families(
+        generate_latest(registry).decode()) if f.type == "histogram"}
+    root = Path(__file__).resolve().parents[2] / "examples" / "phone_bot"
+    rules = yaml.safe_load((root / "alerts.yml").read_text())["groups"][0]["rules"]
+    panels = json.loads((root / "grafana" / "dashboard.json").read_text())["panels"]
+    exprs = [r["expr"] for r in rules] + [t["expr"] for p in panels for t in p["targets"]]
+    named = {n for e in exprs for n in re.findall(r"gemini_durable_\w+", e)}
+    assert named - exposed == set()
+    assert len(rules) == 7 and len(panels) == 9
+    # Every metric is on the dashboard (a histogram by its buckets or its sum).
+    families = {f.name for f in text_string_to_metric_families(generate_latest(registry).decode())
+                if not f.name.endswith("_created")}  # (prometheus_client's creation times)
+    shown = {f for f in families if any(n == f or n.startswith(f + "_") for n in named)}
+    assert families - shown == set()
