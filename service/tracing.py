@@ -75,6 +75,8 @@ class DecisionTracer:
             why = "ended" if driver.state.closed and not driver.fenced else why
             call.pending.append(("durable.call_left", {"durable.reason": why}, time.time_ns()))
             self._flush(driver, call, force=True)
+        if not self._calls:  # no traced call left: commits go back to paying nothing
+            observe.remove(self)
 
     def _flush(self, driver: CallDriver, call: _Call, force: bool) -> None:
         ctx = call.tracing_context

@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from service.crash.scenarios import SCENARIOS, ServerPlan
+from service import observe
 from service.crash.worker import WorkerConfig, run_worker
 from service.local_live import LocalLiveServer
 
@@ -111,3 +112,5 @@ async def test_a_takeover_after_a_sigkill_is_in_the_calls_trace(migrated, tmp_pa
     assert format(trace_id, "032x") != mine[0]["context"]["trace_id"].removeprefix("0x")
     assert by_name["durable.call_left"] and \
         _attributes(by_name["durable.call_left"][-1])["durable.reason"] == "ended"
+    # The call is over: the tracer no longer listens, commits pay nothing for it again.
+    assert not observe.SINKS
