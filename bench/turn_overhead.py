@@ -146,6 +146,8 @@ STOCK_TOLERATED = frozenset({"will_continue_unset"})
 
 
 MODEL_IN_USE = MODEL  # --model: the server applies that generation's wire rules
+#: More PipelineWorker arguments (bench/observability.py: enable_tracing).
+WORKER_OPTIONS: dict = {}
 
 
 async def run_call(kind: str, script: str, turns: int, store=None, policy=None) -> dict:
@@ -174,7 +176,8 @@ async def run_call(kind: str, script: str, turns: int, store=None, policy=None) 
             tap = AudioTap()
             task = PipelineWorker(Pipeline([aggregators.user(), llm, tap, PlaybackOutput(),
                                             aggregators.assistant()]),
-                                  params=PipelineParams(), cancel_on_idle_timeout=False)
+                                  params=PipelineParams(), cancel_on_idle_timeout=False,
+                                  **WORKER_OPTIONS)
             run = asyncio.create_task(run_worker(task))
             try:
                 await task.queue_frames([LLMRunFrame()])

@@ -36,6 +36,7 @@ from session_store.schema import STREAM_ID_MAX, valid_id
 from session_store.storable import storable_events
 from session_store.storage import Snapshot, SqlEventStore
 
+from . import observe
 from .takeover import catch_up, check_tail
 
 log = logging.getLogger(__name__)
@@ -172,6 +173,8 @@ class CallDriver:
                 self.state = state
                 self._stage([first], at)
                 self.epoch = epoch
+                if observe.SINKS:
+                    observe.committed(self, [first])
                 return self.state
             raise ConcurrencyConflict(
                 self.call_id, state.version, conflict.actual) from conflict
@@ -325,6 +328,8 @@ class CallDriver:
             except (TypeError, ValueError):  # the append refused them: nothing was written
                 self._unsure = None
             raise
+        if observe.SINKS:
+            observe.committed(self, batch)
         if self.on_commit is not None:
             self.on_commit(self.state)
         return decision

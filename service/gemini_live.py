@@ -47,6 +47,7 @@ from session_store.outcomes import CannotTell, Done, NotDone
 from session_store.storage import SqlEventStore
 from session_store.withholding import HandleGate
 
+from . import observe, tracing
 from .driver import CallDriver
 from .effects import EffectRunner
 from .link import RECONNECT_WINDOW_S, Link
@@ -203,12 +204,15 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     async def on_fenced(self) -> None:
         """A newer worker owns this call: stop talking to Gemini, write nothing more."""
         logger.error(f"{self}: call {self.call_id} was taken over by another worker; stopping")
+        if observe.SINKS:
+            observe.left(self._driver, "taken_over")
         if (self._session is not None or self._connection_task is not None) \
                 and not self._disconnecting:
             self._spawn(self._disconnect(), "fenced_disconnect")
 
     # ------------------------------------------------------------------ lifecycle
     async def setup(self, setup: FrameProcessorSetup):
+        tracing.follow(self._driver, setup.tracing_context)  # (None: pipecat does not trace)
         try:
             state = await self._driver.attach(model=str(self._settings.model),
                                               tools=tool_names(self._tools_from_init),
@@ -251,6 +255,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             await self.cancel_task(self._watchdog_task)
             self._watchdog_task = None
         await self.log_writer.drain(self.cancel_task)
+        if observe.SINKS:  # (a call this worker no longer serves, if it still counts)
+            observe.left(self._driver, "taken_over" if self._driver.fenced else "stopped")
         await super().cleanup()
 
     def _tag_tool_behaviors(self, tools: list) -> None:

@@ -52,6 +52,7 @@ from session_store import events as ev
 from session_store import open_store
 from session_store.verify import verify_log
 
+from . import fleet_metrics
 from .gemini_script import PhoneCallPlan, caller_of, order_of, tool_calls
 from .telephony import Balancer, PhoneCall
 from .tools import CHECKED, IDEMPOTENT
@@ -142,6 +143,7 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         fleet = await _start_workers(n_workers, env, workdir)
         try:
+            metrics_before = await fleet_metrics.scrape_all(fleet)
             say(f"{n_workers} workers ready ({db}): "
                 + ", ".join(f"#{w.index} pid {w.pid} :{w.port}" for w in fleet))
             balancer = Balancer(PUBLIC_URL, [w.url for w in fleet])
@@ -176,9 +178,12 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
             say(f"{n_calls} calls done in {wall:.1f} s")
             outcomes = await _judge(phone_calls, kill_record, fleet, gemini, plan, url, schema,
                                     ledger)
+            metrics = await fleet_metrics.collect(fleet, metrics_before, url, schema)
         finally:
             await _stop_workers(fleet)
-    return _report(outcomes, kill_record, wall, db, n_workers, say)
+    summary = _report(outcomes, kill_record, wall, db, n_workers, say)
+    summary["metrics"] = metrics  # each worker's /metrics and what its log says they read
+    return summary
 
 
 # ------------------------------------------------------------------ workers

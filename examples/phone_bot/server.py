@@ -13,6 +13,7 @@ Run several of these (processes, hosts) behind one load balancer, all on one dat
 - `WS /ws`       one call's audio (bot.py).
 - `GET /healthz` the process answers (liveness).
 - `GET /readyz`  it can take a call: the log answers and it is below MAX_CALLS.
+- `GET /metrics` Prometheus metrics (docs/metrics.md): keep it off the public address.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twilio.request_validator import RequestValidator
 from twilio.twiml.voice_response import Connect, VoiceResponse
 
+from service import metrics
 from session_store import load_state, open_store
 
 from .bot import run_call
@@ -42,6 +45,7 @@ async def lifespan(app: FastAPI):
     app.state.config = config
     app.state.store = await open_store(config.database_url, **config.store_options())
     app.state.calls = {}
+    metrics.install()
     # Keep what startup made (~140,000 objects of pipecat, google-genai, SQLAlchemy) out of
     # the full collections: each otherwise stops every call's audio on this worker for
     # 100-200 ms (docs/operations.md, "Garbage collection").
@@ -109,3 +113,8 @@ async def readyz(request: Request) -> JSONResponse:
         return JSONResponse({"ready": False, "reason": "full", "calls": calls},
                             status_code=503)
     return JSONResponse({"ready": True, "calls": calls, "pid": os.getpid()})
+
+
+@app.get("/metrics")
+async def prometheus_metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

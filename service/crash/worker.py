@@ -58,6 +58,12 @@ class WorkerConfig:
     # Snapshot every few events (the product default is 500): every takeover in the harness
     # then starts from a compacted snapshot, and a fresh session from the whole log.
     snapshot_every: int = 6
+    # The pipeline traces the call (pipecat's enable_tracing, the call id as conversation
+    # id): the service's decisions become spans (service/tracing.py). `trace_file`: this
+    # process also exports every span there as it ends, a JSON object a line (a SIGKILL
+    # keeps what was exported); needs opentelemetry-sdk.
+    trace: bool = False
+    trace_file: str | None = None
 
 
 def _die(cfg: WorkerConfig, where: str) -> None:
@@ -158,9 +164,13 @@ async def run_worker(cfg: WorkerConfig) -> None:
                 complete_since = None
             await asyncio.sleep(0.05)
 
+    if cfg.trace_file:
+        _export_spans(cfg.trace_file)
     try:
         await run_pipeline(llm, control=control, timeout=cfg.timeout_s,
-                           initial_messages=[{"role": "user", "content": scenario.user_turn}])
+                           initial_messages=[{"role": "user", "content": scenario.user_turn}],
+                           worker_options={"enable_tracing": True, "conversation_id": cfg.call_id}
+                           if cfg.trace else None)
     finally:
         await store.close()
 
@@ -178,6 +188,16 @@ def ledger_check(path: str, name: str, scenario):
                          **scenario.tool_results.get(name, {})})
         return NotDone()
     return check
+def _export_spans(path: str) -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    provider = TracerProvider()
+    out = open(path, "a", encoding="utf-8")  # noqa: SIM115 - the process's, until it dies
+    provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(
+        out=out, formatter=lambda span: span.to_json(indent=None) + "\n")))
+    trace.set_tracer_provider(provider)
 
 
 def main(cfg: WorkerConfig | dict) -> None:

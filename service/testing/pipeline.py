@@ -108,13 +108,16 @@ async def run_pipeline(llm, *, frames: list[Frame] | None = None,
                        until: Callable[[], Awaitable[None]] | None = None,
                        initial_messages: list[dict] | None = None,
                        timeout: float = 30.0,
-                       control: Callable[[PipelineWorker], Awaitable[None]] | None = None) -> None:
+                       control: Callable[[PipelineWorker], Awaitable[None]] | None = None,
+                       worker_options: dict | None = None) -> None:
     """Run `llm` in a real pipeline until `until()` (or `control(task)`, which may queue
-    frames into the running task) returns, then end the pipeline."""
+    frames into the running task) returns, then end the pipeline. `worker_options`: more
+    arguments of the PipelineWorker (enable_tracing, conversation_id, ...)."""
     context = LLMContext(messages=initial_messages or [{"role": "user", "content": "Hello"}])
     aggregators = LLMContextAggregatorPair(context)
     pipeline = Pipeline([aggregators.user(), llm, PlaybackOutput(), aggregators.assistant()])
-    task = PipelineWorker(pipeline, params=PipelineParams(), cancel_on_idle_timeout=False)
+    task = PipelineWorker(pipeline, params=PipelineParams(), cancel_on_idle_timeout=False,
+                          **(worker_options or {}))
 
     async def drive() -> None:
         await task.queue_frames([LLMRunFrame(), *(frames or [])])

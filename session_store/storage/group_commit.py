@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from . import observers
 from .batch import BatchPlan, _AppendRequest, _RequestQueue, _RetryBatch
 from .heads import HeadCache
 from ..errors import StoreUnavailable
@@ -246,6 +247,8 @@ class GroupCommit:
         self._stats["batches"] += 1
         self._stats[path] += 1
         self._stats["events"] += len(batch[0].rows)
+        if observers.observer is not None:
+            observers.observer.committed(len(batch[0].rows))
 
     # ------------------------------------------------------------------ writer tasks
     async def _writer_loop(self) -> None:
@@ -351,6 +354,8 @@ class GroupCommit:
             self._heads.remember(batch, plan)
             for request, outcome in zip(batch, plan.outcomes):
                 _settle(request, outcome)
+            if observers.observer is not None:
+                observers.observer.committed(sum(len(r.rows) for r in batch))
             return
 
     def _unavailable(self, exc: BaseException) -> StoreUnavailable:

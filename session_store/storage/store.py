@@ -11,7 +11,8 @@ and never subclasses per database.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import false, inspect, literal, select, text, union_all
@@ -24,6 +25,7 @@ from ..events import Event, canonical_json
 from ..records import recorded_at_problem
 from ..schema import (HEAD_REVISION, check_known_revisions, check_stream_id, events, snapshots,
                       streams, unrecorded_revision)
+from . import observers
 from .batch import BatchPlan, Claim, _AppendRequest
 from .group_commit import GroupCommit
 from .heads import HeadCache
@@ -46,6 +48,20 @@ def _check_storable(stream_id: str, rows: list[tuple[str, int, str]]) -> None:
 
 def _is_bigint(value: Any) -> bool:
     return type(value) is int and -2 ** 63 <= value < 2 ** 63
+
+
+async def _observed(append: Awaitable[int]) -> int:
+    """An append timed for the process's observer (observers.py), its error reported too."""
+    began = time.perf_counter()
+    try:
+        version = await append
+    except BaseException as exc:
+        if (observer := observers.observer) is not None:
+            observer.appended(time.perf_counter() - began, exc)
+        raise
+    if (observer := observers.observer) is not None:
+        observer.appended(time.perf_counter() - began, None)
+    return version
 
 
 class SqlEventStore(LogReads):
@@ -190,6 +206,8 @@ class SqlEventStore(LogReads):
         request = self._request(stream_id, new_events, expected_version, epoch, timeout,
                                 recorded_at_us)
         request.unfenced = bool(unfenced) and epoch is None
+        if observers.observer is not None:
+            return await _observed(self._commits.submit(request, urgent))
         return await self._commits.submit(request, urgent)
 
     async def take_over(self, stream_id: str, new_events: Sequence[Event], epoch: int, *,
@@ -217,6 +235,8 @@ class SqlEventStore(LogReads):
         request = self._request(stream_id, new_events, after_version, epoch, timeout,
                                 recorded_at_us)
         request.claim = Claim(after_version)
+        if observers.observer is not None:
+            return await _observed(self._commits.submit(request, urgent=False))
         return await self._commits.submit(request, urgent=False)
 
     def _request(self, stream_id: str, new_events: Sequence[Event], expected_version: int,

@@ -13,6 +13,8 @@ import pytest
 
 from examples.phone_bot.fleet import run_fleet
 
+from . import fleet_metrics_checks
+
 pytestmark = pytest.mark.timeout(240)
 
 CALLS = 6
@@ -32,6 +34,8 @@ async def test_a_killed_workers_calls_go_on_on_the_others(db, tmp_path):
     assert len(summary["audio_gap_s"]["per_call"]) == len(affected), where
     assert len(summary["takeover_s"]["per_call"]) == len(affected), where
     assert summary["ok"], where
+    # Each worker's /metrics, scraped over HTTP, against its log (fleet_metrics_checks.py).
+    assert not (wrong := fleet_metrics_checks.problems(summary)), "\n".join([where, *wrong])
     print(f"\n{db}: killed at {killed['point']}; {len(affected)} of {CALLS} calls moved; "
           f"audio gap p50 {summary['audio_gap_s']['p50']} s, p99 {summary['audio_gap_s']['p99']} s; "
           f"takeover per call {summary['takeover_s']['per_call']} s")
