@@ -47,6 +47,7 @@ from session_store.storage import SqlEventStore
 from session_store.withholding import HandleGate
 
 from .driver import CallDriver
+from .client_options import with_shared_tls
 from .effects import EffectRunner
 from .link import RECONNECT_WINDOW_S, Link
 from .log_writer import LogWriter
@@ -134,7 +135,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             inference_on_context_initialization=inference_on_context_initialization,
             user_audio_preroll_secs=user_audio_preroll_secs,
             file_api_base_url=file_api_base_url,
-            http_options=with_frame_limit(http_options, max_frame_bytes), **kwargs)
+            http_options=with_frame_limit(with_shared_tls(http_options), max_frame_bytes),
+            **kwargs)
         self._max_frame_bytes = max_frame_bytes
         self._driver = CallDriver(store, call_id, policy, worker_id, snapshot_every)
         # The parts, each owning its state (see the module's docstring).

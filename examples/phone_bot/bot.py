@@ -17,11 +17,13 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.workers.runner import WorkerRunner
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+from pipecat.processors.aggregators.llm_response_universal import (LLMContextAggregatorPair,
+                                                                   LLMUserAggregatorParams)
 from pipecat.runner.utils import parse_telephony_websocket
 from pipecat.serializers.twilio import TwilioFrameSerializer
 from pipecat.transports.websocket.fastapi import (FastAPIWebsocketParams,
                                                   FastAPIWebsocketTransport)
+from pipecat.turns.user_turn_strategies import ExternalUserTurnStrategies
 
 from service.gemini_live import DurableGeminiLiveLLMService
 from session_store import Policy
@@ -51,6 +53,14 @@ class CallerAwareTwilioSerializer(TwilioFrameSerializer):
         return await super().deserialize(data)
 
 
+def user_params() -> LLMUserAggregatorParams:
+    """Gemini Live detects the caller's turns itself (server-side VAD, `interrupted` on a
+    barge-in). pipecat's default strategies would load the smart-turn ONNX model for every
+    call (~45 ms of blocked event loop, a gap in every other call's audio) that this
+    pipeline never runs: external strategies leave turns to the service."""
+    return LLMUserAggregatorParams(user_turn_strategies=ExternalUserTurnStrategies())
+
+
 async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict) -> None:
     """Serve one Media Streams websocket (already accepted) until it ends."""
     _, call_data = await parse_telephony_websocket(websocket)
@@ -77,7 +87,7 @@ async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict) 
     register_tools(llm, Ledger(config.ledger_path), latency_s=config.tool_latency_s)
 
     context = LLMContext(messages=[{"role": "user", "content": OPENING}])
-    aggregators = LLMContextAggregatorPair(context)
+    aggregators = LLMContextAggregatorPair(context, user_params=user_params())
     pipeline = Pipeline([transport.input(), aggregators.user(), llm, transport.output(),
                          aggregators.assistant()])
     task = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=16000,
