@@ -50,6 +50,7 @@ from .driver import CallDriver
 from .client_options import with_shared_tls
 from .effects import EffectRunner
 from .link import RECONNECT_WINDOW_S, Link
+from .playback import PlaybackPosition
 from .log_writer import LogWriter
 from .receiver import Receiver, parse_time_left
 from .results import ResultIntake
@@ -157,6 +158,9 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         self.log_writer.effects = self.effects
         self.effects.link = self.session_link
         self._watchdog_task: asyncio.Task | None = None
+        #: Where the caller's playback is (a playback.PlaybackPosition), if the pipeline knows:
+        #: an interrupted turn is then logged as far as the caller heard it.
+        self.playback: PlaybackPosition | None = None
 
     # ------------------------------------------------------------------ public helpers
     @property

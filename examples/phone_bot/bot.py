@@ -29,6 +29,7 @@ from service.gemini_live import DurableGeminiLiveLLMService
 from session_store import Policy
 
 from .config import BotConfig
+from .playback import PlaybackMarks
 from .tools import IDEMPOTENT, TOOLS, Ledger, register_tools
 
 PROMPT = ("You are the phone assistant of an online shop. Be brief and friendly. Refund "
@@ -43,13 +44,19 @@ class CallerAwareTwilioSerializer(TwilioFrameSerializer):
     connection was cut): the call must stay open for the worker the redirect reaches."""
 
     hung_up = False
+    playback: PlaybackMarks | None = None  # told of each `mark` Twilio echoes
 
     async def deserialize(self, data):
-        if '"stop"' in data if isinstance(data, str) else b'"stop"' in data:
+        text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+        if '"stop"' in text or '"mark"' in text:
             try:
-                self.hung_up = self.hung_up or json.loads(data).get("event") == "stop"
+                message = json.loads(text)
             except ValueError:
-                pass
+                message = {}
+            event = message.get("event")
+            self.hung_up = self.hung_up or event == "stop"
+            if event == "mark" and self.playback is not None:
+                self.playback.played(str((message.get("mark") or {}).get("name", "")))
         return await super().deserialize(data)
 
 
@@ -88,7 +95,9 @@ async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict) 
 
     context = LLMContext(messages=[{"role": "user", "content": OPENING}])
     aggregators = LLMContextAggregatorPair(context, user_params=user_params())
-    pipeline = Pipeline([transport.input(), aggregators.user(), llm, transport.output(),
+    # Marks after the bot's audio: a turn the caller interrupts is logged as far as heard.
+    marks = serializer.playback = llm.playback = PlaybackMarks(call_data.stream_id)
+    pipeline = Pipeline([transport.input(), aggregators.user(), llm, marks, transport.output(),
                          aggregators.assistant()])
     task = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=16000,
                                                         audio_out_sample_rate=24000))
