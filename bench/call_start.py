@@ -110,6 +110,7 @@ class Level:
     quiet_lag_ms: float = 0.0
     quiet_gap_ms: float = 0.0
     load: float = 0.0
+    quiet_cpu: float = 0.0  # the worker's CPU use without starts (1.0: one core)
     starts: list[Start] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -118,6 +119,12 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def heard_gaps(media: list[tuple[float, int]], since: float, until: float) -> float:
@@ -168,7 +175,7 @@ class Bench:
                     await asyncio.sleep(0.1)
                 else:
                     raise TimeoutError(f"worker {variant} not ready")
-                yield url, http
+                yield url, http, process.pid
         finally:
             process.send_signal(signal.SIGTERM)
             try:
@@ -183,7 +190,7 @@ class Bench:
 
         from examples.phone_bot.telephony import Balancer, PhoneCall
         levels = []
-        async with self.worker(variant) as (url, http):
+        async with self.worker(variant) as (url, http, pid):
             balancer = Balancer(PUBLIC_URL, [url])
             calls_http = httpx.AsyncClient(timeout=10)
             live: list[tuple[PhoneCall, asyncio.Task]] = []
@@ -213,9 +220,10 @@ class Bench:
                     await asyncio.sleep(3.0)
                     level = Level(variant, size, load=os.getloadavg()[0])
                     pending: list = []
-                    quiet_from = time.time()
+                    quiet_from, cpu_from = time.time(), cpu_seconds(pid)
                     await asyncio.sleep(EVERY_S)
                     quiet_to = time.time()
+                    level.quiet_cpu = (cpu_seconds(pid) - cpu_from) / (quiet_to - quiet_from)
                     level.quiet_lag_ms = await lags(quiet_from, quiet_to) * 1e3
                     level.quiet_gap_ms = others_gap(quiet_from, quiet_to) * 1e3
                     current: tuple[PhoneCall, asyncio.Task] | None = None
@@ -266,7 +274,7 @@ def report(levels: list[Level], own: list[float]) -> dict:
     from callmix import machine, pct
     print(f"\n{machine()}; the callers' own loop lag (this process, the floor of the gaps): "
           f"p99 {pct(own, 99) * 1e3:.1f} ms")
-    print(f"{'live':>4} {'variant':7} {'load':>5} {'quiet lag':>9} {'quiet gap':>9} | per "
+    print(f"{'live':>4} {'variant':7} {'load':>5} {'cpu':>4} {'quiet lag':>9} {'quiet gap':>9} | per "
           f"start: {'lag p50':>7} {'lag max':>7} {'gap p50':>7} {'gap max':>7} "
           f"{'1st audio p50':>13}  (ms)")
     out = {}
@@ -274,7 +282,8 @@ def report(levels: list[Level], own: list[float]) -> dict:
         lag = [s.lag_ms for s in level.starts]
         gap = [s.gap_ms for s in level.starts]
         firsts = [s.first_audio_s for s in level.starts if s.first_audio_s is not None]
-        row = {"load": round(level.load, 2), "quiet_lag_ms": round(level.quiet_lag_ms, 1),
+        row = {"load": round(level.load, 2), "worker_cpu": round(level.quiet_cpu, 2),
+               "quiet_lag_ms": round(level.quiet_lag_ms, 1),
                "quiet_gap_ms": round(level.quiet_gap_ms, 1),
                "lag_p50_ms": round(pct(lag, 50), 1), "lag_max_ms": round(max(lag), 1),
                "gap_p50_ms": round(pct(gap, 50), 1), "gap_max_ms": round(max(gap), 1),
@@ -282,7 +291,8 @@ def report(levels: list[Level], own: list[float]) -> dict:
                "starts": [[s.kind, round(s.lag_ms, 1), round(s.gap_ms, 1)]
                           for s in level.starts], "errors": level.errors}
         out.setdefault(str(level.live), {})[level.variant] = row
-        print(f"{level.live:>4} {level.variant:7} {level.load:>5.1f} {row['quiet_lag_ms']:>9.1f} "
+        print(f"{level.live:>4} {level.variant:7} {level.load:>5.1f} {level.quiet_cpu:>4.0%} "
+              f"{row['quiet_lag_ms']:>9.1f} "
               f"{row['quiet_gap_ms']:>9.1f} | {'':11}{row['lag_p50_ms']:>7.1f} "
               f"{row['lag_max_ms']:>7.1f} {row['gap_p50_ms']:>7.1f} {row['gap_max_ms']:>7.1f} "
               f"{row['first_audio_p50_ms']:>13.0f}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import audioop
 import base64
+import contextlib
 import json
 import math
 import time
@@ -250,8 +251,9 @@ class PhoneCall:
             await asyncio.sleep(delay)  # Twilio answers a mark once the audio before it played
             marks.pop(name, None)
             stream.marks.append(name)
-            await websocket.send(json.dumps({"event": "mark", "streamSid": stream.stream_sid,
-                                             "mark": {"name": name}}))
+            with contextlib.suppress(websockets.ConnectionClosed):  # the stream ended first
+                await websocket.send(json.dumps({"event": "mark", "streamSid": stream.stream_sid,
+                                                 "mark": {"name": name}}))
 
         try:
             async for message in websocket:
