@@ -165,7 +165,7 @@ class Bench:
         url = f"http://127.0.0.1:{port}"
         import httpx
         try:
-            async with httpx.AsyncClient(timeout=5) as http:
+            async with httpx.AsyncClient(timeout=60) as http:  # a starved worker answers late
                 for _ in range(600):
                     if process.poll() is not None:
                         raise RuntimeError(f"worker {variant} exited: see {log.name}")
@@ -217,7 +217,12 @@ class Bench:
                     while len(live) < size:  # ramp up, then let the starts settle
                         live.append(place())
                         await asyncio.sleep(0.3)
-                    await asyncio.sleep(3.0)
+                    # Measured once every live call's bot speaks (a loaded machine takes seconds).
+                    for _ in range(600):
+                        if all(c.streams and c.streams[-1].media for c, _ in live):
+                            break
+                        await asyncio.sleep(0.1)
+                    await asyncio.sleep(1.0)
                     level = Level(variant, size, load=os.getloadavg()[0])
                     pending: list = []
                     quiet_from, cpu_from = time.time(), cpu_seconds(pid)
@@ -226,6 +231,11 @@ class Bench:
                     level.quiet_cpu = (cpu_seconds(pid) - cpu_from) / (quiet_to - quiet_from)
                     level.quiet_lag_ms = await lags(quiet_from, quiet_to) * 1e3
                     level.quiet_gap_ms = others_gap(quiet_from, quiet_to) * 1e3
+                    silent = [c for c, _ in live if not c.streams or heard_gaps(
+                        c.streams[-1].media, quiet_from, quiet_to) >= 0.9 * (quiet_to - quiet_from)]
+                    if silent:  # a worker too starved to keep its calls' audio going
+                        level.errors.append(f"{len(silent)} of {len(live)} live calls silent "
+                                            f"for the whole quiet window (no start in it)")
                     current: tuple[PhoneCall, asyncio.Task] | None = None
                     for k in range(starts_per_size):
                         at = time.time()
@@ -274,8 +284,8 @@ def report(levels: list[Level], own: list[float]) -> dict:
     from callmix import machine, pct
     print(f"\n{machine()}; the callers' own loop lag (this process, the floor of the gaps): "
           f"p99 {pct(own, 99) * 1e3:.1f} ms")
-    print(f"{'live':>4} {'variant':7} {'load':>5} {'cpu':>4} {'quiet lag':>9} {'quiet gap':>9} | per "
-          f"start: {'lag p50':>7} {'lag max':>7} {'gap p50':>7} {'gap max':>7} "
+    print(f"{'live':>4} {'variant':7} {'load':>5} {'cpu':>4} {'quiet lag':>9} "
+          f"{'quiet gap':>9} | per start: {'lag p50':>7} {'lag max':>7} {'gap p50':>7} {'gap max':>7} "
           f"{'1st audio p50':>13}  (ms)")
     out = {}
     for level in levels:
@@ -316,8 +326,8 @@ async def bench(db: str, starts: int, variants: list[str]) -> dict:
         workdir = Path(tmp)
         gemini = subprocess.Popen(
             [sys.executable, "-m", "service.local_live", "--script",
-             f"{ROOT / 'bench' / 'call_start_script.py'}:talk_on"], cwd=ROOT, stdout=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(ROOT)})
+             f"{ROOT / 'bench' / 'call_start_script.py'}:talk_on"], cwd=ROOT,
+            stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
         databases = Databases(db, workdir)
         own: list[float] = []
         stop = asyncio.Event()
