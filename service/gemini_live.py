@@ -46,12 +46,12 @@ from session_store.errors import Fenced
 from session_store.storage import SqlEventStore
 from session_store.withholding import HandleGate
 
-from .driver import CallDriver
 from .client_options import with_shared_tls
+from .driver import CallDriver
 from .effects import EffectRunner
 from .link import RECONNECT_WINDOW_S, Link
-from .playback import PlaybackPosition
 from .log_writer import LogWriter
+from .playback import PlaybackPosition
 from .receiver import Receiver, parse_time_left
 from .results import ResultIntake
 from .seeding import Seeder
