@@ -48,12 +48,14 @@ from session_store.storage import SqlEventStore
 from session_store.withholding import HandleGate
 
 from . import observe, tracing
+from .client_options import with_shared_tls
 from .driver import CallDriver
 from .effects import EffectRunner
 from .link import RECONNECT_WINDOW_S, Link
 from .log_writer import LogWriter
 from .outcome_checks import (CHECK_TIMEOUT_S, TOOL_GRACE_S, OutcomeCheck, OutcomeChecks,
                              wait_for_tools)
+from .playback import PlaybackPosition
 from .receiver import Receiver, parse_time_left
 from .results import ResultIntake
 from .seeding import Seeder
@@ -142,7 +144,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             inference_on_context_initialization=inference_on_context_initialization,
             user_audio_preroll_secs=user_audio_preroll_secs,
             file_api_base_url=file_api_base_url,
-            http_options=with_frame_limit(http_options, max_frame_bytes), **kwargs)
+            http_options=with_frame_limit(with_shared_tls(http_options), max_frame_bytes),
+            **kwargs)
         self._max_frame_bytes = max_frame_bytes
         self._driver = CallDriver(store, call_id, policy, worker_id, snapshot_every)
         # The parts, each owning its state (see the module's docstring).
@@ -165,6 +168,9 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         self._watchdog_task: asyncio.Task | None = None
         self.outcome_checks = OutcomeChecks(self._driver, self.log_writer)
         self._tool_grace_s = tool_grace_s
+        #: Where the caller's playback is (a playback.PlaybackPosition), if the pipeline knows:
+        #: an interrupted turn is then logged as far as the caller heard it.
+        self.playback: PlaybackPosition | None = None
 
     # ------------------------------------------------------------------ public helpers
     @property

@@ -51,6 +51,7 @@ class ServicePort(Protocol):
     def _tag_tool_behaviors(self, tools: list) -> None: ...
 
     # the service's own
+    playback: Any  # a playback.PlaybackPosition, or None
     @property
     def driver(self) -> CallDriver: ...
 

@@ -23,6 +23,7 @@ from session_store.withholding import HandleGate, Incoming
 from .driver import now_us
 from .effects import EffectRunner
 from .log_writer import LogWriter, When
+from .playback import heard_text
 from .port import ServicePort
 from .setup_context import SetupContext
 from .speech import SpeechTracker
@@ -122,6 +123,8 @@ class Receiver:
             # behind it (seen: while PostgreSQL restarted, the answer to a barge-in played
             # only once the database was back).
             await self._log.log(InterruptionObserved(gen))
+            if self._svc.playback is not None:  # the turn ends here, as far as it was heard
+                await self.flush_transcript(self._svc.playback.heard_fraction())
         if sc.model_turn:
             self._speech.heard()
         if sc.input_transcription and sc.input_transcription.text:
@@ -129,12 +132,20 @@ class Receiver:
         if sc.output_transcription and sc.output_transcription.text:
             self._transcript["assistant"].append(sc.output_transcription.text)
 
-    async def flush_transcript(self) -> None:
-        """What was said, as one message per role (at the turn's end, or a session's)."""
+    async def flush_transcript(self, heard: float | None = None) -> None:
+        """What was said, as one message per role (at the turn's end, or a session's); the
+        bot's cut to the `heard` part of its audio (an interrupted turn)."""
         events = []
         for role in ("user", "assistant"):
             text = "".join(self._transcript[role]).strip()
             self._transcript[role].clear()
+            if role == "assistant" and heard is not None:
+                cut = heard_text(text, heard)
+                if cut != text:
+                    logger.info(f"{self._svc}: the caller heard {heard:.0%} of the bot's "
+                                f"interrupted turn: logged as {len(cut.split())} of "
+                                f"{len(text.split())} words")
+                text = cut
             if text:
                 events.append(ev.ConversationMessage(role, text, self._driver.state.generation))
         if events:

@@ -17,16 +17,19 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.workers.runner import WorkerRunner
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+from pipecat.processors.aggregators.llm_response_universal import (LLMContextAggregatorPair,
+                                                                   LLMUserAggregatorParams)
 from pipecat.runner.utils import parse_telephony_websocket
 from pipecat.serializers.twilio import TwilioFrameSerializer
 from pipecat.transports.websocket.fastapi import (FastAPIWebsocketParams,
                                                   FastAPIWebsocketTransport)
+from pipecat.turns.user_turn_strategies import ExternalUserTurnStrategies
 
 from service.gemini_live import DurableGeminiLiveLLMService
 from session_store import Policy
 
 from .config import BotConfig
+from .playback import PlaybackMarks
 from .tools import IDEMPOTENT, TOOLS, Ledger, register_tools
 
 PROMPT = ("You are the phone assistant of an online shop. Be brief and friendly. Refund "
@@ -41,14 +44,28 @@ class CallerAwareTwilioSerializer(TwilioFrameSerializer):
     connection was cut): the call must stay open for the worker the redirect reaches."""
 
     hung_up = False
+    playback: PlaybackMarks | None = None  # told of each `mark` Twilio echoes
 
     async def deserialize(self, data):
-        if '"stop"' in data if isinstance(data, str) else b'"stop"' in data:
+        text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+        if '"stop"' in text or '"mark"' in text:
             try:
-                self.hung_up = self.hung_up or json.loads(data).get("event") == "stop"
+                message = json.loads(text)
             except ValueError:
-                pass
+                message = {}
+            event = message.get("event")
+            self.hung_up = self.hung_up or event == "stop"
+            if event == "mark" and self.playback is not None:
+                self.playback.played(str((message.get("mark") or {}).get("name", "")))
         return await super().deserialize(data)
+
+
+def user_params() -> LLMUserAggregatorParams:
+    """Gemini Live detects the caller's turns itself (server-side VAD, `interrupted` on a
+    barge-in). pipecat's default strategies would load the smart-turn ONNX model for every
+    call (~45 ms of blocked event loop, a gap in every other call's audio) that this
+    pipeline never runs: external strategies leave turns to the service."""
+    return LLMUserAggregatorParams(user_turn_strategies=ExternalUserTurnStrategies())
 
 
 async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict) -> None:
@@ -77,8 +94,10 @@ async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict) 
     register_tools(llm, Ledger(config.ledger_path), latency_s=config.tool_latency_s)
 
     context = LLMContext(messages=[{"role": "user", "content": OPENING}])
-    aggregators = LLMContextAggregatorPair(context)
-    pipeline = Pipeline([transport.input(), aggregators.user(), llm, transport.output(),
+    aggregators = LLMContextAggregatorPair(context, user_params=user_params())
+    # Marks after the bot's audio: a turn the caller interrupts is logged as far as heard.
+    marks = serializer.playback = llm.playback = PlaybackMarks(call_data.stream_id)
+    pipeline = Pipeline([transport.input(), aggregators.user(), llm, marks, transport.output(),
                          aggregators.assistant()])
     task = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=16000,
                                                         audio_out_sample_rate=24000))

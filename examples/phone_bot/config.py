@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -65,8 +66,7 @@ class BotConfig:
     def gemini_connection(self) -> dict:
         if not self.gemini_base_url:
             return {}
-        from service.local_live import http_options
-        return {"http_options": http_options(self.gemini_base_url, self.gemini_ca_cert)}
+        return {"http_options": _http_options(self.gemini_base_url, self.gemini_ca_cert)}
 
     @property
     def stream_url(self) -> str:
@@ -74,6 +74,14 @@ class BotConfig:
         parts = urlsplit(self.public_url)
         scheme = "wss" if parts.scheme == "https" else "ws"
         return f"{scheme}://{parts.netloc}/ws"
+
+
+@functools.cache
+def _http_options(base_url: str, cert_path: str | None):
+    """Built once per process: its TLS context is shared by every call (parsing a CA file per
+    call blocks the event loop; service/client_options.py)."""
+    from service.local_live import http_options
+    return http_options(base_url, cert_path)
 
 
 def _number(env: dict[str, str], key: str, kind: type, default):

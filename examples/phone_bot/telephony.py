@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import audioop
 import base64
+import contextlib
 import json
 import math
 import time
@@ -100,6 +101,7 @@ class Stream:
     media: list[tuple[float, int]] = field(default_factory=list)  # bot audio: (at, bytes)
     marks: list[str] = field(default_factory=list)  # marks echoed after playback
     clears: int = 0
+    cleared_at: list[float] = field(default_factory=list)
     sent_frames: int = 0  # caller audio frames sent
 
     @property
@@ -122,7 +124,8 @@ class PhoneCall:
     `hang_up_when(call)` is asked every 100 ms while a stream is open: True makes the
     caller hang up (`stop`, then the websocket closes). The caller speaks `speech_s` of a
     tone once the bot's first turn has played, silence otherwise (Twilio streams the
-    caller's audio all the time)."""
+    caller's audio all the time); with `speak_over_after_s`, that long into the bot's first
+    audio instead, over the bot (`spoke_over_at` says when)."""
 
     balancer: Balancer
     webhook_url: str
@@ -137,6 +140,8 @@ class PhoneCall:
     timeout_s: float = 180.0
     streams: list[Stream] = field(default_factory=list)
     webhooks: list[Webhook] = field(default_factory=list)
+    speak_over_after_s: float | None = None
+    spoke_over_at: float | None = None
     status: str = "ringing"
     hung_up_at: float | None = None
     error: str | None = None
@@ -246,8 +251,9 @@ class PhoneCall:
             await asyncio.sleep(delay)  # Twilio answers a mark once the audio before it played
             marks.pop(name, None)
             stream.marks.append(name)
-            await websocket.send(json.dumps({"event": "mark", "streamSid": stream.stream_sid,
-                                             "mark": {"name": name}}))
+            with contextlib.suppress(websockets.ConnectionClosed):  # the stream ended first
+                await websocket.send(json.dumps({"event": "mark", "streamSid": stream.stream_sid,
+                                                 "mark": {"name": name}}))
 
         try:
             async for message in websocket:
@@ -263,6 +269,7 @@ class PhoneCall:
                     marks[name] = asyncio.create_task(echo(name, max(0.0, playing_until - now)))
                 elif event == "clear":
                     stream.clears += 1
+                    stream.cleared_at.append(now)
                     playing_until = now  # the buffered audio is dropped: its marks come back now
                     for name, task in list(marks.items()):
                         task.cancel()
@@ -282,7 +289,7 @@ class PhoneCall:
         speech: list[bytes] = []
         sequence = 1
         while True:
-            if not self._spoke and _bot_turn_over(stream):
+            if not self._spoke and self._speaks_now(stream):
                 speech = _tone(self.speech_s)
                 self._spoke = True
             payload = speech.pop(0) if speech else SILENCE
@@ -304,6 +311,16 @@ class PhoneCall:
                 return
             next_at += FRAME_MS / 1000
             await asyncio.sleep(max(0.0, next_at - loop.time()))
+
+
+    def _speaks_now(self, stream: Stream) -> bool:
+        if self.speak_over_after_s is None:
+            return _bot_turn_over(stream)
+        first = stream.first_audio_at
+        if first is None or time.time() - first < self.speak_over_after_s:
+            return False
+        self.spoke_over_at = time.time()
+        return True
 
 
 def _bot_turn_over(stream: Stream, quiet_s: float = 0.3) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import re
+import ssl
 
 import pytest
 from pipecat.services.google.gemini_live import llm as gemini_live_module
@@ -303,6 +304,41 @@ def test_async_client_args_reach_the_websocket_connect(tmp_path):
     unopened = sqlite_store(f"sqlite+aiosqlite:///{tmp_path}/unused.db")  # no I/O yet
     llm = DurableGeminiLiveLLMService(api_key="x", store=unopened, call_id="c")
     assert llm._client._api_client._websocket_ssl_ctx["max_size"] == MAX_FRAME_BYTES
+
+
+def test_every_client_transport_takes_the_shared_tls_context(tmp_path):
+    """google-genai parses the CA bundle into a context per transport of every Client unless
+    it is handed one (`_ensure_*_ssl_ctx`, private): the service hands every transport the
+    process-wide one (service/client_options.py), so a call start parses nothing."""
+    from google.genai import Client, types
+    from google.genai._api_client import BaseApiClient
+
+    from service.client_options import shared_tls_context, with_shared_tls
+    from session_store.storage.sqlite.dialect import sqlite_store
+
+    for hook in ("_ensure_httpx_ssl_ctx", "_ensure_aiohttp_ssl_ctx",
+                 "_ensure_websocket_ssl_ctx"):
+        assert "ssl.create_default_context(" in inspect.getsource(getattr(BaseApiClient, hook))
+
+    def contexts(api) -> list:
+        found = [api._websocket_ssl_ctx["ssl"], api._async_httpx_client_args["verify"]]
+        if hasattr(api, "_async_client_session_request_args"):  # aiohttp installed
+            found.append(api._async_client_session_request_args["ssl"])
+        return found
+
+    unopened = sqlite_store(f"sqlite+aiosqlite:///{tmp_path}/unused.db")  # no I/O yet
+    shared = shared_tls_context()
+    for n in range(2):
+        llm = DurableGeminiLiveLLMService(api_key="x", store=unopened, call_id=f"c{n}")
+        assert all(ctx is shared for ctx in contexts(llm._client._api_client))
+    # A caller's own context (the local server's certificate) reaches every transport too.
+    own = ssl.create_default_context()
+    for options in ({"async_client_args": {"ssl": own}},
+                    types.HttpOptions(async_client_args={"ssl": own},
+                                      client_args={"timeout": 5})):
+        api = Client(api_key="x", http_options=with_shared_tls(options))._api_client
+        assert all(ctx is own for ctx in contexts(api))
+        assert api._httpx_client._transport._pool._ssl_context is own
 
 
 def test_a_restored_prompt_is_composed_once_with_pipecats_addons():
