@@ -52,7 +52,8 @@ from session_store import events as ev
 from session_store import open_store
 from session_store.verify import verify_log
 
-from .gemini_script import PhoneCallPlan, caller_of, order_of, tool_calls
+from .gemini_script import TONES, PhoneCallPlan, caller_of, order_of, tool_calls
+from .hearing import Hearing, hear
 from .telephony import Balancer, PhoneCall
 from .tools import IDEMPOTENT
 
@@ -105,6 +106,7 @@ class CallOutcome:
     redirect_s: float | None = None
     start_s: float | None = None  # first stream open -> session.opened (a new call's start)
     events: int = 0
+    hearing: Hearing | None = None  # what the caller heard (hearing.py)
 
 
 async def run_fleet(db: str = "sqlite", *, workers: int = 3, calls: int = 20, kill: bool = True,
@@ -237,10 +239,17 @@ async def _stop_workers(fleet: list[Worker]) -> None:
 # ------------------------------------------------------------------ the kill
 
 def _plan_kill(rng, calls: list[PhoneCall]) -> tuple[PhoneCall, Kill]:
-    """A random call, one of its tools, one of that tool's events, and 0-150 ms after it."""
+    """A random call and a random point of it: the greeting or the caller's request (0-2.2 s
+    after it opened), one of its tools' events and 0-150 ms after it, or the goodbye (after
+    the last result went to Gemini)."""
     target = rng.choice(calls)
-    tool = rng.choice([name for name, _ in tool_calls(target.from_number)])
-    return target, Kill(target.call_sid, tool, rng.choice(TOOL_EVENTS), rng.uniform(0.0, 0.15))
+    tools = [name for name, _ in tool_calls(target.from_number)]
+    step = rng.choice(["greeting", *tools, "farewell"])
+    if step == "greeting":
+        return target, Kill(target.call_sid, "", "session.opened", rng.uniform(0.0, 2.2))
+    if step == "farewell":
+        return target, Kill(target.call_sid, tools[-1], "tool.result_sent", rng.uniform(0.1, 1.0))
+    return target, Kill(target.call_sid, step, rng.choice(TOOL_EVENTS), rng.uniform(0.0, 0.15))
 
 
 async def _kill_mid_tool(target: PhoneCall, kill: Kill, calls: list[PhoneCall],
@@ -257,7 +266,8 @@ async def _kill_mid_tool(target: PhoneCall, kill: Kill, calls: list[PhoneCall],
                 raise RuntimeError(f"the call to kill in ended first ({target.call_sid})")
             for record in await store.read(target.call_sid, from_version=version + 1):
                 version = record.version
-                if record.type in TOOL_EVENTS and record.data.get("call_id", "").startswith(tool):
+                if (record.type in (*TOOL_EVENTS, "session.opened")
+                    and record.data.get("call_id", "").startswith(tool)):
                     seen.add(record.type)
             await asyncio.sleep(0.02)
         await asyncio.sleep(kill.delay_s)
@@ -271,8 +281,10 @@ async def _kill_mid_tool(target: PhoneCall, kill: Kill, calls: list[PhoneCall],
         victim.process.send_signal(signal.SIGKILL)
         records = await store.read(target.call_sid)
         mine = [r for r in records if r.recorded_at_us / 1e6 < kill.at
-                and r.type in TOOL_EVENTS and r.data.get("call_id", "").startswith(tool)]
-        kill.point = f"{tool}: after {mine[-1].type}" if mine else f"{tool}: before its request"
+                and r.type in (*TOOL_EVENTS, "session.opened")
+                and r.data.get("call_id", "").startswith(tool)]
+        kill.point = (f"{tool or 'call'}: after {mine[-1].type}" if mine
+                      else f"{tool}: before its request")
     finally:
         kill.over = True
         await store.close()
@@ -314,10 +326,12 @@ async def _judge(calls, kill: Kill | None, fleet, gemini, plan, url, schema, led
             problems = check_call(scenario, records, reports, view, mine) if records else \
                 ["the log has no event of this call"]
             problems += _check_phone_call(call, records, plan)
+            heard = hear([s.audio for s in call.streams], TONES, plan.lengths())
+            problems += [f"repeated utterance: {r}" for r in heard.repeats]
             outcome = CallOutcome(call.call_sid, call.from_number,
                                   [by_url.get(s.worker, -1) for s in call.streams],
                                   bool(kill and call.call_sid in kill.affected), problems,
-                                  events=len(records))
+                                  events=len(records), hearing=heard)
             # The baseline: how long a new call takes from its stream to its log, same run.
             opened = next((r.recorded_at_us / 1e6 for r in records
                            if r.type == "session.opened"), None)
@@ -446,6 +460,9 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
                                     "p99": _round(_percentile(attaches, 99))},
         "new_call_start_s": {"p50": _round(_percentile(starts, 50)),
                              "p99": _round(_percentile(starts, 99))},
+        # From the callers' audio: utterances heard whole and then again (violations),
+        # cut ones said again from the top, silences inside an utterance over 100 ms.
+        "heard": _heard_summary(outcomes),
         "violations": violations,
         "ok": not violations and (kill is None or bool(gaps)),
     }
@@ -458,6 +475,11 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
         f"{_s(summary['takeover_after_stream_s']['p99'])}; a new call from its stream to "
         f"session.opened (same run): p50 {_s(summary['new_call_start_s']['p50'])}, p99 "
         f"{_s(summary['new_call_start_s']['p99'])}")
+    heard = summary["heard"]
+    say(f"heard by the callers: {heard['repeats']} repeated utterances "
+        f"({heard['moved_calls']} moved calls), {heard['restarts']} cut utterances said "
+        f"again, {len(heard['stalls_s'])} stalls over 100 ms inside an utterance"
+        + (f" (max {max(heard['stalls_s']):.3f} s)" if heard["stalls_s"] else ""))
     if violations:
         say(f"verdict: FAILED ({len(violations)})")
         for v in violations:
@@ -466,6 +488,17 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
         say("verdict: OK - every call answered and ended once, no tool ran twice unless "
             "idempotent, every call of the killed worker went on on another, fencing held")
     return summary
+
+
+def _heard_summary(outcomes: list[CallOutcome]) -> dict:
+    heard = [o.hearing for o in outcomes if o.hearing is not None]
+    moved = [o.hearing for o in outcomes if o.affected and o.hearing is not None]
+    return {"repeats": sum(len(h.repeats) for h in heard),
+            "moved_calls": len(moved),
+            "repeats_in_moved_calls": sum(len(h.repeats) for h in moved),
+            "restarts": sum(len(h.restarts) for h in heard),
+            "restart_detail": [r for h in heard for r in h.restarts],
+            "stalls_s": [s for h in heard for _u, s in h.stalls]}
 
 
 def _s(value: float | None) -> str:

@@ -12,8 +12,11 @@ its fields and raises ``APIError`` on a message with no key it knows.
 
 from __future__ import annotations
 
+import array
 import base64
 import json
+import math
+import sys
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -88,9 +91,22 @@ def setup_complete() -> dict[str, Any]:
     return {"setupComplete": {}}
 
 
-def audio_chunk(duration_ms: float) -> dict[str, Any]:
-    """One chunk of model speech (silence) of the given duration."""
-    pcm = bytes(int(duration_ms * AUDIO_BYTES_PER_MS) & ~1)
+def audio_chunk(duration_ms: float, tone_hz: float | None = None,
+                start_sample: int = 0) -> dict[str, Any]:
+    """One chunk of model speech of the given duration: silence, or a sine at `tone_hz`
+    from sample `start_sample` of its utterance on (so chunks join without a click), which
+    a listener can tell apart from every other utterance's tone."""
+    size = int(duration_ms * AUDIO_BYTES_PER_MS) & ~1
+    if tone_hz is None:
+        pcm = bytes(size)
+    else:
+        rate = AUDIO_BYTES_PER_MS * 500  # samples per second
+        samples = (int(8000 * math.sin(2 * math.pi * tone_hz * (start_sample + i) / rate))
+                   for i in range(size // 2))
+        wave = array.array("h", samples)
+        if sys.byteorder != "little":  # (PCM on the wire is little-endian)
+            wave.byteswap()
+        pcm = wave.tobytes()
     data = base64.b64encode(pcm).decode("ascii")
     part = {"inlineData": {"mimeType": AUDIO_MIME, "data": data}}
     return {"serverContent": {"modelTurn": {"role": "model", "parts": [part]}}}
