@@ -328,6 +328,10 @@ async def _judge(calls, kill: Kill | None, fleet, gemini, plan, url, schema, led
             problems += _check_phone_call(call, records, plan)
             heard = hear([s.audio for s in call.streams], TONES, plan.lengths())
             problems += [f"repeated utterance: {r}" for r in heard.repeats]
+            # The ear's own check: a call that ended heard its greeting and its goodbye.
+            missing = {"greeting", "farewell"} - set(heard.heard_s)
+            if missing and call.hung_up_at is not None:
+                problems.append(f"the caller's audio holds no {'/'.join(sorted(missing))} tone")
             outcome = CallOutcome(call.call_sid, call.from_number,
                                   [by_url.get(s.worker, -1) for s in call.streams],
                                   bool(kill and call.call_sid in kill.affected), problems,
@@ -498,7 +502,13 @@ def _heard_summary(outcomes: list[CallOutcome]) -> dict:
             "repeats_in_moved_calls": sum(len(h.repeats) for h in moved),
             "restarts": sum(len(h.restarts) for h in heard),
             "restart_detail": [r for h in heard for r in h.restarts],
-            "stalls_s": [s for h in heard for _u, s in h.stalls]}
+            "stalls_s": [s for h in heard for _u, s in h.stalls],
+            # What the caller of each moved or failed call heard, in order (utterance,
+            # stream, seconds).
+            "per_call": {o.call_sid: [(r.utterance, r.stream, round(r.seconds, 2))
+                                      for r in o.hearing.runs]
+                         for o in outcomes if (o.affected or o.problems)
+                         and o.hearing is not None}}
 
 
 def _s(value: float | None) -> str:

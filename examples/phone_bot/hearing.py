@@ -2,7 +2,8 @@
 
 Every utterance of the scripted bot is a tone of its own (gemini_script.TONES). The caller's
 side decodes the μ-law frames Twilio's stand-in received, plays them on a phone's clock (a
-frame plays when it arrives or when the one before it ends, whichever is later), finds the
+frame plays when the one before it ends, or `JITTER_S` after it arrives if the phone ran
+dry), finds the
 tone of every 20 ms and so tells, per call and across its streams:
 
 - a **repeat**: an utterance heard whole, then heard again (the conversation went backwards);
@@ -22,9 +23,13 @@ import numpy as np
 RATE = 8000  # Twilio Media Streams: 8 kHz μ-law
 FRAME = 160  # 20 ms
 STALL_S = 0.1
+#: Audio is played this long after the first frame of a stretch arrives, as from a phone's
+#: jitter buffer: frames arriving up to that late play without a break. (The worker sends
+#: 137.5 ms payloads every 120-160 ms: played on arrival, every one left a gap.)
+JITTER_S = 0.1
 SILENT_RMS = 300.0  # of a 16-bit full scale; the tones are sent at 8000 peak
 TOLERANCE_HZ = 60.0
-WHOLE = 0.9  # heard this share of an utterance: it was heard whole
+WHOLE = 0.75  # heard this share of an utterance: it was heard (a 0.8 s one plays as ~0.7 s)
 OVERHEARD_S = 0.15  # heard this much more than an utterance lasts: some of it twice
 
 
@@ -86,9 +91,9 @@ def runs_of(streams: Sequence[Sequence[tuple[float, bytes]]], tones: dict[str, f
         clock, pending = None, np.zeros(0, dtype=np.int16)
         current: Run | None = None
         for at, payload in audio:
-            if clock is None or at > clock + 1e-3:  # the phone ran dry: a gap
+            if clock is None or at > clock:  # the phone ran dry: a gap
                 current = None
-                clock, pending = at, pending[:0]
+                clock, pending = at + JITTER_S, pending[:0]
             pending = np.concatenate([pending, ulaw_to_pcm(payload)])
             while len(pending) >= FRAME:
                 pcm, pending = pending[:FRAME], pending[FRAME:]
@@ -116,7 +121,11 @@ def judge(runs: list[Run], lengths: dict[str, float]) -> Hearing:
         heard = since_whole.get(name, 0.0)
         if before is not None:
             between = [r for r in runs[:i] if r.start >= before.end]
-            if heard >= WHOLE * length:
+            # On one stream with nothing said between, more of it is the same utterance
+            # going on after a silence, unless it adds up to more than it lasts.
+            goes_on = (run.stream == before.stream and not between
+                       and heard + run.seconds <= length + OVERHEARD_S)
+            if heard >= WHOLE * length and not goes_on:
                 out.repeats.append(f"{name}: heard whole, then again at "
                                    f"{run.start - runs[0].start:.2f} s")
                 heard = 0.0

@@ -88,6 +88,13 @@ def test_a_silence_inside_an_utterance_is_a_stall():
     assert abs(heard.stalls[0][1] - 0.15) < 0.03
     short = Phone().say("greeting", 0.2).pause(0.06).say("greeting", 0.2)
     assert not hear([short.audio], TONES, LENGTHS).stalls
+    # Late in the utterance: still a stall, not a repeat (it adds up to its length).
+    late = Phone().say("greeting", 0.34).pause(0.3).say("greeting", 0.06)
+    heard = hear([late.audio], TONES, LENGTHS)
+    assert len(heard.stalls) == 1 and not heard.repeats
+    # Said twice on one stream (a session that went back): a repeat.
+    twice = Phone().say("greeting", 0.4).pause(0.3).say("greeting", 0.4)
+    assert len(hear([twice.audio], TONES, LENGTHS).repeats) == 1
 
 
 def test_the_local_servers_tone_survives_the_phone_path():

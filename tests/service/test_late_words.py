@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from service.local_live import (Audio, Close, InputTranscript, OutputTranscript,
-                                ResumptionUpdate, Script, Sleep, TurnComplete, WaitFor)
+from service.local_live import (Audio, Call, Close, InputTranscript, OutputTranscript,
+                                ResumptionUpdate, Script, Sleep, ToolCall, TurnComplete,
+                                WaitFor, WaitToolResponse)
 from session_store import events as ev
 from session_store.delivery import seed_plan
 
@@ -111,3 +112,28 @@ def test_the_fold_places_late_words_with_their_turn_in_every_seed():
                                       ("assistant", ANSWER), ("user", "Thanks!")]
     # Heard when the answer was: a handle after the answer holds them.
     assert [v for v, _g in state.message_marks] == [3, 4, 4, 6]
+
+
+async def test_what_the_bot_said_before_a_call_is_logged_before_the_call(flavour):
+    """The transcription of "let me look" is logged at the toolCall, ahead of it: a seed or
+    catch-up then holds what the caller heard, in the order they heard it."""
+    if not flavour.durable:
+        pytest.skip("the stock service keeps no conversation of its own")
+    script = Script([WaitFor("client_content"), InputTranscript("Where is order 1?"),
+                     Audio(chunks=2), OutputTranscript("Let me look."),
+                     ToolCall(Call("c1", "lookup_order", {"id": 1})),
+                     WaitToolResponse("c1", timeout=5), Audio(chunks=2), TurnComplete()],
+                    reply=())
+
+    async def until_done(ctl: Ctl):
+        await ctl.wait(lambda: ctl.script_done(0) and not ctl.tap.speaking, timeout=10)
+        await ctl.settle()
+
+    run = await run_call(flavour, [script], until_done, model=G25)
+
+    said = run.find("conversation.message", role="assistant")
+    assert [e.data["text"] for e in said] == ["Let me look."]
+    assert said[0].version < run.find("tool.call_requested", call_id="c1")[0].version
+    turns = seed_plan(run.state).turns
+    called = ("assistant", '[Called function lookup_order with args {"id": 1}]')
+    assert turns.index(("assistant", "Let me look.")) + 1 == turns.index(called), turns
