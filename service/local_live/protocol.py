@@ -12,14 +12,13 @@ its fields and raises ``APIError`` on a message with no key it knows.
 
 from __future__ import annotations
 
-import array
 import base64
 import json
-import math
-import sys
 import re
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 AUDIO_MIME = "audio/pcm;rate=24000"
 AUDIO_BYTES_PER_MS = 48  # 24 kHz, 16-bit mono
@@ -99,14 +98,10 @@ def audio_chunk(duration_ms: float, tone_hz: float | None = None,
     size = int(duration_ms * AUDIO_BYTES_PER_MS) & ~1
     if tone_hz is None:
         pcm = bytes(size)
-    else:
+    else:  # (numpy: a fleet of calls speaks 500 chunks a second from one process)
         rate = AUDIO_BYTES_PER_MS * 500  # samples per second
-        samples = (int(8000 * math.sin(2 * math.pi * tone_hz * (start_sample + i) / rate))
-                   for i in range(size // 2))
-        wave = array.array("h", samples)
-        if sys.byteorder != "little":  # (PCM on the wire is little-endian)
-            wave.byteswap()
-        pcm = wave.tobytes()
+        t = (start_sample + np.arange(size // 2)) / rate
+        pcm = (8000 * np.sin(2 * np.pi * tone_hz * t)).astype("<i2").tobytes()
     data = base64.b64encode(pcm).decode("ascii")
     part = {"inlineData": {"mimeType": AUDIO_MIME, "data": data}}
     return {"serverContent": {"modelTurn": {"role": "model", "parts": [part]}}}
