@@ -246,8 +246,9 @@ def choose_resumption(state: SessionState, policy: Policy, now_us: int,
     be one the model can be brought up to date from: where the model takes no contextUpdate,
     it must hold the current system instruction and tools (a resumed session is not known to
     adopt new ones from its setup); where it takes no clientContent mid-session, it must hold
-    every logged turn and tool exchange. Handles the server refused (HandleRefused), and those in `exclude`, are
-    passed over for an older one. `policy.resumption` may rule resumption out (see Policy).
+    every logged turn and tool exchange. Handles the server refused (HandleRefused), and
+    those in `exclude`, are passed over for an older one. `policy.resumption` may rule
+    resumption out (see Policy).
     """
     if not resumption_allowed(state, policy):
         return None
