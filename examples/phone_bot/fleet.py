@@ -286,9 +286,9 @@ async def _kill_mid_tool(target: PhoneCall, kill: Kill, calls: list[PhoneCall],
         victim.process.send_signal(signal.SIGKILL)
         records = await store.read(target.call_sid)
         mine = [r for r in records if r.recorded_at_us / 1e6 < kill.at
-                and r.type in (*TOOL_EVENTS, "session.opened")
+                and r.type in (TOOL_EVENTS if tool else (after,))
                 and r.data.get("call_id", "").startswith(tool)]
-        kill.point = (f"{tool or 'call'}: after {mine[-1].type}" if mine
+        kill.point = (f"{tool or 'greeting'}: after {mine[-1].type}" if mine
                       else f"{tool}: before its request")
     finally:
         kill.over = True
