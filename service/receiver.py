@@ -31,6 +31,9 @@ from .translate import jsonable
 from .wire import Rejection
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*s?\s*$")
+#: How long after the bot's message the user's words may still be the late transcription of
+#: the turn it answered (3.x), if the model says nothing new meanwhile.
+LATE_WORDS_S = 3.0
 
 
 def parse_time_left(value: Any) -> float:
@@ -58,7 +61,8 @@ class Receiver:
         self._effects = effects
         self.handles = handles
         self.last_message = time.monotonic()
-        self._transcript: dict[str, list[str]] = {"user": [], "assistant": []}
+        self._transcript: dict[str, list[str]] = {"user": [], "assistant": [], "late": []}
+        self._answered_at: float | None = None  # when the bot's last message was logged
         self._unknown_logged: set[str] = set()  # unknown message fields already logged
 
     async def message(self, message) -> None:
@@ -128,15 +132,22 @@ class Receiver:
         if sc.model_turn:
             self._speech.heard()
         if sc.input_transcription and sc.input_transcription.text:
-            self._transcript["user"].append(sc.input_transcription.text)
+            late = (self._answered_at is not None
+                    and self._driver.state.rules.late_input_transcription
+                    and time.monotonic() - self._answered_at < LATE_WORDS_S)
+            self._transcript["late" if late else "user"].append(sc.input_transcription.text)
+        if sc.model_turn or sc.output_transcription:
+            self._answered_at = None  # the model goes on: later words are a new turn's
         if sc.output_transcription and sc.output_transcription.text:
             self._transcript["assistant"].append(sc.output_transcription.text)
 
-    async def flush_transcript(self, heard: float | None = None) -> None:
-        """What was said, as one message per role (at the turn's end, or a session's); the
+    def _transcript_events(self, heard: float | None = None) -> list[ev.ConversationMessage]:
+        """What was said since the last flush, as one message per role: late words of the
+        turn already answered first (the fold places them with it), then this turn's; the
         bot's cut to the `heard` part of its audio (an interrupted turn)."""
-        events = []
-        for role in ("user", "assistant"):
+        events: list[ev.ConversationMessage] = []
+        gen = self._driver.state.generation
+        for role in ("late", "user", "assistant"):
             text = "".join(self._transcript[role]).strip()
             self._transcript[role].clear()
             if role == "assistant" and heard is not None:
@@ -147,7 +158,15 @@ class Receiver:
                                 f"{len(text.split())} words")
                 text = cut
             if text:
-                events.append(ev.ConversationMessage(role, text, self._driver.state.generation))
+                events.append(ev.ConversationMessage("user" if role == "late" else role, text,
+                                                     gen, late=role == "late"))
+        if events and events[-1].role == "assistant":
+            self._answered_at = time.monotonic()
+        return events
+
+    async def flush_transcript(self, heard: float | None = None) -> None:
+        """What was said (at the turn's end, or a session's)."""
+        events = self._transcript_events(heard)
         if events:
             await self._log.log(*events)
 
@@ -166,7 +185,10 @@ class Receiver:
             # Decided and logged with the start of every call now due (one commit), in order
             # with everything noted before, right here unless the log is busy; a database
             # that is down holds the audio behind the toolCall only briefly (When.HERE).
-            await self._log.log(ToolCallsArrived(calls, gen), when=When.HERE)
+            # What the bot said before it asked goes first: a seed or catch-up then holds
+            # what the caller heard ("let me refund that"), in the order they heard it.
+            await self._log.log(*self._transcript_events(), ToolCallsArrived(calls, gen),
+                                when=When.HERE)
         else:
             await self._log.log(ev.AnomalyRecorded("empty_tool_call", {}, gen))
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from .models import ModelRules, prompt_tokens
 from .policy import Policy
 from .lineage import (context_held, handle_may_hold, in_model, lineage_cutoffs, result_held,
-                      send_held, unconfirmed_sends, unheld_messages)
+                      send_held, unconfirmed_sends, unheld_calls, unheld_messages)
 from .state import CallState, Cover, Handle, Send, SessionState
 
 
@@ -218,7 +218,8 @@ def _conversation_to_send(state: SessionState) -> int | None:
     if (current is None or current.handle is None or not state.rules.client_content_mid_session
             or _under_way(state.conversation_sends, state.generation)):
         return None
-    missing = unheld_messages(state)
+    missing = unheld_messages(state) + [state.calls[c].requested_version
+                                        for c in unheld_calls(state)]
     return max(missing) if missing else None
 
 
@@ -262,8 +263,9 @@ def choose_resumption(state: SessionState, policy: Policy, now_us: int,
     be one the model can be brought up to date from: where the model takes no contextUpdate,
     it must hold the current system instruction and tools (a resumed session is not known to
     adopt new ones from its setup); where it takes no clientContent mid-session, it must hold
-    every logged turn. Handles the server refused (HandleRefused), and those in `exclude`, are
-    passed over for an older one. `policy.resumption` may rule resumption out (see Policy).
+    every logged turn and tool exchange. Handles the server refused (HandleRefused), and
+    those in `exclude`, are passed over for an older one. `policy.resumption` may rule
+    resumption out (see Policy).
     """
     if not resumption_allowed(state, policy):
         return None
@@ -280,7 +282,8 @@ def choose_resumption(state: SessionState, policy: Policy, now_us: int,
             continue
         if not rules.context_update and lacks_context(state, h):
             continue
-        if not rules.client_content_mid_session and unheld_messages(state, h):
+        if not rules.client_content_mid_session and (unheld_messages(state, h)
+                                                     or unheld_calls(state, h)):
             continue
         best = h
     return best.handle if best else None
@@ -312,23 +315,24 @@ def seed_plan(state: SessionState) -> SeedPlan:
     """The conversation a fresh session is seeded with, rebuilt from the log.
 
     Each call with an outcome appears once, with its function name and its result verbatim
-    (JSON), so seeding delivers it exactly once; a NON_BLOCKING call still running appears
-    with its intermediate results so far; cancelled calls and other running calls are left
-    out (their results are sent when they exist). Needs the whole history: raises
-    HistoryNeeded on a compacted state.
+    (JSON), so seeding delivers it exactly once; a call still running (or waiting to) appears
+    as asked for, with its intermediate results so far, so the model waits for its result
+    rather than asking again (the caller heard it announced); cancelled calls are left out.
+    Needs the whole history: raises HistoryNeeded on a compacted state.
     """
     state.require_history()
     turns: list[tuple[str, str]] = []
     parts: list[tuple[str, int]] = []
+    through = max((v for v, _g in state.message_marks), default=0)
     for role, text in state.conversation:
         if role != "tool":
             turns.append((role, text))
             continue
         call = state.calls[text]
-        if not call.has_outcome and not call.progress:
+        if call.status == "cancelled" or (call.superseded_by and not call.has_outcome):
             continue
-        turns.append(("assistant", f"[Called function {call.name} with args "
-                                   f"{json.dumps(call.args, sort_keys=True)}]"))
+        turns.append(called_as_content(call))
+        through = max(through, call.requested_version)
         if call.has_outcome:
             turns.append(("user", result_as_content(call)))
             parts.append((call.call_id, 0))
@@ -336,7 +340,6 @@ def seed_plan(state: SessionState) -> SeedPlan:
         for p in call.progress:
             turns.append(("user", result_as_content(call, p.part)))
             parts.append((call.call_id, p.part))
-    through = state.message_marks[-1][0] if state.message_marks else 0
     # A handle is logged as issued only once the model reacted to what was sent before it
     # (HandleWithheld): a result some handle's state holds was taken in by a model.
     lineages = [lineage_cutoffs(state, h) for h in state.handles.values()]
@@ -356,8 +359,22 @@ def catch_up_turns(state: SessionState, through: int) -> list[tuple[str, str]]:
     `through`, in log order (SendConversation). Needs the whole history."""
     state.require_history()
     missing = {v for v in unheld_messages(state) if v <= through}
-    messages = [m for m in state.conversation if m[0] != "tool"]
-    return [m for m, (v, _g) in zip(messages, state.message_marks) if v in missing]
+    calls = {c for c in unheld_calls(state) if state.calls[c].requested_version <= through}
+    marks = iter(state.message_marks)
+    turns = []
+    for role, text in state.conversation:
+        if role == "tool":
+            if text in calls:  # its result, if any, goes on its own (SendResult)
+                turns.append(called_as_content(state.calls[text]))
+        elif next(marks)[0] in missing:
+            turns.append((role, text))
+    return turns
+
+
+def called_as_content(call: CallState) -> tuple[str, str]:
+    """A tool call the model asked for, as a model turn of a seed or catch-up."""
+    return ("assistant", f"[Called function {call.name} with args "
+                         f"{json.dumps(call.args, sort_keys=True)}]")
 
 
 def result_value(call: CallState, part: int = 0) -> Any:

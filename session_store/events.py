@@ -303,12 +303,21 @@ def _result_sent_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- conversation
 
-@event_type("conversation.message")
+@event_type("conversation.message", schema=2)
 class ConversationMessage(Event):
-    """A user or bot turn; `generation`: the session that heard or said it."""
+    """A user or bot turn; `generation`: the session that heard or said it. `late`: the
+    user's words of the turn the bot's last message answered, transcribed after that answer
+    (3.x): the fold places them with that turn, not after it."""
     role: str  # user | assistant
     text: str
     generation: int = 0
+    late: bool = False
+
+
+@upcaster("conversation.message", 1)
+def _conversation_message_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    data.setdefault("late", False)  # late words were logged as a turn of their own
+    return data
 
 
 @event_type("conversation.sending")

@@ -107,6 +107,30 @@ def unheld_messages(state: SessionState, handle: Handle | None = None) -> list[i
                                                         or v < lineage[gen]))]
 
 
+def unheld_calls(state: SessionState, handle: Handle | None = None) -> list[str]:
+    """Ids of the tool calls (in request order) whose exchange the current model state (with
+    `handle`: a session resumed from it) lacks: asked for outside its lineage or after its
+    cutoff, their result not held, and not covered by a seed or catch-up it holds. No handle
+    is issued while a blocking call is open, so after a takeover the newest handle predates
+    the call the caller just heard announced; resumed from it, the model asks again."""
+    if not state.calls:
+        return []
+    lineage = lineage_cutoffs(state, handle)
+    covered = max((c.through for c in state.conversation_sends if send_held(lineage, c)),
+                  default=0)
+    out = []
+    for call in state.calls.values():
+        if call.status == "cancelled" or call.superseded_by or call.requested_version <= covered:
+            continue
+        cutoff = lineage.get(call.generation, 0)
+        if call.generation in lineage and (cutoff is None or call.requested_version < cutoff):
+            continue
+        if result_held(lineage, call):
+            continue  # told with its name and id: the model knows it asked
+        out.append(call.call_id)
+    return out
+
+
 def unconfirmed_sends(state: SessionState) -> list[tuple[CallState, Send]]:
     """(call, send) for every send of an outcome or intermediate result whose success is
     unconfirmed."""

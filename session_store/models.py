@@ -44,6 +44,9 @@ class ModelRules:
     #: Resumption was reported to stop restoring context once the system instruction is
     #: longer than this many tokens (None: no such report).
     resumption_prompt_token_limit: int | None
+    #: The user's last words may be transcribed after the model's answer to them (3.x:
+    #: LiveKit agents-js PR 2162, agents PR 6914).
+    late_input_transcription: bool = False
 
 
 RULES: dict[str, ModelRules] = {
@@ -56,17 +59,18 @@ RULES: dict[str, ModelRules] = {
                       calls_default_non_blocking=False, blocking_declarations=True,
                       interaction_status=False, context_update=False,
                       response_scheduling=False, intermediate_results=False,
-                      resumption_prompt_token_limit=200),
+                      resumption_prompt_token_limit=200, late_input_transcription=True),
     "3.8": ModelRules("3.8", client_content_mid_session=False, non_blocking_declarations=True,
                       calls_default_non_blocking=True, blocking_declarations=True,
                       interaction_status=False, context_update=True,
                       response_scheduling=True, intermediate_results=True,
-                      resumption_prompt_token_limit=None),
+                      resumption_prompt_token_limit=None, late_input_transcription=True),
     "3.8-thinking": ModelRules("3.8-thinking", client_content_mid_session=False,
                                non_blocking_declarations=True, calls_default_non_blocking=True,
                                blocking_declarations=False, interaction_status=True,
                                context_update=True, response_scheduling=False,
-                               intermediate_results=False, resumption_prompt_token_limit=None),
+                               intermediate_results=False, resumption_prompt_token_limit=None,
+                               late_input_transcription=True),
 }
 
 

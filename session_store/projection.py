@@ -170,11 +170,26 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
                 sends.append(Send(e.generation, e.via, rec.version, confirmed=True,
                                   at_us=rec.recorded_at_us))
         case ev.ConversationMessage():
-            s.conversation.append((e.role, e.text))
-            s.message_marks.append((rec.version, e.generation))
-            s.messages += 1
+            _add_message(s, e, rec.version)
         case ev.AnomalyRecorded():
             s.anomalies += 1
+
+
+def _add_message(s: SessionState, e: ev.ConversationMessage, version: int) -> None:
+    """A turn, in log order; late user words go just before the bot's message that
+    answered them, marked as heard when that message was (a model state holding the answer
+    heard the question: telling it again would leave it dangling after its answer)."""
+    mark, at, mark_at = (version, e.generation), len(s.conversation), len(s.message_marks)
+    if e.late and e.role == "user" and s.answer_mark is not None:
+        mark = (s.answer_mark[0], e.generation)
+        if s.history_complete:  # (a compacted state keeps neither the turns nor their order)
+            at = max(i for i, (role, _t) in enumerate(s.conversation) if role == "assistant")
+            mark_at = sum(1 for role, _t in s.conversation[:at] if role != "tool")
+    s.conversation.insert(at, (e.role, e.text))
+    s.message_marks.insert(mark_at, mark)
+    s.messages += 1
+    if e.role == "assistant":
+        s.answer_mark = mark
 
 
 def _confirm_cover(covers: list[Cover], generation: int, through: int, via: str,
@@ -263,6 +278,7 @@ def from_snapshot(text: str) -> SessionState:
         (Handle(**h) for h in data["handles"].values()), key=lambda h: h.version)}
     data["conversation"] = [tuple(m) for m in data["conversation"]]
     data["message_marks"] = [tuple(m) for m in data["message_marks"]]
+    data["answer_mark"] = tuple(data["answer_mark"]) if data.get("answer_mark") else None
     data["context_sends"] = [Cover(**c) for c in data["context_sends"]]
     data["conversation_sends"] = [Cover(**c) for c in data["conversation_sends"]]
     data["archived"] = set(data["archived"])

@@ -161,6 +161,8 @@ class SessionState:
     conversation_sends: list[Cover] = field(default_factory=list)
     # (log version, generation that heard it) of each conversation message, in log order.
     message_marks: list[tuple[int, int]] = field(default_factory=list)
+    # The mark of the bot's last message: late user words are heard before it (ConversationMessage).
+    answer_mark: tuple[int, int] | None = None
     calls: dict[str, CallState] = field(default_factory=dict)
     # The conversation in log order: (role, text) for user/assistant turns and
     # ("tool", call_id) where a call was made; a fresh session is seeded from it.

@@ -19,14 +19,22 @@ from service.crash.scenarios import known_results
 from service.local_live import (Audio, Call, Dynamic, InputTranscript, OutputTranscript,
                                 Script, Sleep, ToolCall, TurnComplete, WaitFor,
                                 WaitToolResponse)
+from service.local_live.protocol import content_calls
 
 GREETING = "Thanks for calling. How can I help?"
 FAREWELL = "Done: your refund is on its way and the receipt is in your inbox. Goodbye!"
 STILL_THERE = "Sorry, the line dropped for a moment. Is there anything else?"
 SAYS = {"refund_order": "Let me refund order {order_id} for you.",
         "send_receipt": "And I am mailing you the receipt."}
+#: Each utterance's tone (examples/phone_bot/hearing.py tells them apart in the caller's audio).
+TONES = {"greeting": 440.0, "refund_order": 660.0, "send_receipt": 880.0, "farewell": 1100.0,
+         "still_there": 1320.0}
 _CALLER = re.compile(r"caller's number is (\+\d+)")
 CHUNK_MS = 40.0
+# How long a resumed session waits for what it lacks before it speaks (2.5 is told turns
+# and calls after its handle as content, just after it connects); a real model waits for
+# input too.
+CATCH_UP_WAIT_S = 1.5
 # How long a fresh session waits for its seed before it speaks (the service seeds every
 # fresh session: the opening context of a new call, the logged conversation of a takeover).
 # A real model says nothing before its first input, however late a worker under load sends
@@ -57,39 +65,57 @@ class PhoneCallPlan:
     unknown_callers: list[int] = field(default_factory=list)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
+    def lengths(self) -> dict[str, float]:
+        """How long each utterance lasts (its tone's audio), for the caller's ear."""
+        turn = 2 * _chunks(self.turn_s) * CHUNK_MS / 1000
+        farewell = _chunks(self.farewell_s) * CHUNK_MS / 1000
+        return {"greeting": _chunks(self.greeting_s) * CHUNK_MS / 1000,
+                "refund_order": turn, "send_receipt": turn, "farewell": farewell,
+                "still_there": farewell}
+
     def script(self, conn) -> Script:
         if caller_of(conn) is None:
             self.unknown_callers.append(conn.index)
             return Script([], reply=())
-        steps = [] if conn.resumed_from else [WaitFor("client_content", timeout=SEED_WAIT_S,
-                                                      required=False)]
-        return Script([*steps, Dynamic(self.plan)], reply=())
+        # A fresh session waits for its seed, a resumed one for what it lacks (if anything).
+        wait = CATCH_UP_WAIT_S if conn.resumed_from else SEED_WAIT_S
+        return Script([WaitFor("client_content", timeout=wait, required=False),
+                       Dynamic(self.plan)], reply=())
 
     def plan(self, conn) -> list:
+        """The next step from the newest exchange this session holds (heard, said, seeded
+        or told), as a model goes on from its context: never a step it holds again."""
         caller = caller_of(conn)
         state = conn.state
         answered = known_results(conn)
-        pending = [(name, args) for name, args in tool_calls(caller) if name not in answered]
         steps: list = []
         if not said(conn, GREETING):
-            steps += [_speech(self.greeting_s), OutputTranscript(GREETING), TurnComplete(),
-                      Sleep(self.caller_speaks_s),
+            steps += [_speech(self.greeting_s, "greeting"), OutputTranscript(GREETING),
+                      TurnComplete(), Sleep(self.caller_speaks_s),
                       InputTranscript(f"Please refund order {order_of(caller)} and send me "
                                       f"the receipt.")]
-        waiting = [cid for cid in state.outstanding()
-                   if state.issued.get(cid) in {name for name, _ in pending}]
-        if waiting:
-            return [*steps, WaitToolResponse(waiting, timeout=30, required=False),
-                    Dynamic(self.plan)]
-        if pending:
-            name, args = pending[0]
+        for name, args in tool_calls(caller):
+            if name in answered:
+                continue
+            waiting = [cid for cid in state.outstanding() if state.issued.get(cid) == name]
+            if waiting:
+                return [*steps, WaitToolResponse(waiting, timeout=30, required=False),
+                        Dynamic(self.plan)]
+            if name in told_calls(conn):  # asked for before this session: its result comes
+                return [*steps, WaitFor("function_result", timeout=30, required=False),
+                        Dynamic(self.plan)]
             call = Call(f"{name}-{next(self._ids)}", name, args)
-            return [*steps, _speech(self.turn_s), OutputTranscript(SAYS[name].format(**args)),
-                    ToolCall(call), _speech(self.turn_s), TurnComplete(),
-                    WaitToolResponse([call.id], timeout=30, required=False), Dynamic(self.plan)]
-        closing = STILL_THERE if said(conn, FAREWELL) else FAREWELL
-        return [*steps, _speech(self.farewell_s), OutputTranscript(closing), TurnComplete(),
-                Dynamic(lambda c: self._closed(caller))]
+            line = SAYS[name].format(**args)
+            wait = [TurnComplete(), WaitToolResponse([call.id], timeout=30, required=False),
+                    Dynamic(self.plan)]
+            if said(conn, line):  # announced, not yet asked: ask without saying it again
+                return [*steps, ToolCall(call), *wait]
+            return [*steps, _speech(self.turn_s, name), OutputTranscript(line), ToolCall(call),
+                    _speech(self.turn_s, name), *wait]
+        closing, tone = (STILL_THERE, "still_there") if said(conn, FAREWELL) else (FAREWELL,
+                                                                                 "farewell")
+        return [*steps, _speech(self.farewell_s, tone), OutputTranscript(closing),
+                TurnComplete(), Dynamic(lambda c: self._closed(caller))]
 
     def _closed(self, caller: str) -> list:
         self.closing_sent[caller] = time.time()
@@ -114,5 +140,16 @@ def said(conn, text: str) -> bool:
     return False
 
 
-def _speech(seconds: float) -> Audio:
-    return Audio(chunks=max(1, round(seconds * 1000 / CHUNK_MS)), chunk_ms=CHUNK_MS)
+def told_calls(conn) -> set[str]:
+    """Functions this session was told were asked for before it (a seed or a catch-up)."""
+    return {name for message in conn.messages("client_content")
+            for name in content_calls((message.body or {}).get("turns") or [])}
+
+
+def _chunks(seconds: float) -> int:
+    return max(1, round(seconds * 1000 / CHUNK_MS))
+
+
+def _speech(seconds: float, utterance: str) -> Audio:
+    """`utterance`'s audio: its own tone."""
+    return Audio(chunks=_chunks(seconds), chunk_ms=CHUNK_MS, tone_hz=TONES[utterance])

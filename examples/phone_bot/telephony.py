@@ -99,6 +99,7 @@ class Stream:
     close_code: int | None = None
     ended_by: str | None = None  # "caller" (stop sent) or "bot" (the websocket closed)
     media: list[tuple[float, int]] = field(default_factory=list)  # bot audio: (at, bytes)
+    audio: list[tuple[float, bytes]] = field(default_factory=list)  # (at, μ-law) as received
     marks: list[str] = field(default_factory=list)  # marks echoed after playback
     clears: int = 0
     cleared_at: list[float] = field(default_factory=list)
@@ -261,8 +262,10 @@ class PhoneCall:
                 data = json.loads(message)
                 event = data.get("event")
                 if event == "media":
-                    size = len(base64.b64decode(data["media"]["payload"]))
+                    payload = base64.b64decode(data["media"]["payload"])
+                    size = len(payload)
                     stream.media.append((now, size))
+                    stream.audio.append((now, payload))
                     playing_until = max(playing_until, now) + size / 8000
                 elif event == "mark":
                     name = data["mark"]["name"]

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 AUDIO_MIME = "audio/pcm;rate=24000"
 AUDIO_BYTES_PER_MS = 48  # 24 kHz, 16-bit mono
 
@@ -88,9 +90,18 @@ def setup_complete() -> dict[str, Any]:
     return {"setupComplete": {}}
 
 
-def audio_chunk(duration_ms: float) -> dict[str, Any]:
-    """One chunk of model speech (silence) of the given duration."""
-    pcm = bytes(int(duration_ms * AUDIO_BYTES_PER_MS) & ~1)
+def audio_chunk(duration_ms: float, tone_hz: float | None = None,
+                start_sample: int = 0) -> dict[str, Any]:
+    """One chunk of model speech of the given duration: silence, or a sine at `tone_hz`
+    from sample `start_sample` of its utterance on (so chunks join without a click), which
+    a listener can tell apart from every other utterance's tone."""
+    size = int(duration_ms * AUDIO_BYTES_PER_MS) & ~1
+    if tone_hz is None:
+        pcm = bytes(size)
+    else:  # (numpy: a fleet of calls speaks 500 chunks a second from one process)
+        rate = AUDIO_BYTES_PER_MS * 500  # samples per second
+        t = (start_sample + np.arange(size // 2)) / rate
+        pcm = (8000 * np.sin(2 * np.pi * tone_hz * t)).astype("<i2").tobytes()
     data = base64.b64encode(pcm).decode("ascii")
     part = {"inlineData": {"mimeType": AUDIO_MIME, "data": data}}
     return {"serverContent": {"modelTurn": {"role": "model", "parts": [part]}}}

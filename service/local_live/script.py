@@ -22,11 +22,14 @@ from typing import Any, Callable, Sequence, Union
 
 @dataclass(frozen=True)
 class Audio:
-    """``chunks`` model-speech chunks (silent PCM, 24 kHz) with ``pause_ms`` between them."""
+    """``chunks`` model-speech chunks (silent PCM, 24 kHz) with ``pause_ms`` between them;
+    with ``tone_hz``, a sine at that frequency instead of silence (give each utterance its
+    own, and a listener can tell from the audio which utterance it hears, and whether twice)."""
 
     chunks: int = 1
     chunk_ms: float = 40.0
     pause_ms: float = 0.0
+    tone_hz: float | None = None
 
 
 @dataclass(frozen=True)

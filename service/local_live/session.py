@@ -166,9 +166,10 @@ class LiveSession:
                                                TurnComplete)):
             await self._hold_for_input()
         match step:
-            case Audio(chunks=chunks, chunk_ms=chunk_ms, pause_ms=pause_ms):
+            case Audio(chunks=chunks, chunk_ms=chunk_ms, pause_ms=pause_ms, tone_hz=tone_hz):
+                samples = int(chunk_ms * protocol.AUDIO_BYTES_PER_MS) // 2
                 for number in range(chunks):
-                    await self.send(protocol.audio_chunk(chunk_ms))
+                    await self.send(protocol.audio_chunk(chunk_ms, tone_hz, number * samples))
                     if pause_ms and number < chunks - 1:
                         await asyncio.sleep(pause_ms / 1000)
             case OutputTranscript(text=text):

@@ -302,11 +302,13 @@ def test_seed_history_holds_each_outcome_once_verbatim_in_log_order():
         ("user", "book me a seat"),
         ("assistant", '[Called function book with args {"seat": "4A"}]'),
         ("user", result_as_content(s.calls["c1"])),
+        # Running: asked for, its result to come (the model must not ask again).
+        ("assistant", '[Called function lookup with args {}]'),
         ("assistant", '[Called function pay with args {"amount": 5}]'),
         ("user", result_as_content(s.calls["c4"])),
         ("assistant", "done")]
     assert json.dumps({"n": [1], "ok": True}) in turns[2][1] and "book" in turns[2][1]
-    assert '"error": "card declined"' in turns[4][1] and "c4" in turns[4][1]
+    assert '"error": "card declined"' in turns[5][1] and "c4" in turns[5][1]
 
 
 def test_a_handle_issued_before_the_seed_is_never_resumed():

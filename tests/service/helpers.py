@@ -319,6 +319,13 @@ def content_via(run: CallRun, *, logged: bool = False) -> str:
     return "text" if logged else "realtime"
 
 
+def resumes_past_a_call(run: CallRun) -> bool:
+    """Is a handle issued before a call the log has resumed from? On 2.5 (the session is told
+    the call as content) and by stock pipecat; from 3.1 on it is not: the new session is
+    fresh and its seed names the call (session_store.lineage.unheld_calls)."""
+    return not run.flavour.durable or rules_for(run.flavour.model).client_content_mid_session
+
+
 def generation_of(run: CallRun) -> str:
     return rules_for(run.flavour.model).family
 

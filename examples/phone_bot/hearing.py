@@ -1,0 +1,147 @@
+"""What a caller heard, from the audio their phone received (the fleet's ear).
+
+Every utterance of the scripted bot is a tone of its own (gemini_script.TONES). The caller's
+side decodes the μ-law frames Twilio's stand-in received, plays them on a phone's clock (a
+frame plays when the one before it ends, or `JITTER_S` after it arrives if the phone ran
+dry), finds the
+tone of every 20 ms and so tells, per call and across its streams:
+
+- a **repeat**: an utterance heard whole, then heard again (the conversation went backwards);
+- a **restart**: an utterance cut off (the caller heard part of it), said again from the top
+  by the next worker, so its audio heard adds up to more than its length;
+- a **stall**: a silence of more than `STALL_S` inside an utterance, on one stream (the
+  gap a takeover leaves between two streams is measured on its own: kill -> first audio).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+RATE = 8000  # Twilio Media Streams: 8 kHz μ-law
+FRAME = 160  # 20 ms
+STALL_S = 0.1
+#: Audio is played this long after the first frame of a stretch arrives, as from a phone's
+#: jitter buffer: frames arriving up to that late play without a break. (The worker sends
+#: 137.5 ms payloads every 120-160 ms: played on arrival, every one left a gap.)
+JITTER_S = 0.1
+SILENT_RMS = 300.0  # of a 16-bit full scale; the tones are sent at 8000 peak
+TOLERANCE_HZ = 60.0
+WHOLE = 0.75  # heard this share of an utterance: it was heard (a 0.8 s one plays as ~0.7 s)
+OVERHEARD_S = 0.15  # heard this much more than an utterance lasts: some of it twice
+
+
+def _ulaw_table() -> np.ndarray:
+    """G.711 μ-law byte -> 16-bit sample (audioop, which pipecat's serializer uses, is
+    deprecated: the decode is a table of 256)."""
+    code = ~np.arange(256, dtype=np.int32) & 0xFF
+    magnitude = (((code & 0x0F) << 3) + 0x84) << ((code >> 4) & 0x07)
+    return np.where(code & 0x80, 0x84 - magnitude, magnitude - 0x84).astype(np.int16)
+
+
+ULAW = _ulaw_table()
+
+
+def ulaw_to_pcm(payload: bytes) -> np.ndarray:
+    return ULAW[np.frombuffer(payload, dtype=np.uint8)]
+
+
+@dataclass
+class Run:
+    """A stretch of one utterance's tone, heard without a break."""
+
+    utterance: str
+    stream: int
+    start: float  # on the phone's playback clock (time.time() seconds)
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Hearing:
+    runs: list[Run] = field(default_factory=list)
+    repeats: list[str] = field(default_factory=list)
+    restarts: list[str] = field(default_factory=list)
+    stalls: list[tuple[str, float]] = field(default_factory=list)  # (utterance, seconds)
+    heard_s: dict[str, float] = field(default_factory=dict)
+
+
+def tone_of(pcm: np.ndarray, tones: dict[str, float]) -> str | None:
+    """The utterance whose tone one frame carries, or None (silence, or no known tone)."""
+    if float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2))) < SILENT_RMS:
+        return None
+    spectrum = np.abs(np.fft.rfft(pcm * np.hanning(len(pcm))))
+    peak = int(np.argmax(spectrum[1:])) + 1
+    hz = peak * RATE / len(pcm)
+    name, tone = min(tones.items(), key=lambda item: abs(item[1] - hz))
+    return name if abs(tone - hz) <= TOLERANCE_HZ else None
+
+
+def runs_of(streams: Sequence[Sequence[tuple[float, bytes]]], tones: dict[str, float]
+            ) -> list[Run]:
+    """Each stream's audio as played, cut into runs of one tone (a silence or a gap in the
+    audio ends a run)."""
+    runs: list[Run] = []
+    for index, audio in enumerate(streams):
+        clock, pending = None, np.zeros(0, dtype=np.int16)
+        current: Run | None = None
+        for at, payload in audio:
+            if clock is None or at > clock:  # the phone ran dry: a gap
+                current = None
+                clock, pending = at + JITTER_S, pending[:0]
+            pending = np.concatenate([pending, ulaw_to_pcm(payload)])
+            while len(pending) >= FRAME:
+                pcm, pending = pending[:FRAME], pending[FRAME:]
+                name = tone_of(pcm, tones)
+                start, clock = clock, clock + FRAME / RATE
+                if name is None:
+                    current = None
+                elif current is not None and current.utterance == name:
+                    current.end = clock
+                else:
+                    current = Run(name, index, start, clock)
+                    runs.append(current)
+    return runs
+
+
+def judge(runs: list[Run], lengths: dict[str, float]) -> Hearing:
+    """Repeats, restarts and stalls, from the runs of one call in the order heard."""
+    out = Hearing(runs=runs)
+    last: dict[str, Run] = {}
+    since_whole: dict[str, float] = {}  # heard of the utterance since it was last whole
+    for i, run in enumerate(runs):
+        name, length = run.utterance, lengths.get(run.utterance, 0.0)
+        out.heard_s[name] = out.heard_s.get(name, 0.0) + run.seconds
+        before = last.get(name)
+        heard = since_whole.get(name, 0.0)
+        if before is not None:
+            between = [r for r in runs[:i] if r.start >= before.end]
+            # On one stream with nothing said between, more of it is the same utterance
+            # going on after a silence, unless it adds up to more than it lasts.
+            goes_on = (run.stream == before.stream and not between
+                       and heard + run.seconds <= length + OVERHEARD_S)
+            if heard >= WHOLE * length and not goes_on:
+                out.repeats.append(f"{name}: heard whole, then again at "
+                                   f"{run.start - runs[0].start:.2f} s")
+                heard = 0.0
+            elif run.stream != before.stream:
+                if heard + run.seconds > length + OVERHEARD_S:
+                    out.restarts.append(f"{name}: {heard:.2f} s heard before the takeover, "
+                                        f"said again from the top after it")
+                    heard = 0.0
+            elif not between and run.start - before.end > STALL_S:
+                out.stalls.append((name, round(run.start - before.end, 3)))
+        since_whole[name] = heard + run.seconds
+        last[name] = run
+    return out
+
+
+def hear(streams: Sequence[Sequence[tuple[float, bytes]]], tones: dict[str, float],
+         lengths: dict[str, float]) -> Hearing:
+    """What one caller heard over the call's streams, in order."""
+    return judge(runs_of(streams, tones), lengths)
