@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 DEFAULT_MODEL = "models/gemini-2.5-flash-native-audio-preview"
+DEFAULT_APOLOGY = ("Sorry, our assistant cannot take your call right now. Please call "
+                   "again later. Goodbye.")
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,11 @@ class BotConfig:
     GEMINI_BASE_URL, GEMINI_CA_CERT   another Gemini Live endpoint (the local server) and the
                        certificate to trust for it
     GEMINI_MODEL, TOOL_LEDGER, TOOL_LATENCY_S, MAX_CALLS
+    STREAM_TOKEN_SECRET, STREAM_TOKEN_TTL_S   the key of the per-call stream tokens (default:
+                       derived from TWILIO_AUTH_TOKEN) and their lifetime (30 s): stream_auth.py
+    GEMINI_GIVE_UP_S, FALLBACK_NUMBER, APOLOGY   a call whose worker cannot reach Gemini for
+                       that long (30 s) hears APOLOGY and is hung up, or is transferred to
+                       FALLBACK_NUMBER when set: call_end.py
     """
 
     database_url: str
@@ -35,6 +42,11 @@ class BotConfig:
     ledger_path: str = "tool-ledger.jsonl"
     tool_latency_s: float = 0.4
     max_calls: int = 50
+    stream_token_secret: str | None = None
+    stream_token_ttl_s: float = 30.0
+    gemini_give_up_s: float = 30.0
+    fallback_number: str | None = None
+    apology: str = DEFAULT_APOLOGY
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> BotConfig:
@@ -57,7 +69,12 @@ class BotConfig:
             model=env.get("GEMINI_MODEL") or DEFAULT_MODEL,
             ledger_path=env.get("TOOL_LEDGER") or "tool-ledger.jsonl",
             tool_latency_s=_number(env, "TOOL_LATENCY_S", float, 0.4),
-            max_calls=_number(env, "MAX_CALLS", int, 50))
+            max_calls=_number(env, "MAX_CALLS", int, 50),
+            stream_token_secret=env.get("STREAM_TOKEN_SECRET") or None,
+            stream_token_ttl_s=_number(env, "STREAM_TOKEN_TTL_S", float, 30.0),
+            gemini_give_up_s=_number(env, "GEMINI_GIVE_UP_S", float, 30.0),
+            fallback_number=env.get("FALLBACK_NUMBER") or None,
+            apology=env.get("APOLOGY") or DEFAULT_APOLOGY)
 
     def store_options(self) -> dict:
         return {"schema": self.database_schema} if self.database_schema else {}

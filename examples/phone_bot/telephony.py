@@ -137,6 +137,8 @@ class PhoneCall:
     timeout_s: float = 180.0
     streams: list[Stream] = field(default_factory=list)
     webhooks: list[Webhook] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)  # <Say> texts heard
+    dialed: list[str] = field(default_factory=list)  # <Dial> numbers transferred to
     status: str = "ringing"
     hung_up_at: float | None = None
     error: str | None = None
@@ -155,7 +157,13 @@ class PhoneCall:
             document = await self._webhook(http, url, method)
             url = None
             for verb in ET.fromstring(document):
-                if verb.tag == "Hangup":
+                if verb.tag == "Say":
+                    self.said.append(verb.text or "")
+                elif verb.tag == "Dial":  # the caller is transferred: the call leaves the bot
+                    self.dialed.append((verb.text or "").strip())
+                    self.status = "completed"
+                    return
+                elif verb.tag == "Hangup":
                     self.status = "completed"
                     return
                 if verb.tag == "Connect":
@@ -196,11 +204,14 @@ class PhoneCall:
             return response.text
 
     async def _stream(self, url: str, parameters: dict[str, str]) -> None:
+        # Twilio signs the handshake like a GET of the stream's URL, with no parameters.
+        headers = {"X-Twilio-Signature": RequestValidator(self.auth_token).compute_signature(
+            url, {})} if self.auth_token else {}
         while True:
             worker = self.balancer.pick_for_stream()
             try:
                 websocket = await websockets.connect(self.balancer.route(url, worker),
-                                                     max_size=None)
+                                                     max_size=None, additional_headers=headers)
                 break
             except OSError:
                 self.balancer.failed(worker)

@@ -53,8 +53,9 @@ def test_the_webhook_connects_the_stream_then_redirects_to_itself(client):
     assert [v.tag for v in verbs] == ["Connect", "Redirect"]
     stream = verbs[0].find("Stream")
     assert stream.get("url") == "wss://bot.example.test/ws"  # the balancer's, not a worker's
-    assert {p.get("name"): p.get("value") for p in stream.findall("Parameter")} == {
-        "from_number": "+15550001234"}
+    parameters = {p.get("name"): p.get("value") for p in stream.findall("Parameter")}
+    assert parameters.pop("stream_token").startswith("v1.0.")  # stream_auth.py; epoch 0
+    assert parameters == {"from_number": "+15550001234"}
     assert verbs[1].text == f"{PUBLIC}/twiml" and verbs[1].get("method") == "POST"
 
 
