@@ -55,7 +55,7 @@ class Rig:
     db: str
     workdir: Path
     workers: int = 2
-    gemini: bool = True  # False: GEMINI_BASE_URL points at a port nobody listens on
+    gemini: bool = True  # False: Gemini's port is closed until `server.start()`
     env: dict[str, str] = field(default_factory=dict)
     plan: PhoneCallPlan = field(default_factory=PhoneCallPlan)
     fleet: list[Worker] = field(default_factory=list)
@@ -68,15 +68,14 @@ class Rig:
             self._databases = Databases(self.db, self.workdir)
             self.url, self.schema = await self._databases()
             self._stack.push_async_callback(self._databases.cleanup)
+            # Without `gemini`, nothing listens on its port until the test starts it.
+            self.server = LocalLiveServer(self.plan.script,
+                                          port=0 if self.gemini else _free_port())
+            self._stack.push_async_callback(self.server.stop)
             if self.gemini:
-                self.server = await self._stack.enter_async_context(
-                    LocalLiveServer(self.plan.script))
-                gemini_env = {"GEMINI_BASE_URL": self.server.base_url,
-                              "GEMINI_CA_CERT": str(self.server.cert_path)}
-            else:
-                self.server = None
-                self.gemini_port = _free_port()
-                gemini_env = {"GEMINI_BASE_URL": f"https://127.0.0.1:{self.gemini_port}"}
+                await self.server.start()
+            gemini_env = {"GEMINI_BASE_URL": self.server.base_url,
+                          "GEMINI_CA_CERT": str(self.server.cert_path)}
             env = {**os.environ, "DATABASE_URL": self.url, "DATABASE_SCHEMA": self.schema or "",
                    "PUBLIC_URL": PUBLIC_URL, "TWILIO_AUTH_TOKEN": AUTH_TOKEN,
                    "TOOL_LEDGER": str(self.workdir / "tool-ledger.jsonl"),
@@ -167,6 +166,10 @@ class Rig:
         result.close_code = websocket.close_code
         result.close_reason = websocket.close_reason or ""
         return result
+
+    async def readyz(self, worker: Worker) -> tuple[int, dict]:
+        response = await self.http.get(f"{worker.url}/readyz")
+        return response.status_code, response.json()
 
     async def records(self, call_sid: str):
         return await self.store.read(call_sid)
