@@ -113,6 +113,18 @@ class Rig:
         return PhoneCall(self.balancer, f"{PUBLIC_URL}/twiml", caller, auth_token=AUTH_TOKEN,
                          **kwargs)
 
+    async def call_heard(self, n: int, timeout_s: float = 60.0):
+        """Caller n placed and on the line: returns (call, its running task) once the bot's
+        first audio reached them."""
+        call = self.phone_call(n)
+        running = asyncio.create_task(call.run(self.http))
+        deadline = time.monotonic() + timeout_s
+        while not (call.streams and call.streams[-1].media):
+            if time.monotonic() > deadline or running.done():
+                raise AssertionError(f"no bot audio reached caller {n}: {call.error}")
+            await asyncio.sleep(0.05)
+        return call, running
+
     async def twiml_parameters(self, call: PhoneCall) -> dict[str, str]:
         """The webhook asked again for `call` (as Twilio would after a redirect): the
         `<Parameter>`s of the stream it hands out."""

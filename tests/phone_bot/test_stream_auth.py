@@ -7,7 +7,6 @@ call runs to its goodbye on its one stream, never taken over."""
 from __future__ import annotations
 
 import asyncio
-import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -78,12 +77,7 @@ async def test_one_worker_admits_a_token_once():
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 async def test_intruders_are_refused_and_the_callers_stream_goes_on(db, tmp_path):
     async with rig(db, tmp_path, workers=2, env={"STREAM_TOKEN_TTL_S": str(TTL_S)}) as r:
-        caller = r.phone_call(1)
-        running = asyncio.create_task(caller.run(r.http))
-        deadline = time.monotonic() + 60
-        while not (caller.streams and caller.streams[-1].media):
-            assert time.monotonic() < deadline and not running.done(), caller.error
-            await asyncio.sleep(0.05)
+        caller, running = await r.call_heard(1)
         mine = next(w for w in r.fleet if w.url == caller.streams[-1].worker)
         other = next(w for w in r.fleet if w is not mine)
         real = {p.get("name"): p.get("value")
