@@ -29,6 +29,9 @@ class BotConfig:
     GEMINI_GIVE_UP_S, FALLBACK_NUMBER, APOLOGY   a call whose worker cannot reach Gemini for
                        that long (30 s) hears APOLOGY and is hung up, or is transferred to
                        FALLBACK_NUMBER when set: call_end.py
+    TWILIO_ACCOUNT_SID, TWILIO_API_BASE_URL, CALL_LEASE_S   with the account (and the auth
+                       token) a call whose worker is gone for CALL_LEASE_S (5 s) is redirected
+                       through Twilio's REST API (another API address: a stand-in): rescue.py
     """
 
     database_url: str
@@ -47,6 +50,9 @@ class BotConfig:
     gemini_give_up_s: float = 30.0
     fallback_number: str | None = None
     apology: str = DEFAULT_APOLOGY
+    twilio_account_sid: str | None = None
+    twilio_api_base_url: str | None = None
+    call_lease_s: float = 5.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> BotConfig:
@@ -74,7 +80,10 @@ class BotConfig:
             stream_token_ttl_s=_number(env, "STREAM_TOKEN_TTL_S", float, 30.0),
             gemini_give_up_s=_number(env, "GEMINI_GIVE_UP_S", float, 30.0),
             fallback_number=env.get("FALLBACK_NUMBER") or None,
-            apology=env.get("APOLOGY") or DEFAULT_APOLOGY)
+            apology=env.get("APOLOGY") or DEFAULT_APOLOGY,
+            twilio_account_sid=env.get("TWILIO_ACCOUNT_SID") or None,
+            twilio_api_base_url=env.get("TWILIO_API_BASE_URL") or None,
+            call_lease_s=_number(env, "CALL_LEASE_S", float, 5.0))
 
     def store_options(self) -> dict:
         return {"schema": self.database_schema} if self.database_schema else {}

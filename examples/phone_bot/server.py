@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import socket
+import uuid
 from contextlib import asynccontextmanager
 from urllib.parse import parse_qsl
 
@@ -39,6 +41,7 @@ from session_store import load_state, open_store
 from .bot import run_call
 from .call_end import GeminiReach, close_reason, verbs_for_closed_call
 from .config import BotConfig
+from .rescue import CallLeases
 from .stream_auth import PARAMETER, StreamGate, StreamRefused, derive_secret
 
 READY_PROBE_TIMEOUT_S = 2.0
@@ -57,6 +60,9 @@ async def lifespan(app: FastAPI):
         logger.warning("media streams are NOT authenticated: set TWILIO_AUTH_TOKEN "
                        "(or STREAM_TOKEN_SECRET)")
     app.state.gemini = GeminiReach(config)
+    app.state.leases = CallLeases(config, app.state.store,
+                                  f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
+    await app.state.leases.start()
     # Keep what startup made (~140,000 objects of pipecat, google-genai, SQLAlchemy) out of
     # the full collections: each otherwise stops every call's audio on this worker for
     # 100-200 ms (docs/operations.md, "Garbage collection").
@@ -65,6 +71,7 @@ async def lifespan(app: FastAPI):
     try:
         yield
     finally:
+        await app.state.leases.stop()
         await app.state.store.close()
 
 
@@ -122,7 +129,11 @@ async def media_stream(websocket: WebSocket) -> None:
                        f"({call_data.stream_id}): {refused.reason}")
         await websocket.close(code=1008, reason=refused.reason[:120])
         return
-    await run_call(websocket, state.config, state.store, state.calls, state.gemini)
+    await state.leases.hold(call_data.call_id)
+    try:
+        await run_call(websocket, state.config, state.store, state.calls, state.gemini)
+    finally:
+        await state.leases.let_go(call_data.call_id)
 
 
 @app.get("/healthz")

@@ -26,12 +26,13 @@ from twilio.request_validator import RequestValidator
 from examples.phone_bot.fleet import PUBLIC_URL, ROOT, Worker, _free_port, _start_workers, \
     _stop_workers
 from examples.phone_bot.gemini_script import PhoneCallPlan
-from examples.phone_bot.telephony import SILENCE, Balancer, PhoneCall
+from examples.phone_bot.telephony import SILENCE, Balancer, PhoneCall, TwilioRestApi
 from service.crash.harness import Databases
 from service.local_live import LocalLiveServer
 from session_store import open_store
 
 AUTH_TOKEN = "rig-auth-token"
+__all__ = ["AUTH_TOKEN", "Intrusion", "Rig", "TwilioRestApi", "rig"]
 STREAM_URL = PUBLIC_URL.replace("https://", "wss://") + "/ws"
 
 
