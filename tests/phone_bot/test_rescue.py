@@ -20,7 +20,7 @@ from .rig import AUTH_TOKEN, TwilioRestApi, rig
 pytestmark = pytest.mark.timeout(240)
 
 ACCOUNT = "AC" + "0" * 32
-LEASE_S = 2.0
+LEASE_S = 4.0
 
 
 def record(version: int, type_: str, **data) -> RecordedEvent:

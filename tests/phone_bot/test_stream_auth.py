@@ -39,7 +39,7 @@ def test_a_token_admits_its_call_at_its_epoch_within_its_ttl():
     (issue(SECRET, CALL, 0, 1000.0), CALL, 0, 1031.0, "expired"),
     (issue(SECRET, CALL, 0, 1000.0), CALL, 0, 990.0, "in the future"),
     (issue(SECRET, CALL, 0, 1000.0), CALL, 1, 1001.0, "already used"),
-])
+], ids=["none", "short", "version", "other call", "other key", "expired", "future", "used"])
 def test_a_token_is_refused_with_a_reason(token, call, epoch, now, says):
     with pytest.raises(StreamRefused, match=says):
         check(SECRET, token, call, epoch, now, ttl_s=30)
