@@ -180,6 +180,16 @@ class Rig:
         result.close_reason = websocket.close_reason or ""
         return result
 
+    def worker_at(self, url: str) -> Worker:
+        found = [w for w in self.fleet if w.url == url]
+        assert len(found) == 1, f"no worker of the rig at {url!r}: {[w.url for w in self.fleet]}"
+        return found[0]
+
+    def another_worker(self, url: str) -> Worker:
+        found = [w for w in self.fleet if w.url != url]
+        assert found, f"no worker but {url!r}: {[w.url for w in self.fleet]}"
+        return found[0]
+
     async def readyz(self, worker: Worker) -> tuple[int, dict]:
         response = await self.http.get(f"{worker.url}/readyz")
         return response.status_code, response.json()

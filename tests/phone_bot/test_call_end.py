@@ -61,7 +61,7 @@ async def test_a_call_gemini_cannot_serve_hears_an_apology_and_ends(db, tmp_path
         assert any(rec.type == "anomaly.recorded" and rec.data.get("kind") == "connection_given_up"
                    for rec in records), [rec.type for rec in records]
 
-        served = next(w for w in r.fleet if w.url == stream.worker)
+        served = r.worker_at(stream.worker)
         status, body = await r.readyz(served)
         assert (status, body["reason"]) == (503, "gemini unreachable")
         await r.server.start()  # Gemini is back: the worker's probe finds it
@@ -91,7 +91,7 @@ async def test_a_fenced_worker_closes_its_stream(db, tmp_path):
         caller, running = await r.call_heard(1)
         deadline = time.monotonic() + 60
         first = caller.streams[0]
-        other = next(w for w in r.fleet if w.url != first.worker)
+        other = r.another_worker(first.worker)
         # A second stream for the call, as Twilio hands it out: it takes the call over.
         parameters = await r.twiml_parameters(caller)
         second = asyncio.create_task(r.intrude(other, caller.call_sid, parameters,

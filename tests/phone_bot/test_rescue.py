@@ -56,7 +56,7 @@ async def place_calls(r, api, n: int):
 
 
 def kill_worker_of(r, call):
-    victim = next(w for w in r.fleet if w.url == call.streams[-1].worker)
+    victim = r.worker_at(call.streams[-1].worker)
     victim.process.send_signal(signal.SIGKILL)
     return victim, time.time()
 

@@ -78,8 +78,8 @@ async def test_one_worker_admits_a_token_once():
 async def test_intruders_are_refused_and_the_callers_stream_goes_on(db, tmp_path):
     async with rig(db, tmp_path, workers=2, env={"STREAM_TOKEN_TTL_S": str(TTL_S)}) as r:
         caller, running = await r.call_heard(1)
-        mine = next(w for w in r.fleet if w.url == caller.streams[-1].worker)
-        other = next(w for w in r.fleet if w is not mine)
+        mine = r.worker_at(caller.streams[-1].worker)
+        other = r.another_worker(mine.url)
         real = {p.get("name"): p.get("value")
                 for p in ET.fromstring(caller.webhooks[0].twiml).iter("Parameter")}
         unknown = "CA" + "9" * 32
