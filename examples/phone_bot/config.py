@@ -65,6 +65,9 @@ class BotConfig:
             raise SystemExit(f"phone bot: PUBLIC_URL must be http(s)://host[:port], not {public!r}")
         if not env.get("GOOGLE_API_KEY") and not env.get("GEMINI_BASE_URL"):
             raise SystemExit("phone bot: set GOOGLE_API_KEY (or GEMINI_BASE_URL for a local server)")
+        for key in ("STREAM_TOKEN_TTL_S", "CALL_LEASE_S"):
+            if env.get(key) and _number(env, key, float, 1.0) == 0:
+                raise SystemExit(f"phone bot: {key} must be a number > 0, not {env[key]!r}")
         return cls(
             database_url=env["DATABASE_URL"], public_url=public,
             database_schema=env.get("DATABASE_SCHEMA") or None,
