@@ -171,6 +171,10 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         #: Where the caller's playback is (a playback.PlaybackPosition), if the pipeline knows:
         #: an interrupted turn is then logged as far as the caller heard it.
         self.playback: PlaybackPosition | None = None
+        # For the app: the call cannot go on here (end it, close its stream). Each fires once.
+        self._register_event_handler("on_connection_given_up")  # (service, error)
+        self._register_event_handler("on_fenced")  # (service)
+        self._told_fenced = False
 
     # ------------------------------------------------------------------ public helpers
     @property
@@ -215,6 +219,9 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         if (self._session is not None or self._connection_task is not None) \
                 and not self._disconnecting:
             self._spawn(self._disconnect(), "fenced_disconnect")
+        if not self._told_fenced:
+            self._told_fenced = True
+            await self._call_event_handler("on_fenced")
 
     # ------------------------------------------------------------------ lifecycle
     async def setup(self, setup: FrameProcessorSetup):
@@ -359,6 +366,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         go_on = await super()._handle_connection_error(error)
         if not go_on:
             await self.session_link.given_up(error)
+            await self._call_event_handler("on_connection_given_up", error)
         return go_on
 
     async def _handle_session_ready(self, session):

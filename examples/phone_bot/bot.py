@@ -28,6 +28,7 @@ from pipecat.turns.user_turn_strategies import ExternalUserTurnStrategies
 from service.gemini_live import DurableGeminiLiveLLMService
 from session_store import Policy
 
+from .call_end import end_calls_that_cannot_go_on
 from .config import BotConfig
 from .playback import PlaybackMarks
 from .tools import IDEMPOTENT, TOOLS, Ledger, register_tools
@@ -68,7 +69,8 @@ def user_params() -> LLMUserAggregatorParams:
     return LLMUserAggregatorParams(user_turn_strategies=ExternalUserTurnStrategies())
 
 
-async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict) -> None:
+async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict,
+                   gemini_reach=None) -> None:
     """Serve one Media Streams websocket (already accepted) until it ends."""
     _, call_data = await parse_telephony_websocket(websocket)
     call_sid = call_data.call_id
@@ -89,7 +91,7 @@ async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict) 
             model=config.model, system_instruction=PROMPT.format(caller=call_data.from_number)),
         tools=TOOLS,
         store=store, call_id=call_sid,  # an open call with this id is taken over
-        policy=Policy(idempotent=IDEMPOTENT),
+        policy=Policy(idempotent=IDEMPOTENT), reconnect_window_s=config.gemini_give_up_s,
         **config.gemini_connection())
     register_tools(llm, Ledger(config.ledger_path), latency_s=config.tool_latency_s)
 
@@ -114,6 +116,8 @@ async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict) 
         else:
             await task.cancel()  # left open: the provider's redirect brings it back
 
+    if gemini_reach is not None:
+        end_calls_that_cannot_go_on(llm, websocket, task, gemini_reach)
     calls[call_sid] = task
     logger.info(f"call {call_sid} on stream {call_data.stream_id}")
     try:

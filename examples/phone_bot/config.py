@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 DEFAULT_MODEL = "models/gemini-2.5-flash-native-audio-preview"
+DEFAULT_APOLOGY = ("Sorry, our assistant cannot take your call right now. Please call "
+                   "again later. Goodbye.")
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,14 @@ class BotConfig:
     GEMINI_BASE_URL, GEMINI_CA_CERT   another Gemini Live endpoint (the local server) and the
                        certificate to trust for it
     GEMINI_MODEL, TOOL_LEDGER, TOOL_LATENCY_S, MAX_CALLS
+    STREAM_TOKEN_SECRET, STREAM_TOKEN_TTL_S   the key of the per-call stream tokens (default:
+                       derived from TWILIO_AUTH_TOKEN) and their lifetime (30 s): stream_auth.py
+    GEMINI_GIVE_UP_S, FALLBACK_NUMBER, APOLOGY   a call whose worker cannot reach Gemini for
+                       that long (30 s) hears APOLOGY and is hung up, or is transferred to
+                       FALLBACK_NUMBER when set: call_end.py
+    TWILIO_ACCOUNT_SID, TWILIO_API_BASE_URL, CALL_LEASE_S   with the account (and the auth
+                       token) a call whose worker is gone for CALL_LEASE_S (5 s) is redirected
+                       through Twilio's REST API (another API address: a stand-in): rescue.py
     """
 
     database_url: str
@@ -36,6 +46,14 @@ class BotConfig:
     ledger_path: str = "tool-ledger.jsonl"
     tool_latency_s: float = 0.4
     max_calls: int = 50
+    stream_token_secret: str | None = None
+    stream_token_ttl_s: float = 30.0
+    gemini_give_up_s: float = 30.0
+    fallback_number: str | None = None
+    apology: str = DEFAULT_APOLOGY
+    twilio_account_sid: str | None = None
+    twilio_api_base_url: str | None = None
+    call_lease_s: float = 5.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> BotConfig:
@@ -48,6 +66,9 @@ class BotConfig:
             raise SystemExit(f"phone bot: PUBLIC_URL must be http(s)://host[:port], not {public!r}")
         if not env.get("GOOGLE_API_KEY") and not env.get("GEMINI_BASE_URL"):
             raise SystemExit("phone bot: set GOOGLE_API_KEY (or GEMINI_BASE_URL for a local server)")
+        for key in ("STREAM_TOKEN_TTL_S", "CALL_LEASE_S"):
+            if env.get(key) and _number(env, key, float, 1.0) == 0:
+                raise SystemExit(f"phone bot: {key} must be a number > 0, not {env[key]!r}")
         return cls(
             database_url=env["DATABASE_URL"], public_url=public,
             database_schema=env.get("DATABASE_SCHEMA") or None,
@@ -58,7 +79,15 @@ class BotConfig:
             model=env.get("GEMINI_MODEL") or DEFAULT_MODEL,
             ledger_path=env.get("TOOL_LEDGER") or "tool-ledger.jsonl",
             tool_latency_s=_number(env, "TOOL_LATENCY_S", float, 0.4),
-            max_calls=_number(env, "MAX_CALLS", int, 50))
+            max_calls=_number(env, "MAX_CALLS", int, 50),
+            stream_token_secret=env.get("STREAM_TOKEN_SECRET") or None,
+            stream_token_ttl_s=_number(env, "STREAM_TOKEN_TTL_S", float, 30.0),
+            gemini_give_up_s=_number(env, "GEMINI_GIVE_UP_S", float, 30.0),
+            fallback_number=env.get("FALLBACK_NUMBER") or None,
+            apology=env.get("APOLOGY") or DEFAULT_APOLOGY,
+            twilio_account_sid=env.get("TWILIO_ACCOUNT_SID") or None,
+            twilio_api_base_url=env.get("TWILIO_API_BASE_URL") or None,
+            call_lease_s=_number(env, "CALL_LEASE_S", float, 5.0))
 
     def store_options(self) -> dict:
         return {"schema": self.database_schema} if self.database_schema else {}

@@ -12,8 +12,12 @@ Run several of these (processes, hosts) behind one load balancer, all on one dat
   `<Hangup/>`.
 - `WS /ws`       one call's audio (bot.py).
 - `GET /healthz` the process answers (liveness).
-- `GET /readyz`  it can take a call: the log answers and it is below MAX_CALLS.
+- `GET /readyz`  it can take a call: the log answers, it is below MAX_CALLS and Gemini
+  answers (call_end.py).
 - `GET /metrics` Prometheus metrics (docs/metrics.md): keep it off the public address.
+
+A stream is admitted only with Twilio's signature on its handshake and the stream token the
+webhook put in its TwiML (stream_auth.py); a call Gemini cannot serve ends (call_end.py).
 """
 
 from __future__ import annotations
@@ -21,10 +25,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import socket
+import uuid
 from contextlib import asynccontextmanager
 from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request, WebSocket
+from loguru import logger
+from pipecat.runner.utils import parse_telephony_websocket
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twilio.request_validator import RequestValidator
@@ -34,7 +42,10 @@ from service import metrics
 from session_store import load_state, open_store
 
 from .bot import run_call
+from .call_end import GeminiReach, close_reason, verbs_for_closed_call
 from .config import BotConfig
+from .rescue import CallLeases
+from .stream_auth import PARAMETER, StreamGate, StreamRefused, derive_secret
 
 READY_PROBE_TIMEOUT_S = 2.0
 
@@ -46,6 +57,16 @@ async def lifespan(app: FastAPI):
     app.state.store = await open_store(config.database_url, **config.store_options())
     app.state.calls = {}
     metrics.install()
+    app.state.gate = StreamGate(
+        derive_secret(config.stream_token_secret, config.twilio_auth_token),
+        config.stream_token_ttl_s, config.twilio_auth_token, config.stream_url)
+    if not app.state.gate.enabled:
+        logger.warning("media streams are NOT authenticated: set TWILIO_AUTH_TOKEN "
+                       "(or STREAM_TOKEN_SECRET)")
+    app.state.gemini = GeminiReach(config)
+    app.state.leases = CallLeases(config, app.state.store,
+                                  f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
+    await app.state.leases.start()
     # Keep what startup made (~140,000 objects of pipecat, google-genai, SQLAlchemy) out of
     # the full collections: each otherwise stops every call's audio on this worker for
     # 100-200 ms (docs/operations.md, "Garbage collection").
@@ -54,6 +75,7 @@ async def lifespan(app: FastAPI):
     try:
         yield
     finally:
+        await app.state.leases.stop()
         await app.state.store.close()
 
 
@@ -76,12 +98,17 @@ async def twiml(request: Request) -> Response:
     if not call_sid:
         return Response("CallSid missing", status_code=400)
     response = VoiceResponse()
-    if (await load_state(request.app.state.store, call_sid)).closed:
-        response.hangup()  # the log says this call ended: do not open it again
+    state = await load_state(request.app.state.store, call_sid)
+    if state.closed:  # the log says this call ended: do not open it again
+        reason = await close_reason(request.app.state.store, call_sid, state.version)
+        verbs_for_closed_call(response, reason, config)
     else:
         connect = Connect()
         stream = connect.stream(url=config.stream_url)
         stream.parameter(name="from_number", value=form.get("From", ""))
+        token = await request.app.state.gate.token_for(request.app.state.store, call_sid)
+        if token:
+            stream.parameter(name=PARAMETER, value=token)
         response.append(connect)
         # Reached only when the stream closes without the call ending (its worker died).
         response.redirect(f"{config.public_url}/twiml", method="POST")
@@ -90,9 +117,27 @@ async def twiml(request: Request) -> Response:
 
 @app.websocket("/ws")
 async def media_stream(websocket: WebSocket) -> None:
-    await websocket.accept()
     state = websocket.app.state
-    await run_call(websocket, state.config, state.store, state.calls)
+    if not state.gate.signed_by_twilio(websocket.headers.get("X-Twilio-Signature")):
+        logger.warning(f"refused a media stream from {websocket.client}: no valid "
+                       "X-Twilio-Signature on its handshake")
+        await websocket.close(code=1008)  # before accept: the upgrade is answered 403
+        return
+    await websocket.accept()
+    _, call_data = await parse_telephony_websocket(websocket)  # (run_call reads it again)
+    try:
+        await state.gate.admit(state.store, call_data.call_id or "",
+                               call_data.body.get(PARAMETER))
+    except StreamRefused as refused:
+        logger.warning(f"refused the media stream of call {call_data.call_id!r} "
+                       f"({call_data.stream_id}): {refused.reason}")
+        await websocket.close(code=1008, reason=refused.reason[:120])
+        return
+    await state.leases.hold(call_data.call_id)
+    try:
+        await run_call(websocket, state.config, state.store, state.calls, state.gemini)
+    finally:
+        await state.leases.let_go(call_data.call_id)
 
 
 @app.get("/healthz")
@@ -109,6 +154,9 @@ async def readyz(request: Request) -> JSONResponse:
     except Exception as exc:  # noqa: BLE001 - any failure means: send calls elsewhere
         return JSONResponse({"ready": False, "reason": f"log: {type(exc).__name__}",
                              "calls": calls}, status_code=503)
+    if not await state.gemini.reachable():
+        return JSONResponse({"ready": False, "reason": "gemini unreachable", "calls": calls},
+                            status_code=503)
     if calls >= state.config.max_calls:
         return JSONResponse({"ready": False, "reason": "full", "calls": calls},
                             status_code=503)

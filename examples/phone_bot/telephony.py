@@ -143,10 +143,23 @@ class PhoneCall:
     webhooks: list[Webhook] = field(default_factory=list)
     speak_over_after_s: float | None = None
     spoke_over_at: float | None = None
+    said: list[str] = field(default_factory=list)  # <Say> texts heard
+    dialed: list[str] = field(default_factory=list)  # <Dial> numbers transferred to
+    # After an abrupt close of the stream (1006, its worker died): "redirect" goes on with
+    # the next verb, "nothing" waits for a REST update of the call (TwilioRestApi).
+    after_abrupt_close: str = "redirect"
     status: str = "ringing"
     hung_up_at: float | None = None
     error: str | None = None
+    rest_updates: list[tuple[float, str]] = field(default_factory=list)  # (at, Url)
     _spoke: bool = False
+    _pending_update: tuple[str, str] | None = None
+
+    def rest_update(self, url: str, method: str) -> None:
+        """The call updated through the REST API with a new TwiML URL (followed once the
+        stream, if one is open, has ended)."""
+        self.rest_updates.append((time.time(), url))
+        self._pending_update = (url, method)
 
     async def run(self, http: httpx.AsyncClient) -> PhoneCall:
         try:
@@ -161,7 +174,13 @@ class PhoneCall:
             document = await self._webhook(http, url, method)
             url = None
             for verb in ET.fromstring(document):
-                if verb.tag == "Hangup":
+                if verb.tag == "Say":
+                    self.said.append(verb.text or "")
+                elif verb.tag == "Dial":  # the caller is transferred: the call leaves the bot
+                    self.dialed.append((verb.text or "").strip())
+                    self.status = "completed"
+                    return
+                elif verb.tag == "Hangup":
                     self.status = "completed"
                     return
                 if verb.tag == "Connect":
@@ -170,6 +189,12 @@ class PhoneCall:
                     await self._stream(stream.get("url"), parameters)
                     if self.status == "completed":
                         return
+                    if self.after_abrupt_close == "nothing" and self.streams[-1].close_code == 1006:
+                        # Undocumented: this Twilio waits, on the line, for a REST update.
+                        while self._pending_update is None:
+                            await asyncio.sleep(0.02)
+                        (url, method), self._pending_update = self._pending_update, None
+                        break
                 elif verb.tag == "Redirect":
                     url, method = verb.text.strip(), verb.get("method", "POST")
                     break
@@ -202,11 +227,14 @@ class PhoneCall:
             return response.text
 
     async def _stream(self, url: str, parameters: dict[str, str]) -> None:
+        # Twilio signs the handshake like a GET of the stream's URL, with no parameters.
+        headers = {"X-Twilio-Signature": RequestValidator(self.auth_token).compute_signature(
+            url, {})} if self.auth_token else {}
         while True:
             worker = self.balancer.pick_for_stream()
             try:
                 websocket = await websockets.connect(self.balancer.route(url, worker),
-                                                     max_size=None)
+                                                     max_size=None, additional_headers=headers)
                 break
             except OSError:
                 self.balancer.failed(worker)
@@ -338,3 +366,61 @@ def _tone(seconds: float, hz: float = 220.0) -> list[bytes]:
                    for i in range(samples))
     ulaw = audioop.lin2ulaw(pcm, 2)
     return [ulaw[i:i + FRAME_BYTES] for i in range(0, len(ulaw), FRAME_BYTES)]
+
+
+class TwilioRestApi:
+    """Twilio's REST API, the one call it serves here: updating a live call with a new TwiML
+    URL (POST /2010-04-01/Accounts/{AccountSid}/Calls/{CallSid}.json, form Url and Method,
+    HTTP basic auth with the account SID and auth token). Answers like Twilio: 401 for bad
+    credentials, 404 (code 20404) for a call it does not know, 400 (code 21220) for a call
+    that is over. `requests` records every update asked for: (time, CallSid, status)."""
+
+    def __init__(self, account_sid: str, auth_token: str, calls: dict[str, PhoneCall]):
+        self.account_sid, self.auth_token, self.calls = account_sid, auth_token, calls
+        self.requests: list[tuple[float, str, int]] = []
+        self._runner = None
+        self.base_url = ""
+
+    async def __aenter__(self) -> TwilioRestApi:
+        from aiohttp import web
+        app = web.Application()
+        app.router.add_post("/2010-04-01/Accounts/{account}/Calls/{call}.json", self._update)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.base_url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self._runner.cleanup()
+
+    async def _update(self, request):
+        from aiohttp import BasicAuth, web
+        call_sid = request.match_info["call"]
+        try:
+            auth = BasicAuth.decode(request.headers.get("Authorization", ""))
+        except ValueError:
+            auth = None
+        if auth is None or (auth.login, auth.password) != (self.account_sid, self.auth_token) \
+                or request.match_info["account"] != self.account_sid:
+            return self._answer(call_sid, 401, 20003, "Authenticate")
+        call = self.calls.get(call_sid)
+        if call is None:
+            return self._answer(call_sid, 404, 20404, "The requested resource was not found")
+        if call.status == "completed":
+            return self._answer(call_sid, 400, 21220, "Call is not in-progress. Cannot redirect.")
+        form = await request.post()
+        if not form.get("Url"):
+            return self._answer(call_sid, 400, 21205, "Url parameter is required")
+        call.rest_update(form["Url"], form.get("Method", "POST"))
+        self.requests.append((time.time(), call_sid, 200))
+        return web.json_response({"sid": call_sid, "account_sid": self.account_sid,
+                                  "status": call.status})
+
+    def _answer(self, call_sid: str, status: int, code: int, message: str):
+        from aiohttp import web
+        self.requests.append((time.time(), call_sid, status))
+        return web.json_response({"code": code, "message": message, "status": status,
+                                  "more_info": f"https://www.twilio.com/docs/errors/{code}"},
+                                 status=status)

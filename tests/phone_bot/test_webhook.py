@@ -53,8 +53,9 @@ def test_the_webhook_connects_the_stream_then_redirects_to_itself(client):
     assert [v.tag for v in verbs] == ["Connect", "Redirect"]
     stream = verbs[0].find("Stream")
     assert stream.get("url") == "wss://bot.example.test/ws"  # the balancer's, not a worker's
-    assert {p.get("name"): p.get("value") for p in stream.findall("Parameter")} == {
-        "from_number": "+15550001234"}
+    parameters = {p.get("name"): p.get("value") for p in stream.findall("Parameter")}
+    assert parameters.pop("stream_token").startswith("v1.0.")  # stream_auth.py; epoch 0
+    assert parameters == {"from_number": "+15550001234"}
     assert verbs[1].text == f"{PUBLIC}/twiml" and verbs[1].get("method") == "POST"
 
 
@@ -113,6 +114,9 @@ def test_not_ready_when_the_log_does_not_answer(client):
     ({"GEMINI_BASE_URL": ""}, "set GOOGLE_API_KEY"),
     ({"MAX_CALLS": "lots"}, "MAX_CALLS must be a whole number >= 0, not 'lots'"),
     ({"TOOL_LATENCY_S": "nan"}, "TOOL_LATENCY_S must be a number >= 0, not 'nan'"),
+    ({"CALL_LEASE_S": "0"}, "CALL_LEASE_S must be a number > 0, not '0'"),
+    ({"STREAM_TOKEN_TTL_S": "-1"}, "STREAM_TOKEN_TTL_S must be a number >= 0, not '-1'"),
+    ({"STREAM_TOKEN_TTL_S": "0.0"}, "STREAM_TOKEN_TTL_S must be a number > 0, not '0.0'"),
 ])
 def test_a_worker_with_bad_settings_says_what_to_set(change, says):
     from examples.phone_bot.config import BotConfig
