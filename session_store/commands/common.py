@@ -120,11 +120,15 @@ def redactor_for(redact: bool, keys: str | None, config: str | None):
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    from ..audit.jsontext import dumps
+
+    sys.stdout.write(dumps(obj, indent=2) + "\n")
 
 
 def json_line(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n"
+    from ..audit.jsontext import dumps
+
+    return dumps(obj, sort_keys=True) + "\n"
 
 
 def now_us() -> int:
