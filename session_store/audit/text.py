@@ -118,6 +118,14 @@ def print_whole(console: Console, renderable: Any) -> None:
     console.file.write("\n".join(line.rstrip() for line in captured.get().split("\n")))
 
 
+def schemas_table(described: dict[str, str]) -> Table:
+    """`schema` without a name: each output's name and what it is."""
+    table = _table("name", "what", wrap=("what",))
+    for name, what in described.items():
+        table.add_row(T(name), T(what))
+    return table
+
+
 CALLS_LEGEND = ("tools: tool calls; recon: reconnects; crash: takeovers after the worker died; "
                 "handover: planned takeovers; err: failed tool calls + anomalies; silent: "
                 "since the last event")

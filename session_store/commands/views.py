@@ -30,6 +30,19 @@ async def _point(store, call: str, text: str, option: str) -> int:
     return await version_at_time(store, call, value)
 
 
+def _event_types() -> set[str]:
+    from ..events import catalogue
+
+    return set(catalogue())
+
+
+def _known_type(name: str) -> bool:
+    """An event type, or a prefix of some (`tool.`, `tool.*`)."""
+    prefix = name.rstrip("*")
+    types = _event_types()
+    return prefix in types or (prefix.endswith(".") and any(t.startswith(prefix) for t in types))
+
+
 def timeline(call: str,
              from_point: str = typer.Option("1", "--from", help="First event to list: a "
                                             "version, +12.5s into the call, or a time."),
@@ -61,6 +74,10 @@ def timeline(call: str,
     if unknown:
         fail(f"unknown lane {unknown[0]!r}; use one of {', '.join(LANES)}")
     types = [x.strip() for x in (event_type or "").split(",") if x.strip()]
+    unknown_types = [t for t in types if not _known_type(t)]
+    if unknown_types:  # (as --lane: a typo would list nothing and look like a quiet call)
+        fail(f"unknown event type {unknown_types[0]!r}; a type or a prefix ending in '.' "
+             f"(tool.), one of: {', '.join(sorted(_event_types()))}")
 
     async def go(store):
         head = await require_call(store, call)
@@ -70,7 +87,8 @@ def timeline(call: str,
         if start > head:  # (an empty page would look like a call with nothing in it)
             raise UserError(f"call {call} has versions 1–{head}: "
                             f"{'--at' if at is not None else '--from'} {point} is past its end")
-        to = head if limit is None else min(head, start + max(limit, 1) - 1)
+        # With a filter the limit counts what is listed: read on to the end, cut after.
+        to = head if limit is None or lanes or types else min(head, start + max(limit, 1) - 1)
         recs = await store.read(call, from_version=start, to_version=to)
         prior, whole, note = await window_facts(store, call, start, to, head,
                                                 tool_calls=tool_calls_in(recs))
@@ -88,6 +106,9 @@ def timeline(call: str,
     tl, summary = with_store(db, schema, go)
     if lanes or types:
         tl = tl.only(lanes, types)
+        if limit is not None and len(tl.entries) > max(limit, 1):
+            tl.entries = tl.entries[:max(limit, 1)]
+            tl.last_version = tl.entries[-1].version  # (the versions searched to list them)
     if as_json:
         print_json(tl.to_json(summary))
     else:
