@@ -15,19 +15,12 @@ from .common import (
 
 async def _point(store, call: str, text: str, option: str) -> int:
     """A version from --at/--from: a version, +offset from the call's start, or a time."""
-    from ..audit.queries import version_at_time
-    from ..audit.summaries import parse_point
+    from ..audit.queries.points import version_of_point
 
     try:
-        kind, value = parse_point(text)
+        return await version_of_point(store, call, text)
     except ValueError as exc:
         raise UserError(f"{option}: {exc}") from None
-    if kind == "version":
-        return value
-    if kind == "offset":
-        first = await store.read(call, to_version=1)
-        value += first[0].recorded_at_us if first else 0
-    return await version_at_time(store, call, value)
 
 
 def _event_types() -> set[str]:

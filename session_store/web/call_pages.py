@@ -23,7 +23,7 @@ from ..audit.summaries import status_of
 from ..audit.timeline import Prior, TimelineBuilder, tool_calls_in, unreadable_call
 from ..projection import fold_into
 from ..schema import valid_stream_id
-from .params import call_id_of, float_param, href, int_param
+from .params import call_id_of, float_param, href, int_param, point_param
 from .security import SECURITY_HEADERS, JSONResponse
 from .svg import lanes_svg, overview_svg
 from .viewer import Viewer
@@ -49,7 +49,7 @@ class CallPages:
         if summary is None:
             return None
         n = int_param(request, "n", self.viewer.page_size, 1, 5000)
-        at = int_param(request, "at", None, 1, head)
+        at = await point_param(request, "at", self.viewer.store, call_id, head)
         if at is not None:
             first = (at - 1) // n * n + 1
         elif request.query_params.get("from"):
@@ -118,8 +118,8 @@ class CallPages:
 
     async def state_api(self, request: Request) -> Response:
         call_id = call_id_of(request)
-        at = int_param(request, "at", None, 0, 2**62)
         found = await complete_head(self.viewer.store, call_id) if valid_stream_id(call_id) else 0
+        at = await point_param(request, "at", self.viewer.store, call_id, found) if found else None
         s = await state_at(self.viewer.store, call_id, at, self.viewer.cache) if found else None
         if s is None:
             return self.viewer.not_found(request, call_id, api=True)
