@@ -15,28 +15,46 @@ unreachable database).
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import typer
+from typer.models import OptionInfo
 
 from .commands import admin, checks, demo, fleet, serve, tail, views
 from .commands.common import say as _say
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Durable Gemini Live sessions: the call log and its tools.")
+
+
+def _help(fn) -> str:
+    """A command's docstring as help: each paragraph one line (typer's rich help keeps the
+    source's line breaks, which cut a summary mid-sentence), paragraphs kept apart."""
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(fn.__doc__).split("\n\n"))
+
+
+def _plain_flags(fn) -> None:
+    """A flag is shown as `--json`, not `--json <bool>` (typer's help names its type, which
+    reads as if it took a value)."""
+    for param in inspect.signature(fn).parameters.values():
+        option = param.default
+        if isinstance(option, OptionInfo) and isinstance(option.default, bool):
+            option.metavar = option.metavar or ""
+
+
+def _command(fn, name: str | None = None) -> None:
+    _plain_flags(fn)
+    app.command(name, help=_help(fn))(fn)
+
+
 # In this order in --help.
-app.command()(admin.migrate)
-app.command()(fleet.calls)
-app.command()(views.timeline)
-app.command()(views.state)
-app.command()(views.export)
-app.command()(checks.verify)
-app.command()(checks.replay)
-app.command()(tail.tail)
-app.command()(fleet.stats)
-app.command("schema")(admin.schema_cmd)
-app.command()(serve.serve)
-app.command()(demo.demo)
+for _fn in (admin.migrate, fleet.calls, views.timeline, views.state, views.export,
+            checks.verify, checks.replay, tail.tail, fleet.stats):
+    _command(_fn)
+_command(admin.schema_cmd, "schema")
+_command(serve.serve)
+_command(demo.demo)
 
 
 def _print_version(asked: bool) -> None:
@@ -47,11 +65,14 @@ def _print_version(asked: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+@app.callback(help="Durable Gemini Live sessions: the call log and its tools.")
 def _options(show_version: bool = typer.Option(False, "--version", is_eager=True,
                                                callback=_print_version,
                                                help="Print the version and exit.")) -> None:
     """Durable Gemini Live sessions: the call log and its tools."""
+
+
+_plain_flags(_options)
 
 
 def main() -> None:

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import httpx
 
-from service.crash.harness import Databases
+from service.crash.harness import PG_URL, Databases
 from service.crash.invariants import check_call
 from service.crash.scenarios import Scenario
 from service.local_live import LocalLiveServer
@@ -113,7 +113,11 @@ class CallOutcome:
 
 async def run_fleet(db: str = "sqlite", *, workers: int = 3, calls: int = 20, kill: bool = True,
                     seed: int | None = None, workdir: Path | None = None,
-                    spread_s: float = 3.0, quiet: bool = False) -> dict:
+                    spread_s: float = 3.0, quiet: bool = False, keep: bool = False,
+                    pg_url: str = PG_URL) -> dict:
+    """`keep`: leave the database (the SQLite file in `workdir`, the PostgreSQL schema in
+    `pg_url`'s database) for `session-store` to read afterwards; `summary["db_url"]` and
+    `summary["db_schema"]` say where."""
     seed = random.randrange(1 << 30) if seed is None else seed
     rng = random.Random(seed)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
@@ -121,16 +125,18 @@ async def run_fleet(db: str = "sqlite", *, workers: int = 3, calls: int = 20, ki
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-")))
         workdir.mkdir(parents=True, exist_ok=True)
-        databases = Databases(db, workdir)
+        databases = Databases(db, workdir, pg_url)
         url, schema = await databases()
         try:
             summary = await _run(url, schema, rng, say, workdir, workers, calls, kill,
                                  spread_s, db)
             summary["seed"] = seed  # --seed repeats the same choice of call, tool and event
+            summary["db_url"], summary["db_schema"] = url, schema
             (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
             return summary
         finally:
-            await databases.cleanup()
+            if not keep:
+                await databases.cleanup()
 
 
 async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: int, kill: bool,
@@ -299,7 +305,7 @@ async def _kill_mid_tool(target: PhoneCall, kill: Kill, calls: list[PhoneCall],
         kill.over = True
         await store.close()
     say(f"SIGKILL worker #{kill.worker} (pid {kill.pid}) with {len(kill.affected)} calls on "
-        f"it; target {kill.call_sid[:10]} at {kill.point} (+{kill.delay_s * 1000:.0f} ms)")
+        f"it; target {kill.call_sid} at {kill.point} (+{kill.delay_s * 1000:.0f} ms)")
     return kill
 
 
@@ -451,11 +457,13 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
                 if o.takeover_s is not None and o.redirect_s is not None]
     starts = [o.start_s for o in outcomes if o.start_s is not None]
     violations = [f"{o.call_sid} ({o.caller}): {p}" for o in outcomes for p in o.problems]
-    say(f"{'call':12} {'caller':13} {'workers':9} {'events':>6} {'redirect':>9} "
+    # Whole call ids: each is what `session-store timeline CALL` takes.
+    width = max([len(o.call_sid) for o in outcomes] + [4])
+    say(f"{'call':{width}} {'caller':13} {'workers':9} {'events':>6} {'redirect':>9} "
         f"{'takeover':>9} {'audio gap':>9}")
     for o in outcomes:
         if o.affected or o.problems:
-            say(f"{o.call_sid[:12]} {o.caller:13} {'->'.join(map(str, o.workers)):9} "
+            say(f"{o.call_sid:{width}} {o.caller:13} {'->'.join(map(str, o.workers)):9} "
                 f"{o.events:>6} {_s(o.redirect_s):>9} {_s(o.takeover_s):>9} {_s(o.gap_s):>9}"
                 + ("  <- target" if kill and o.call_sid == kill.call_sid else ""))
     summary = {
@@ -557,15 +565,29 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--no-kill", action="store_true")
     parser.add_argument("--seed", type=int)
-    parser.add_argument("--workdir", help="keep the database, ledger and worker logs here")
+    parser.add_argument("--workdir", default="demo-fleet",
+                        help="the SQLite database, ledger and worker logs (default ./demo-fleet)")
+    parser.add_argument("--pg-url", default=os.environ.get("DEMO_FLEET_PG_URL", PG_URL),
+                        help="with --db postgres: the database to write into, in a schema of "
+                        "its own (default $DEMO_FLEET_PG_URL, else the local 'test' database)")
+    parser.add_argument("--clean", action="store_true",
+                        help="delete the database afterwards (kept by default, to look at)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args()
     summary = asyncio.run(run_fleet(args.db, workers=args.workers, calls=args.calls,
                                     kill=not args.no_kill, seed=args.seed,
-                                    workdir=Path(args.workdir) if args.workdir else None,
-                                    quiet=args.json))
+                                    workdir=Path(args.workdir), quiet=args.json,
+                                    keep=not args.clean, pg_url=args.pg_url))
     if args.json:
         print(json.dumps(summary, indent=2))
+    elif not args.clean:
+        where = summary["db_url"] + (f" --schema {summary['db_schema']}"
+                                     if summary["db_schema"] else "")
+        print(f"the calls are kept: session-store calls --db {where}")
+        target = (summary.get("killed") or {}).get("target")
+        if target:
+            print(f"  the killed worker's call: session-store timeline {target} --db {where}")
+        print(f"  in a browser: session-store serve --db {where}")
     raise SystemExit(0 if summary["ok"] else 1)
 
 

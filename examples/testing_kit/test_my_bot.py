@@ -1,8 +1,13 @@
 """Testing a Gemini Live bot offline with the local server (docs/testing-kit.md).
 
-Copy this file next to your bot's tests. `answer_one_turn` stands for your bot: it talks to
-Gemini Live through the real google-genai client, which the server's `http_options()`
-points at 127.0.0.1 over TLS. Each test scripts what the model says and asks for, lets the
+Copy this file next to your bot's tests. It needs `pytest` and `pytest-asyncio`, and nothing
+in your project's pytest configuration: its tests are marked `asyncio`, so they run in
+pytest-asyncio's default (strict) mode as well as under `asyncio_mode = "auto"`.
+`examples/testing_kit/check_out_of_tree.py` checks exactly that, in a fresh project that
+installs this package from a wheel.
+
+`answer_one_turn` stands for your bot: it talks to Gemini Live through the real google-genai
+client, which the server's `http_options()` points at 127.0.0.1 over TLS. Each test scripts what the model says and asks for, lets the
 bot run, and asserts on what the server received from it.
 """
 
@@ -24,6 +29,9 @@ from service.local_live import (
     TurnComplete,
     WaitToolResponse,
 )
+
+# Every test here is a coroutine: marked, so no `asyncio_mode` setting is needed.
+pytestmark = pytest.mark.asyncio
 
 MODEL = "gemini-2.5-flash-native-audio-preview-09-2025"
 LOOKUP_ORDER = types.FunctionDeclaration(

@@ -40,7 +40,7 @@ def _context():
             _CTX = multiprocessing.get_context("forkserver")
             # A warm pool holds what a worker runs, the store's dialects included: open_store
             # imports its dialect on first use, and SQLAlchemy's asyncio layer costs ~0.2 s.
-            _CTX.set_forkserver_preload(["service.crash.worker",
+            _CTX.set_forkserver_preload(["service.crash.banner", "service.crash.worker",
                                          "session_store.storage.sqlite.dialect",
                                          "session_store.storage.postgres.dialect"])
     return _CTX
@@ -104,8 +104,9 @@ class CaseResult:
 async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None,
                    kills: list[Kill] = (), workdir: Path, timeout_s: float = 60.0,
                    max_workers: int = 12, live: LiveTarget | None = None,
-                   model: str | None = None) -> CaseResult:
+                   model: str | None = None, call_id: str | None = None) -> CaseResult:
     """One call: workers run it, dying as `kills` says, until one finishes; then check.
+    `call_id`: the call's id (default: the scenario's name and a random suffix).
 
     Scripted, the call talks to a local Gemini Live server playing the scenario (with the
     wire rules of `model`'s generation), and is checked against that server's record too;
@@ -113,7 +114,7 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
     ledger."""
     scenario = SCENARIOS[scenario_name]
     plan = ServerPlan(scenario)
-    call_id = f"{scenario_name}-{uuid.uuid4().hex[:8]}"
+    call_id = call_id or f"{scenario_name}-{uuid.uuid4().hex[:8]}"
     ledger = workdir / f"{call_id}.ledger.jsonl"
     started = time.monotonic()
     planned = [k.label() for k in kills]
@@ -236,6 +237,9 @@ def _worker_entry(cfg: dict, log_path: str) -> None:
     os.dup2(fd, 2)
     sys.stdout = os.fdopen(1, "w", buffering=1)
     sys.stderr = os.fdopen(2, "w", buffering=1)
+    from loguru import logger
+
+    logger.enable("pipecat")  # (off in the forkserver: service/crash/banner.py)
     from .worker import main
     main(cfg)
 

@@ -7,7 +7,15 @@ Each kind is found by a library made for it (docs/redaction.md says why each one
 * email addresses: a candidate pattern, each confirmed by `email-validator`'s syntax rules;
 * payment card numbers: 13–19 digits (spaces or dashes allowed) that pass the Luhn check of
   `python-stdnum`; IBANs: `stdnum.iban`;
-* street addresses: `pyap2` (US, Canadian and British addresses; rule-based, no model).
+* street addresses: `pyap2` (US, Canadian and British addresses; rule-based, no model);
+* national identifiers and dates of birth: `redaction/identifiers.py` (stdnum's validators;
+  a date only with birth words before it).
+
+Numbers and addresses as a transcript spells them ("four one five …", "anna dot berg at
+firma dot de") are rewritten in written form first (`redaction/spoken.py`) and a finding
+there masks the spoken words. A phone number in local form is read in the configured
+regions and in the region of every number the same text (or, through the `Redactor`, the
+same call) gives with its country code: a caller from +49 says their other number as 030 ….
 
 None downloads anything at run time. A text longer than `SCAN_MAX` is not scanned: the
 caller masks it whole (scanning it would cost seconds and a matcher's limits could let a
@@ -20,11 +28,16 @@ import re
 import sys
 from dataclasses import dataclass
 
-KINDS = ("card", "iban", "email", "phone", "address")
+KINDS = ("card", "iban", "national_id", "date_of_birth", "email", "phone", "address")
 SCAN_MAX = 100_000
 
 _CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d])")
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b", re.IGNORECASE)
+# Words before a number that say it is a reference, not a phone: "order 0301234567".
+_ID_BEFORE = re.compile(r"(?:\b(?:order|invoice|inv|ref|reference|ticket|booking|tracking|case|"
+                        r"confirmation|parcel|shipment|transaction|serial|sku|rechnung|"
+                        r"bestellung|auftrag|commande|facture|pedido|factura)\b[\s\w.:#-]{0,12}"
+                        r"|[#\w]-?)$", re.IGNORECASE)
 _EMAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
                     r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+")
 _DIGIT = re.compile(r"\d")
@@ -40,25 +53,58 @@ class PiiScanner:
     regions: tuple[str, ...] = ("US", "GB")
     address_countries: tuple[str, ...] = ("US", "CA", "GB")
 
-    def spans(self, text: str) -> list[tuple[int, int, str]]:
-        """(start, end, kind) of every finding, without overlaps, in text order."""
+    def spans(self, text: str, call_regions: tuple[str, ...] = ()) -> list[tuple[int, int, str]]:
+        """(start, end, kind) of every finding, without overlaps, in text order.
+        `call_regions`: regions learnt from the rest of the call (`regions_in`)."""
+        from .redaction.spoken import normalise
+
+        written = normalise(text)
+        if written is None:
+            return self._spans(text, call_regions)
+        return _merge([(*written.original_span(s, e), k)
+                       for s, e, k in self._spans(written.text, call_regions)])
+
+    def regions_in(self, text: str) -> set[str]:
+        """The regions of the numbers `text` gives with their country code."""
+        import phonenumbers
+
+        if "phone" not in self.kinds or _DIGIT.search(text) is None:
+            return set()
+        return {r for m in phonenumbers.PhoneNumberMatcher(text, None)
+                if (r := phonenumbers.region_code_for_number(m.number))
+                and r != "001"}
+
+    def _spans(self, text: str, call_regions: tuple[str, ...]) -> list[tuple[int, int, str]]:
+        from .redaction.identifiers import dates_of_birth, national_ids
+
         found: list[tuple[int, int, str]] = []
         has_digit = _DIGIT.search(text) is not None
         if "card" in self.kinds and has_digit:
             found += _cards(text)
         if "iban" in self.kinds and has_digit:
             found += _ibans(text)
+        if "national_id" in self.kinds and has_digit:
+            found += national_ids(text)
+        if "date_of_birth" in self.kinds and has_digit:
+            found += dates_of_birth(text)
         if "email" in self.kinds and "@" in text:
             found += _emails(text)
         if "phone" in self.kinds and has_digit:
-            found += _phones(text, self.regions)
+            regions = dict.fromkeys(self.regions + call_regions)
+            regions.update(dict.fromkeys(sorted(self.regions_in(text))))
+            found += _phones(text, tuple(regions))
         if "address" in self.kinds and has_digit:
-            found += _addresses(text, self.address_countries)
+            # An address never spans another finding: pyap reads "My IBAN is GB29 …" as
+            # a street, and the merge would take the sentence with it.
+            others = list(found)
+            found += [a for a in _addresses(text, self.address_countries)
+                      if not any(s < a[1] and a[0] < e for s, e, _k in others)]
         return _merge(found)
 
-    def mask(self, text: str, mask: str = "[REDACTED:{kind}]") -> tuple[str, list[str]]:
+    def mask(self, text: str, mask: str = "[REDACTED:{kind}]",
+             call_regions: tuple[str, ...] = ()) -> tuple[str, list[str]]:
         """The text with each finding replaced by `mask`, and the kinds found (in order)."""
-        spans = self.spans(text)
+        spans = self.spans(text, call_regions)
         if not spans:
             return text, []
         out, at = [], 0
@@ -96,8 +142,17 @@ def _cards(text: str) -> list[tuple[int, int, str]]:
 def _ibans(text: str) -> list[tuple[int, int, str]]:
     from stdnum import iban
 
-    return [(m.start(), m.end(), "iban") for m in _IBAN.finditer(text)
-            if iban.is_valid(m.group())]
+    out = []
+    for m in _IBAN.finditer(text):
+        # Read case-insensitively, a candidate can run on into the next word ("… 32
+        # thanks"): the longest prefix ending at a word's end that is an IBAN.
+        ends = [m.end()] + [m.start() + i for i in range(len(m.group()) - 1, 14, -1)
+                            if m.group()[i] == " "]
+        for end in ends:
+            if iban.is_valid(text[m.start():end].upper()):
+                out.append((m.start(), end, "iban"))
+                break
+    return out
 
 
 def _emails(text: str) -> list[tuple[int, int, str]]:
@@ -124,6 +179,8 @@ def _phones(text: str, regions: tuple[str, ...]) -> list[tuple[int, int, str]]:
     for region, leniency in passes:
         for m in phonenumbers.PhoneNumberMatcher(text, region, leniency=leniency,
                                                   max_tries=sys.maxsize):
+            if region is not None and _ID_BEFORE.search(text[max(0, m.start - 32):m.start]):
+                continue  # a local-form number after "invoice", "order #", "INV-": an id
             out.append((m.start, m.end, "phone"))
     return out
 

@@ -89,12 +89,14 @@ def unbreakable(renderable: Any) -> Any:
     for part in parts:
         if isinstance(part, Table):
             for column in part.columns:
+                cells = [Text.from_markup(c) if isinstance(c, str) else c
+                         for c in column.cells]
+                texts = [c.plain for c in cells if isinstance(c, Text)] + [str(column.header)]
                 if column.no_wrap:
-                    cells = [Text.from_markup(c) if isinstance(c, str) else c
-                             for c in column.cells]
-                    widest = max([c.cell_len for c in cells if isinstance(c, Text)]
-                                 + [Text(str(column.header)).cell_len])
-                    column.min_width = max(column.min_width or 0, widest)
+                    widest = max(Text(t).cell_len for t in texts)
+                else:  # a wrapping column breaks between words, never inside one
+                    widest = max(Text(w).cell_len for t in texts for w in t.split() or [""])
+                column.min_width = max(column.min_width or 0, widest)
     return renderable
 
 
@@ -118,22 +120,40 @@ def print_whole(console: Console, renderable: Any) -> None:
     console.file.write("\n".join(line.rstrip() for line in captured.get().split("\n")))
 
 
-CALLS_LEGEND = ("tools: tool calls; recon: reconnects; crash: takeovers after the worker died; "
-                "handover: planned takeovers; err: failed tool calls + anomalies; doubt: tool "
-                "calls whose outcome is unknown; silent: since the last event")
+def schemas_table(described: dict[str, str]) -> Table:
+    """`schema` without a name: each output's name and what it is."""
+    table = _table("name", "what", wrap=("what",))
+    for name, what in described.items():
+        table.add_row(T(name), T(what))
+    return table
+
+
+CALLS_LEGEND = ("counts (zeros left out): ev events; tools tool calls; recon reconnects; crash "
+                "takeovers after the worker died; handover planned takeovers; err failed tool "
+                "calls + anomalies; doubt tool calls whose outcome is unknown; silent: since "
+                "the last event")
+
+
+def _counts(c: CallSummary) -> str:
+    errors = c.failures + c.anomalies
+    named = [(c.events, "ev"), (c.tool_calls, "tools"), (c.reconnects, "recon"),
+             (c.crashes, "crash"), (c.handovers, "handover"), (errors, "err"),
+             (c.in_doubt, "doubt")]
+    return ", ".join(f"{n} {what}" for n, what in named if n)
 
 
 def calls_table(calls: list[CallSummary], next_after: str | None) -> Group:
-    table = _table("call", "start (UTC)", "dur", "status", "ev", "tools", "recon", "crash",
-                   "handover", "err", "doubt", "silent", caption=CALLS_LEGEND)
+    # Fits 80 columns with a 36-character id: the id stays whole, start, status and the
+    # counts wrap between their words.
+    table = _table("call", "start", "dur", "status", "counts", caption=CALLS_LEGEND,
+                   wrap=("start", "status", "counts"))
     for c in calls:
         errors = c.failures + c.anomalies
-        table.add_row(T(c.call_id), T((iso(c.started_at_us) or "")[:16].replace("T", " ")),
-                      T(f"{c.duration_s:.1f}s"), T(c.status, STATUS_STYLE.get(c.status, "")),
-                      T(c.events), T(c.tool_calls), T(c.reconnects),
-                      T(c.crashes, "yellow" if c.crashes else ""), T(c.handovers),
-                      T(errors, "red" if errors else ""),
-                      T(c.in_doubt, "yellow" if c.in_doubt else ""), T(_ago(c.silent_s)))
+        status = c.status + (f", silent {_ago(c.silent_s)}" if c.silent_s is not None else "")
+        table.add_row(T(c.call_id), T((iso(c.started_at_us) or "")[:16].replace("T", " ")
+                                      + " UTC"),
+                      T(f"{c.duration_s:.1f}s"), T(status, STATUS_STYLE.get(c.status, "")),
+                      T(_counts(c), "red" if errors else ("yellow" if c.crashes else "")))
     parts: list[Any] = [table]
     if next_after is not None:
         parts.append(T(f"more: --after {next_after}", "dim"))
@@ -163,8 +183,11 @@ def timeline_view(tl: Timeline) -> Group:
                         T(what, LEVEL_STYLE.get(e.level, "")))
     parts.append(entries)
     if tl.tool_calls:
-        tools = _table("call", "tool", "asked", "deferred", "waited", "ran", "outcome", "sent",
-                       "in model", title="tool calls", wrap=("outcome", "sent"))
+        # (80 columns: whether it waited for the bot is said in "waited"; words wrap)
+        # (a header does not wrap: "in model" is given as two lines)
+        tools = _table("call", "tool", "asked", "waited", "ran", "outcome", "sent",
+                       "in\nmodel", title="tool calls",
+                       wrap=("waited", "outcome", "sent", "in\nmodel"))
         for c in tl.tool_calls.values():
             outcome = c.outcome or ("running" if c.started_at_us else "waiting")
             if c.reused_from:
@@ -176,15 +199,17 @@ def timeline_view(tl: Timeline) -> Group:
                     + (f" (+{confirmed - 1} more)" if confirmed > 1 else "")
                     if c.sent_at_us else "not sent")
             in_model = c.in_model_words
+            waited = _dur(c.wait_ms) + (", deferred" if c.deferred else "")
             tools.add_row(T(c.tool_call_id), T(words(c.name)), T(off(c.requested_at_us)),
-                          T("yes" if c.deferred else ""), T(_dur(c.wait_ms)), T(_dur(c.run_ms)),
+                          T(waited), T(_dur(c.run_ms)),
                           T(outcome, "red" if c.outcome == "failed" else ""),
                           T(sent, "" if c.sent_at_us else "yellow"),
                           T(in_model, "bold red" if in_model == "NO" else ""))
         parts.append(tools)
     if tl.reconnects:
-        rec = _table("requested", "reason", "waited", "disconnected", "down", "generation",
-                     "resumed from", title="reconnects", wrap=("reason",))
+        rec = _table("asked", "reason", "waited", "closed", "down", "gen", "resumed from",
+                     title="reconnects (asked: requested; closed: the old session disconnected; "
+                     "gen: generation)", wrap=("asked", "reason", "closed"))
         for r in tl.reconnects:
             reason = words(r.reason) if r.reason else "–"
             if r.keys:

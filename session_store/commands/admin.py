@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from typing import Optional
 
 import typer
 
-from .common import DbOption, SchemaOption, UserError, fail, print_json, run, say, url_of
+from .common import (
+    DbOption, SchemaOption, UserError, fail, print_json, run, say, show, url_of,
+)
 
 
 def migrate(db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) -> None:
@@ -51,9 +54,11 @@ def schema_cmd(name: Optional[str] = typer.Argument(None, help="An output's name
             (folder / f"{n}.json").write_text(json.dumps(schema_of(n), indent=2) + "\n")
         say(f"wrote {len(SCHEMAS)} schemas to {folder}")
         return
-    if name is None:
-        for n, model in SCHEMAS.items():
-            say(f"{n:<12} {(model.__doc__ or '').strip().splitlines()[0]}")
+    if name is None:  # each description whole (its first paragraph), wrapped in its cell
+        from ..audit.text import schemas_table
+
+        show(schemas_table({n: " ".join(inspect.cleandoc(m.__doc__ or "").split("\n\n")[0]
+                                         .split()) for n, m in SCHEMAS.items()}))
         return
     try:
         print_json(schema_of(name))

@@ -89,6 +89,11 @@ def run(coro_fn: Callable[..., Awaitable[Any]], *args) -> Any:
 def url_of(db: str | None) -> str:
     from ..db_url import resolve_db
 
+    if db is not None and not db.strip():
+        # (An empty --db, or $SESSION_STORE_URL set to nothing, is a mistake: reading
+        # sessions.db instead would show another database's calls as if they were these.)
+        raise UserError("--db is empty: give a SQLite file's path or a database URL "
+                        "(unset $SESSION_STORE_URL for the default sessions.db)")
     try:
         return resolve_db(db or DEFAULT_URL)
     except ValueError as exc:
@@ -140,11 +145,15 @@ def redactor_for(redact: bool, keys: str | None, config: str | None):
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    from ..audit.jsontext import dumps
+
+    sys.stdout.write(dumps(obj, indent=2) + "\n")
 
 
 def json_line(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n"
+    from ..audit.jsontext import dumps
+
+    return dumps(obj, sort_keys=True) + "\n"
 
 
 def now_us() -> int:

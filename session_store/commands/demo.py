@@ -34,7 +34,7 @@ def demo(db: str = typer.Option("sessions.db", "--db", help="Where the demo call
     except UserError as exc:
         fail(str(exc))
     try:
-        verdict = run(run_demo, url, as_json, target, model)
+        verdict = run(run_demo, url, as_json, target, model, db)
     except LiveDemoUnavailable as exc:
         fail(str(exc))
     if as_json:

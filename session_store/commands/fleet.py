@@ -6,7 +6,9 @@ from typing import Optional
 
 import typer
 
-from .common import DbOption, JsonOption, SchemaOption, fail, now_us, print_json, show, with_store
+from .common import (
+    DbOption, JsonOption, SchemaOption, fail, now_us, print_json, say, show, with_store,
+)
 
 
 def calls(since: Optional[str] = typer.Option(None, "--since", help="Started at or after "
@@ -52,6 +54,10 @@ def calls(since: Optional[str] = typer.Option(None, "--since", help="Started at 
         fail(str(exc))
     if as_json:
         print_json(page.to_json())
+    elif not page.calls:  # (headers over nothing read as a listing that failed)
+        filtered = any((since, until, status, search, text, tool, failed, takeover, anomaly,
+                        min_duration, max_duration, after))
+        say("no calls match" if filtered else "no calls yet")
     else:
         show(calls_table(page.calls, page.next_after))
 

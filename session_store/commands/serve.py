@@ -23,6 +23,9 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind;
           session_hours: float = typer.Option(8.0, "--session-hours", min=0.01,
                                               help="A browser signed in with the token "
                                               "stays signed in this long."),
+          behind_tls: bool = typer.Option(False, "--behind-tls",
+                                          help="Browsers reach the viewer through a TLS "
+                                          "proxy: the session cookie is Secure."),
           redact: bool = RedactOption, redact_keys: Optional[str] = RedactKeysOption,
           redact_config: Optional[str] = RedactConfigOption,
           db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) -> None:
@@ -44,6 +47,6 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to bind;
     except UserError as exc:
         fail(str(exc))
     web = create_app(url, schema=schema, token=token, redaction=redactor.config,
-                     session_max_age_s=int(session_hours * 3600))
+                     session_max_age_s=int(session_hours * 3600), behind_tls=behind_tls)
     say(f"session-store viewer on http://{host}:{port}/" + (" (token required)" if token else ""))
     uvicorn.run(web, host=host, port=port, log_level="warning")

@@ -15,19 +15,25 @@ from .common import (
 
 async def _point(store, call: str, text: str, option: str) -> int:
     """A version from --at/--from: a version, +offset from the call's start, or a time."""
-    from ..audit.queries import version_at_time
-    from ..audit.summaries import parse_point
+    from ..audit.queries.points import version_of_point
 
     try:
-        kind, value = parse_point(text)
+        return await version_of_point(store, call, text)
     except ValueError as exc:
         raise UserError(f"{option}: {exc}") from None
-    if kind == "version":
-        return value
-    if kind == "offset":
-        first = await store.read(call, to_version=1)
-        value += first[0].recorded_at_us if first else 0
-    return await version_at_time(store, call, value)
+
+
+def _event_types() -> set[str]:
+    from ..events import catalogue
+
+    return set(catalogue())
+
+
+def _known_type(name: str) -> bool:
+    """An event type, or a prefix of some (`tool.`, `tool.*`)."""
+    prefix = name.rstrip("*")
+    types = _event_types()
+    return prefix in types or (prefix.endswith(".") and any(t.startswith(prefix) for t in types))
 
 
 def timeline(call: str,
@@ -62,6 +68,10 @@ def timeline(call: str,
     if unknown:
         fail(f"unknown lane {unknown[0]!r}; use one of {', '.join(LANES)}")
     types = [x.strip() for x in (event_type or "").split(",") if x.strip()]
+    unknown_types = [t for t in types if not _known_type(t)]
+    if unknown_types:  # (as --lane: a typo would list nothing and look like a quiet call)
+        fail(f"unknown event type {unknown_types[0]!r}; a type or a prefix ending in '.' "
+             f"(tool.), one of: {', '.join(sorted(_event_types()))}")
 
     async def go(store):
         head = await require_call(store, call)
@@ -71,7 +81,8 @@ def timeline(call: str,
         if start > head:  # (an empty page would look like a call with nothing in it)
             raise UserError(f"call {call} has versions 1–{head}: "
                             f"{'--at' if at is not None else '--from'} {point} is past its end")
-        to = head if limit is None else min(head, start + max(limit, 1) - 1)
+        # With a filter the limit counts what is listed: read on to the end, cut after.
+        to = head if limit is None or lanes or types else min(head, start + max(limit, 1) - 1)
         # (--json streams the window: its tool calls are found without holding its events)
         recs = [] if as_json else await store.read(call, from_version=start, to_version=to)
         prior, whole, note = await window_facts(store, call, start, to, head,
@@ -101,6 +112,9 @@ def timeline(call: str,
         return  # (written)
     if lanes or types:
         tl = tl.only(lanes, types)
+        if limit is not None and len(tl.entries) > max(limit, 1):
+            tl.entries = tl.entries[:max(limit, 1)]
+            tl.last_version = tl.entries[-1].version  # (the versions searched to list them)
     if as_json:
         print_json(tl.to_json(summary))
     else:

@@ -18,14 +18,14 @@ import secrets
 from starlette.applications import Starlette
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..audit import RedactionConfig
 from ..errors import SessionStoreError, StoreUnavailable
 from .params import BadRequest
 from .security import (
-    COOKIE, SECURITY_HEADERS, SESSION_MAX_AGE_S, Gate, SecurityHeaders, check_token,
+    COOKIE, SECURITY_HEADERS, SESSION_MAX_AGE_S, Gate, JSONResponse, SecurityHeaders, check_token,
 )
 from .call_list import CallList
 from .call_pages import CallPages
@@ -36,10 +36,12 @@ from .viewer import Viewer
 
 def create_app(url: str, *, schema: str | None = None, token: str | None = None,
                redaction: RedactionConfig | None = None, page_size: int = 500,
-               session_max_age_s: int = SESSION_MAX_AGE_S, session_secret: str | None = None):
+               session_max_age_s: int = SESSION_MAX_AGE_S, session_secret: str | None = None,
+               behind_tls: bool = False):
     """The viewer as an ASGI app (security headers, the signed session, the token gate).
     `session_secret` signs the session cookies (default: a new random one, so a restart
-    signs every browser out)."""
+    signs every browser out). `behind_tls`: browsers reach it through a TLS proxy, so the
+    session cookie is `Secure` (never sent over plain HTTP)."""
     viewer = Viewer(url, schema, redaction or RedactionConfig(), page_size)
     check_token(token)
 
@@ -105,5 +107,5 @@ def create_app(url: str, *, schema: str | None = None, token: str | None = None,
     if token is not None:
         gated = SessionMiddleware(gated, secret_key=session_secret or secrets.token_urlsafe(32),
                                   session_cookie=COOKIE, max_age=session_max_age_s,
-                                  same_site="strict")
+                                  same_site="strict", https_only=behind_tls)
     return SecurityHeaders(gated)

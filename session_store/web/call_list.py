@@ -6,13 +6,13 @@ import time
 from urllib.parse import urlencode
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from ..audit import CallFilter, parse_time
 from ..audit.queries import count_calls, list_calls
 from ..audit.summaries import SORTS, STATUSES, parse_duration
 from .params import BadRequest, int_param
-from .security import SECURITY_HEADERS
+from .security import SECURITY_HEADERS, JSONResponse
 from .viewer import Viewer
 
 

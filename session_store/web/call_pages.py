@@ -6,15 +6,15 @@ subscribe) and its export as JSON Lines.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from ..audit import build_timeline, export_line, parse_policy, replay, state_view
 from ..audit.fmt import clip_strings, iso, preview_record
+from ..audit.jsontext import dumps
 from ..audit.models import LiveUpdate, State, dump, entry_json
 from ..audit.queries import (
     call_summary, complete_head, follow, iter_records, overview, state_at, window_facts,
@@ -23,8 +23,8 @@ from ..audit.summaries import status_of
 from ..audit.timeline import Prior, TimelineBuilder, tool_calls_in, unreadable_call
 from ..projection import fold_into
 from ..schema import valid_stream_id
-from .params import call_id_of, float_param, href, int_param
-from .security import SECURITY_HEADERS
+from .params import call_id_of, float_param, href, int_param, point_param
+from .security import SECURITY_HEADERS, JSONResponse
 from .svg import lanes_svg, overview_svg
 from .viewer import Viewer
 
@@ -49,7 +49,7 @@ class CallPages:
         if summary is None:
             return None
         n = int_param(request, "n", self.viewer.page_size, 1, 5000)
-        at = int_param(request, "at", None, 1, head)
+        at = await point_param(request, "at", self.viewer.store, call_id, head)
         if at is not None:
             first = (at - 1) // n * n + 1
         elif request.query_params.get("from"):
@@ -118,8 +118,8 @@ class CallPages:
 
     async def state_api(self, request: Request) -> Response:
         call_id = call_id_of(request)
-        at = int_param(request, "at", None, 0, 2**62)
         found = await complete_head(self.viewer.store, call_id) if valid_stream_id(call_id) else 0
+        at = await point_param(request, "at", self.viewer.store, call_id, found) if found else None
         s = await state_at(self.viewer.store, call_id, at, self.viewer.cache) if found else None
         if s is None:
             return self.viewer.not_found(request, call_id, api=True)
@@ -165,10 +165,10 @@ class CallPages:
 
         def update(entries) -> str:
             status = status_of(state.closed, state.last_event_at_us, time.time_ns() // 1000)
-            return json.dumps(dump(LiveUpdate, {
+            return dumps(dump(LiveUpdate, {
                 "call": call_id, "head": state.version, "status": status,
                 "last_event_at": iso(state.last_event_at_us),
-                "entries": [entry_json(e) for e in entries]}), ensure_ascii=False)
+                "entries": [entry_json(e) for e in entries]}))
 
         async def events():
             yield {"event": "update", "data": update([])}
@@ -196,8 +196,8 @@ class CallPages:
 
         async def lines():
             async for chunk in iter_records(self.viewer.store, call_id, to_version=head):
-                yield "".join(json.dumps(export_line(r, redactor), sort_keys=True,
-                                         ensure_ascii=False) + "\n" for r in chunk)
+                yield "".join(dumps(export_line(r, redactor), sort_keys=True) + "\n"
+                              for r in chunk)
 
         name = re.sub(r"[^A-Za-z0-9._-]", "_", call_id)[:80] or "call"
         suffix = ".redacted" if redactor.enabled else ""

@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from ..audit import parse_time
 from ..audit.models import Stats, dump
 from ..audit.queries import fleet_stats
 from .params import BadRequest
-from .security import SECURITY_HEADERS
+from .security import SECURITY_HEADERS, JSONResponse
 from .svg import per_hour_svg
 from .viewer import Viewer
 

@@ -46,6 +46,25 @@ def _given(request: Request, name: str, convert, what: str):
         raise BadRequest(f"{name} must be {what}") from None
 
 
+async def point_param(request: Request, name: str, store, call_id: str,
+                      head: int) -> int | None:
+    """A point of the call as the CLI's `--at` takes it (20, +1.6s, an ISO time), as a
+    version; a 400 for one that is not a point or lies outside versions 1–head (a silent
+    clamp would show another event than the one asked for)."""
+    from ..audit.queries.points import version_of_point
+
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        version = await version_of_point(store, call_id, raw)
+    except ValueError as exc:
+        raise BadRequest(f"{name}: {exc}") from None
+    if not 1 <= version <= head:
+        raise BadRequest(f"{name}={raw}: the call has versions 1–{head}")
+    return version
+
+
 class BadRequest(Exception):
     """A parameter the viewer cannot take: a 400 with the reason."""
 

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import re
 from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.responses import JSONResponse as _StarletteJSON
+
+from ..audit.jsontext import dumps
 
 COOKIE = "session_store_viewer"
 TOKEN_MIN = 16
@@ -25,6 +29,18 @@ SECURITY_HEADERS = {
                                "form-action 'self'; frame-ancestors 'none'",
     "x-content-type-options": "nosniff", "referrer-policy": "no-referrer",
     "cache-control": "no-store", "x-frame-options": "DENY"}
+
+
+class JSONResponse(_StarletteJSON):
+    """Starlette's JSON answer, with bidi and C1 controls escaped (`jsontext`)."""
+
+    def render(self, content) -> bytes:
+        return dumps(content, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
+# A Host header: a name or an address, and a port. Anything else ("127.0.0.1:80@evil.example",
+# a path, spaces) names no host this viewer is, whatever its first part says.
+_HOST_HEADER = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::\d{1,5})?")
 
 
 def is_loopback(host: str) -> bool:
@@ -58,9 +74,8 @@ def check_bind(host: str, token: str | None) -> None:
 
 
 def _host_of(header: str) -> str:
-    if header.startswith("["):
-        return header[1:header.find("]")] if "]" in header else header
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+    m = _HOST_HEADER.fullmatch(header.strip())
+    return m.group(1).strip("[]") if m else ""
 
 
 async def _plain(send, status: int, text: str, extra: list[tuple[bytes, bytes]] = ()) -> None:

@@ -13,13 +13,13 @@ from urllib.parse import quote
 import jinja2
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, Response
 
 from ..audit import RedactionConfig, Redactor
 from ..audit.fmt import iso
 from ..audit.queries import StateCache
 from .params import href
-from .security import SECURITY_HEADERS
+from .security import SECURITY_HEADERS, JSONResponse
 
 HERE = Path(__file__).resolve().parent
 

@@ -138,6 +138,8 @@ async def _live(page, base, store, expect):
                                                        1)], 2)
     await expect(page.locator("#v3")).to_contain_text("c7: lookup_order", timeout=2000)
     await expect(page.locator("#tool-calls")).to_contain_text("c7", timeout=2000)
+    # the whole-call overview follows too: a tools row for the new call (none at load)
+    await expect(page.locator("svg.overview")).to_contain_text("tools", timeout=2000)
     await store.append("live-1", [ev.SessionClosed("ended")], 3)
     await expect(page.locator("#call-status")).to_have_text("closed", timeout=2000)
     await expect(page.locator("#v4")).to_contain_text("session closed", timeout=2000)

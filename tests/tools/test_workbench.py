@@ -182,7 +182,7 @@ async def test_the_viewer_finds_calls_the_same_way(loaded):
     with running_viewer(loaded) as base:
         async with httpx.AsyncClient(base_url=base) as http:
             found = await http.get("/", params={"text": "where is my order"})
-            assert "1 calls match" in found.text and 'href="/calls/support-1"' in found.text
+            assert "1 call matches" in found.text and 'href="/calls/support-1"' in found.text
             api = (await http.get("/api/calls", params={"tool": "lookup_order",
                                                         "sort": "oldest"})).json()
             assert [c["call"] for c in api["calls"]] == ["support-1", "failing-1"]

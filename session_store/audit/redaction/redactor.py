@@ -12,6 +12,7 @@ import fnmatch
 import hashlib
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -47,6 +48,9 @@ def _mistyped(rec: RecordedEvent) -> bool:
     return False
 
 
+_LANGUAGE_REGION = re.compile(r"[A-Za-z]{2,3}[-_]([A-Za-z]{2})$")
+
+
 class Redactor:
     """Applies a RedactionConfig to event data, recorded events and projected state."""
 
@@ -64,6 +68,10 @@ class Redactor:
         cfg = self.config
         self._pii = (PiiScanner(tuple(cfg.pii_kinds), tuple(cfg.phone_regions))
                      if cfg.enabled and cfg.free_text_pii and cfg.pii_kinds else None)
+        # Phone regions each call has shown so far (`learn_regions`), and those of the
+        # call being redacted now.
+        self._learnt: OrderedDict[str, set[str]] = OrderedDict()
+        self._regions: tuple[str, ...] = ()
 
     @property
     def enabled(self) -> bool:
@@ -125,7 +133,33 @@ class Redactor:
             return text
         if len(text) > SCAN_MAX:
             return MASK
-        return self._pii.mask(text)[0]
+        return self._pii.mask(text, call_regions=self._regions)[0]
+
+    def learn_regions(self, call: str, value: Any) -> tuple[str, ...]:
+        """Where the call's local-form phone numbers are read, learnt from what it has shown
+        so far: the country of its `language` setting (`de-DE`) and of every number given
+        with its country code (the caller's own number, a tool's lookup). Regions stay
+        learnt for the call (the last 1,024 calls), so a later local number is read in them."""
+        if self._pii is None:
+            return ()
+        found = self._learnt.pop(call, set())
+        self._learnt[call] = found
+        if len(self._learnt) > 1024:
+            self._learnt.popitem(last=False)
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, dict):
+                for k, item in v.items():
+                    if k == "language" and isinstance(item, str):
+                        m = _LANGUAGE_REGION.search(item)
+                        found.update([m.group(1).upper()] if m else ())
+                    stack.append(item)
+            elif isinstance(v, list):
+                stack.extend(v)
+            elif isinstance(v, str) and "+" in v and len(v) <= SCAN_MAX:
+                found |= self._pii.regions_in(v)
+        return tuple(sorted(found))
 
     def _json_text(self, text: str, path: str, all_leaves: bool,
                    pii: bool = False) -> str | None:
@@ -193,6 +227,14 @@ class Redactor:
         except Exception:  # noqa: BLE001 - corrupt payloads are shown scrubbed, never raw
             text = MASK if self.config.enabled else self.scrub_text(rec.data_json)
             return {"_unreadable": text}, ["data"]
+        self._regions = self.learn_regions(rec.stream_id, data)
+        try:
+            return self._redact_readable(rec, data)
+        finally:
+            self._regions = ()
+
+    def _redact_readable(self, rec: RecordedEvent,
+                         data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         if self.config.enabled and _mistyped(rec):
             # A known type whose fields do not fit it (settings as a list of pairs, arguments
             # as a list): the per-field rules would miss what they cannot recognise.
@@ -330,6 +372,15 @@ class Redactor:
         """Redact a state view (`export.state_view`, `models.State`) or a part of one."""
         masked: list[str] = []
         s = json.loads(json.dumps(state_json))  # deep copy, JSON types only
+        cfg = self.config
+        call = s.get("call")
+        self._regions = self.learn_regions(call, s) if isinstance(call, str) else ()
+        try:
+            return self._redact_state(s, masked)
+        finally:
+            self._regions = ()
+
+    def _redact_state(self, s: dict[str, Any], masked: list[str]) -> dict[str, Any]:
         cfg = self.config
         if cfg.enabled:
             if cfg.settings_values and isinstance(s.get("settings"), dict):
