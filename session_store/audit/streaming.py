@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import select
 
 from ..schema import events
+from .jsontext import escape_unsafe
 from .models import Entry, Timeline, dump, entry_json, timeline_json
 from .queries.base import engine_of
 from .queries.reading import iter_records
@@ -29,9 +30,16 @@ _HOLE = "\x00entries\x00"  # where the entries go, in the document around them
 async def write_timeline_json(write: Callable[[str], Any], store, call_id: str, first: int,
                               last: int, *, t0_us: int | None, prior: Prior | None,
                               whole: WholeCall | None, summary, redactor,
-                              keep: Callable[[TimelineEntry], bool]) -> None:
+                              keep: Callable[[TimelineEntry], bool],
+                              limit: int | None = None) -> None:
     """Write (`write(text)`) the timeline of versions first..last of a call as JSON, as
-    `print_json(build_timeline(...).only(...).to_json(summary))` would, a piece at a time."""
+    `print_json(build_timeline(...).only(...).to_json(summary))` would, a piece at a time;
+    at most `limit` entries of those `keep` lists, and nothing a terminal acts on (jsontext)."""
+    raw_write = write
+
+    def write(text: str) -> None:  # noqa: F811 - every piece escaped on its way out
+        raw_write(escape_unsafe(text))
+
     times = await _recorded_at(store, call_id, first, last)
     facts = TimelineFacts(call_id, t0_us if t0_us is not None else times[first], first, last,
                           times[first], times[last], head=whole.state.version if whole else 0)
@@ -43,6 +51,8 @@ async def write_timeline_json(write: Callable[[str], Any], store, call_id: str, 
 
     def put(entry: TimelineEntry) -> None:
         nonlocal written
+        if limit is not None and written >= limit:
+            return
         text = json.dumps(dump(Entry, entry_json(entry)), indent=2, ensure_ascii=False)
         write(("\n" if not written else ",\n") + textwrap.indent(text, "    "))
         written += 1

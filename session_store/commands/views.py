@@ -95,7 +95,8 @@ def timeline(call: str,
             await write_timeline_json(sys.stdout.write, store, call, start, to,
                                       t0_us=summary.started_at_us if summary else None,
                                       prior=prior, whole=whole, summary=summary,
-                                      redactor=redactor, keep=Timeline.keeps(lanes, types))
+                                      redactor=redactor, keep=Timeline.keeps(lanes, types),
+                                      limit=None if limit is None else max(limit, 1))
             return None, None
         if not as_json:  # (a line shows a preview of each value: cut before formatting)
             recs = [preview_record(r) for r in recs]
