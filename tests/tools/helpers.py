@@ -221,6 +221,17 @@ def one_line_error(result, *said: str, unsaid: tuple[str, ...] = ()) -> None:
         assert part not in result.output, result.output
 
 
+def streamed_then_error(result, *said: str) -> None:
+    """A streamed output (`export`) that stops at what it cannot read: what it wrote before
+    are whole JSON lines on stdout, then one `error:` line on stderr saying `said`, exit 2."""
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    error = result.stderr.strip()
+    assert error.startswith("error:") and "\n" not in error, result.output
+    assert all(part in error for part in said), result.output
+    for line in result.stdout.splitlines():
+        json.loads(line)
+
+
 ISO_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00")
 
 
