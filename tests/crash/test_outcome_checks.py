@@ -101,7 +101,8 @@ def _taken_over(*answer: ev.Event) -> list[ev.Event]:
 
 
 async def _problems(store, call_id: str, events: list[ev.Event], ledger) -> list[str]:
-    await store.append(call_id, events, 0, epoch=1)
+    # appended as the worker that took over would: with its epoch (a lower head fails verify)
+    await store.append(call_id, events, 0, epoch=2)
     records = await store.read(call_id)
     return check_call(CHECKED, records, await verify_log(store, call_id), None, ledger)
 

@@ -105,7 +105,10 @@ async def test_a_fenced_worker_closes_its_stream(db, tmp_path):
         assert attached, [rec.type for rec in records]
         fenced_close_s = first.closed_at - attached[0]
         assert first.ended_by == "bot"
-        assert (await second).media > 0  # the second stream had the call
+        # The second stream was admitted and had the call (it fenced the first). It may hear
+        # nothing: the model holds the greeting already heard and waits for the caller.
+        taken = await second
+        assert taken.handshake_status is None and taken.close_code != 1008, taken
         await asyncio.wait_for(running, 120)  # (the stand-in redirects and goes on)
         assert caller.error is None, caller.error
         print(f"\n{db}: fenced worker closed its stream {fenced_close_s:.2f} s after the "
