@@ -35,9 +35,17 @@ def _nobody() -> int:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv, to run the reader as another user")
     try:
-        return pwd.getpwnam("nobody").pw_uid
+        uid = pwd.getpwnam("nobody").pw_uid
     except KeyError:
         pytest.skip("no user nobody")
+    # The checkout and its virtualenv must be readable by that user (a clone in a 0700
+    # directory is not: .ci/run opens its checkout to others for this test).
+    probe = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                            sys.executable, "-c", "import session_store.cli"],
+                           capture_output=True, text=True, cwd="/")
+    if probe.returncode != 0:
+        pytest.skip(f"user nobody cannot run this checkout's Python: {probe.stderr.strip()[-200:]}")
+    return uid
 
 
 @pytest.fixture
