@@ -17,6 +17,7 @@ import contextlib
 import functools
 import os
 import sqlite3
+import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -166,7 +167,7 @@ def connect(path: str, statements: Statements, *, busy_timeout_ms: int = BUSY_TI
                            factory=CommitConnection)
     try:
         if checkpoints:
-            conn.execute("PRAGMA journal_mode=WAL")  # persistent in the file
+            _switch_to_wal(conn, busy_timeout_ms)
         else:
             conn.execute("PRAGMA wal_autocheckpoint=0")
         configure(conn, busy_timeout_ms)
@@ -180,6 +181,22 @@ def connect(path: str, statements: Statements, *, busy_timeout_ms: int = BUSY_TI
         conn.close()
         raise
     return conn
+
+
+def _switch_to_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
+    """`PRAGMA journal_mode=WAL` (persistent in the file). Two processes opening a database
+    still in rollback mode at once both hold a shared lock and want an exclusive one: SQLite
+    answers one of them "database is locked" at once, without its busy handler (it would
+    deadlock). Asked again, it finds the file in WAL mode, or gets the lock."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 @contextlib.contextmanager
