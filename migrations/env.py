@@ -11,6 +11,7 @@ import asyncio
 import os
 
 from alembic import context
+from alembic.util import CommandError
 from sqlalchemy import pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -21,8 +22,16 @@ x_args = context.get_x_argument(as_dictionary=True)
 
 
 def _url() -> str:
-    return (x_args.get("url") or config.attributes.get("url") or os.environ.get("SESSION_STORE_URL")
-            or config.get_main_option("sqlalchemy.url"))
+    given = x_args.get("url") or config.attributes.get("url")
+    if given:
+        return given
+    env = os.environ.get("SESSION_STORE_URL")
+    if env is not None and not env.strip():
+        # (Set to nothing is a mistake: falling back to alembic.ini's database would migrate
+        # another database than the one meant.)
+        raise CommandError("$SESSION_STORE_URL is empty: give a database URL "
+                           "(or unset it for alembic.ini's sqlalchemy.url)")
+    return env or config.get_main_option("sqlalchemy.url")
 
 
 def _schema() -> str | None:

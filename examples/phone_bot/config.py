@@ -58,7 +58,7 @@ class BotConfig:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> BotConfig:
         env = dict(os.environ if env is None else env)
-        missing = [k for k in ("DATABASE_URL", "PUBLIC_URL") if not env.get(k)]
+        missing = [k for k in ("DATABASE_URL", "PUBLIC_URL") if not env.get(k, "").strip()]
         if missing:
             raise SystemExit(f"phone bot: set {' and '.join(missing)} (see examples/phone_bot/config.py)")
         public = env["PUBLIC_URL"].rstrip("/")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -19,8 +20,9 @@ import typer
 from ..errors import SessionStoreError
 
 DEFAULT_URL = "sqlite+aiosqlite:///sessions.db"
+DB_ENVVAR = "SESSION_STORE_URL"
 
-DbOption = typer.Option(None, "--db", envvar="SESSION_STORE_URL",
+DbOption = typer.Option(None, "--db", envvar=DB_ENVVAR,
                         help="A SQLite file's path, or a database URL: sqlite:///path.db, "
                         "postgresql://user@host/db (default sessions.db).")
 SchemaOption = typer.Option(None, "--schema", help="PostgreSQL schema (search path).")
@@ -89,11 +91,16 @@ def run(coro_fn: Callable[..., Awaitable[Any]], *args) -> Any:
 def url_of(db: str | None) -> str:
     from ..db_url import resolve_db
 
+    # An empty --db, or $SESSION_STORE_URL set to nothing, is a mistake: reading sessions.db
+    # instead would show another database's calls as if they were these. (Click takes an
+    # empty variable for an unset one: it is looked at here.)
+    from_env = os.environ.get(DB_ENVVAR)
+    if db is None and from_env is not None and not from_env.strip():
+        db = from_env
     if db is not None and not db.strip():
-        # (An empty --db, or $SESSION_STORE_URL set to nothing, is a mistake: reading
-        # sessions.db instead would show another database's calls as if they were these.)
-        raise UserError("--db is empty: give a SQLite file's path or a database URL "
-                        "(unset $SESSION_STORE_URL for the default sessions.db)")
+        given = f"${DB_ENVVAR}" if db == from_env else "--db"
+        raise UserError(f"{given} is empty: give a SQLite file's path or a database URL "
+                        f"(unset ${DB_ENVVAR} for the default sessions.db)")
     try:
         return resolve_db(db or DEFAULT_URL)
     except ValueError as exc:

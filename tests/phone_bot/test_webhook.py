@@ -110,6 +110,7 @@ def test_not_ready_when_the_log_does_not_answer(client):
 
 @pytest.mark.parametrize("change, says", [
     ({"DATABASE_URL": ""}, "set DATABASE_URL"),
+    ({"DATABASE_URL": "  "}, "set DATABASE_URL"),
     ({"PUBLIC_URL": "bot.example.test"}, "PUBLIC_URL must be http(s)://host[:port]"),
     ({"GEMINI_BASE_URL": ""}, "set GOOGLE_API_KEY"),
     ({"MAX_CALLS": "lots"}, "MAX_CALLS must be a whole number >= 0, not 'lots'"),

@@ -102,3 +102,40 @@ def test_what_is_neither_a_path_nor_a_url_the_store_runs_on_is_refused(value, tm
         one_line_error(r)
         assert "pw-in-url" not in r.output
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_session_store_url_is_refused_not_the_default_database(value, tmp_path,
+                                                                        monkeypatch):
+    """$SESSION_STORE_URL set to nothing is a mistake, as an empty --db: every command that
+    reads it says so (exit 2) instead of opening sessions.db, here one with a call in it
+    (issue #35). Click takes an empty variable for an unset one."""
+    monkeypatch.chdir(tmp_path)
+    asyncio.run(upgrade(f"sqlite+aiosqlite:///{tmp_path}/sessions.db"))
+    asyncio.run(write_call(Backend("sqlite", f"sqlite+aiosqlite:///{tmp_path}/sessions.db"),
+                           "c-1", failing_call()))
+    assert _calls(_invoke("calls", "--json")) == ["c-1"]  # (the default, when unset)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for command in (["calls"], ["migrate"], ["verify"], ["timeline", "c-1"], ["state", "c-1"],
+                    ["export", "c-1"], ["tail", "c-1"], ["stats"], ["serve", "--port", "0"]):
+        r = _invoke(*command, SESSION_STORE_URL=value)
+        one_line_error(r, "$SESSION_STORE_URL is empty", unsaid=("c-1",))
+    one_line_error(_invoke("calls", "--db", value, SESSION_STORE_URL="sessions.db"),
+                   "--db is empty")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_alembic_refuses_an_empty_session_store_url(tmp_path, monkeypatch):
+    """`alembic upgrade head` from the checkout: an empty $SESSION_STORE_URL is not
+    alembic.ini's database."""
+    from alembic import command
+    from alembic.config import Config
+    from alembic.util import CommandError
+
+    from session_store.migrate import ALEMBIC_INI
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SESSION_STORE_URL", "")
+    with pytest.raises(CommandError, match=r"\$SESSION_STORE_URL is empty"):
+        command.upgrade(Config(str(ALEMBIC_INI)), "head")
+    assert list(tmp_path.iterdir()) == []
