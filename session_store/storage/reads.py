@@ -308,8 +308,11 @@ class LogReads:
                     yield ev
                 if len(batch) < batch_size:
                     wait = self.poll_interval if live else min(self.poll_interval, 1.0)
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(changed.wait(), wait)
+                    # asyncio.timeout, not wait_for: on 3.11, wait_for returns the wake-up
+                    # when a cancel meets it, and the cancel is lost (the follower went on).
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(wait):
+                            await changed.wait()
 
     # ------------------------------------------------------------------ snapshots
     async def save_snapshot(self, snapshot: Snapshot) -> None:

@@ -43,8 +43,9 @@ class Listener:
             try:
                 # Bounded as the connect is: a network gone silent in between left the
                 # follower in this LISTEN, neither reading nor raising, for the partition.
-                await asyncio.wait_for(conn.add_listener(self._channel, self._on_notify),
-                                       self._connect_kwargs["timeout"])
+                # (asyncio.timeout: 3.11's wait_for loses a cancel that meets the answer.)
+                async with asyncio.timeout(self._connect_kwargs["timeout"]):
+                    await conn.add_listener(self._channel, self._on_notify)
             except BaseException:
                 conn.terminate()
                 raise
@@ -83,6 +84,7 @@ async def close_quickly(conn: asyncpg.Connection) -> None:
     """Close politely if the server answers soon; a server behind a dead network never
     does (asyncpg waits for its end of the socket): then just drop the connection."""
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(conn.close(), CLOSE_WAIT_S)
+        async with asyncio.timeout(CLOSE_WAIT_S):
+            await conn.close()
     if not conn.is_closed():
         conn.terminate()

@@ -68,6 +68,31 @@ async def test_subscribe_yields_existing_then_new_events(store):
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("stream_id", [None, "s"])
+async def test_a_follower_cancelled_as_a_change_wakes_it_stops(store, stream_id):
+    """Cancelled in the moment a commit wakes it, a follower stops. It waited for a change
+    with asyncio.wait_for, which on Python 3.11 returns the inner result when the cancel and
+    the wake-up meet (the cancel is lost): it followed on, and whoever awaited its end hung
+    (the flake of the test above: the last append's NOTIFY came as the test cancelled)."""
+    await store.append("s", [msg(0)], 0)
+    store.poll_interval = 10  # (a lost cancel then shows as a hang, not a slow stop)
+    got: list = []
+
+    async def run():
+        async for rec in store.subscribe(stream_id=stream_id):
+            got.append(rec)
+
+    task = asyncio.create_task(run())
+    await wait_for_count(got, 1, timeout=5)
+    await asyncio.sleep(0.1)  # (waiting for a change)
+    store._signal_change()  # the wake-up and the cancel in one turn of the loop
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=3)
+    assert done, "the cancelled follower went on following"
+    assert task.cancelled()
+
+
+@pytest.mark.timeout(30)
 async def test_subscribe_from_position_and_stream_filter(store):
     await store.append("a", [msg(0), msg(1)], 0)
     await store.append("b", [msg(2)], 0)
