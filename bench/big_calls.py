@@ -1,14 +1,16 @@
 """The support tools on a big call: time to first byte, total time and peak memory of
-`state`, `export` and `timeline --json`, against a raw read of the same rows in the same run.
+`state`, `timeline` (text and --json) and `export`, against a raw read of the same rows in
+the same run.
 
 A SQLite log holds one call of `n` 10 MB messages between small events (100 MB by default).
 Each command runs as its own process (as a user runs it); the raw floor is a process that
 reads the call's rows with sqlite3 and writes their JSON. Then the viewer (`session-store
-serve`, its own process) exports the call: time to first byte, and its resident memory
-before, at the peak and after (does it keep what one export took?).
+serve`, its own process) shows the call's page, its state, and exports it: time to first
+byte, and its resident memory before, at the peak and after (does it keep what it took?).
 
     python bench/big_calls.py            # a 100 MB call
     python bench/big_calls.py --quick    # CI: a 20 MB call
+    python bench/big_calls.py --code DIR # also the same with another checkout's code
 """
 
 from __future__ import annotations
@@ -56,9 +58,9 @@ async def write_big_call(url: str, n: int) -> None:
         await store.close()
 
 
-def run(argv: list[str]) -> dict:
+def run(argv: list[str], code: Path = REPO) -> dict:
     """Run a process; time to its first byte on stdout, total time, output size, peak RSS."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(code))
     # Peak RSS as GNU time reports it: a child forked from this (big) process would count
     # the pages it shared with it before its exec.
     with tempfile.NamedTemporaryFile("r") as peak:
@@ -83,11 +85,12 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-async def viewer_export(url: str) -> dict:
+async def viewer_pages(url: str, code: Path = REPO) -> dict:
+    """The call's page, its state and its export from one viewer, one after the other."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     viewer = subprocess.Popen([*CLI, "serve", "--db", url, "--port", str(port)],
-                              env=dict(os.environ, PYTHONPATH=str(REPO)),
+                              env=dict(os.environ, PYTHONPATH=str(code)),
                               stdout=subprocess.DEVNULL)
     try:
         async with httpx.AsyncClient(base_url=base, timeout=300) as http:
@@ -97,49 +100,67 @@ async def viewer_export(url: str) -> dict:
                     break
                 except httpx.HTTPError:
                     await asyncio.sleep(0.2)
-            before = rss_mb(viewer.pid)
-            peak = before
-            t = time.perf_counter()
-            ttfb = None
-            async with http.stream("GET", "/export/big") as r:
-                async for _chunk in r.aiter_bytes():
-                    ttfb = ttfb if ttfb is not None else time.perf_counter() - t
-                    peak = max(peak, rss_mb(viewer.pid))
-            total = time.perf_counter() - t
-            await asyncio.sleep(1)
-            return {"ttfb_s": ttfb, "total_s": total, "rss_before_mb": before,
-                    "rss_peak_mb": peak, "rss_after_mb": rss_mb(viewer.pid)}
+            out = {"rss_start_mb": rss_mb(viewer.pid)}
+            for name, path in (("page", "/calls/big"), ("state", "/api/state/big"),
+                               ("export", "/export/big")):
+                before = peak = rss_mb(viewer.pid)
+                t = time.perf_counter()
+                ttfb = None
+                async with http.stream("GET", path) as r:
+                    r.raise_for_status()
+                    async for _chunk in r.aiter_bytes():
+                        ttfb = ttfb if ttfb is not None else time.perf_counter() - t
+                        peak = max(peak, rss_mb(viewer.pid))
+                total = time.perf_counter() - t
+                await asyncio.sleep(1)
+                out[name] = {"ttfb_s": ttfb, "total_s": total, "rss_before_mb": before,
+                             "rss_peak_mb": peak, "rss_after_mb": rss_mb(viewer.pid)}
+            return out
     finally:
         viewer.terminate()
         viewer.wait(15)
 
 
-async def main() -> None:
+COMMANDS = (("state", ["state", "big"]), ("state --json", ["state", "big", "--json"]),
+            ("timeline", ["timeline", "big"]), ("timeline --json", ["timeline", "big", "--json"]),
+            ("export", ["export", "big"]))
+
+
+def report(url: str, raw: dict, code: Path) -> None:
+    print(f"{'command':22} {'first byte s':>12} {'total s':>8} {'peak MB':>8} "
+          f"{'out MB':>7} {'total/raw':>9} {'peak/raw':>8}")
+    rows = [("raw rows (floor)", raw)]
+    rows += [(name, run([*CLI, *argv, "--db", url], code)) for name, argv in COMMANDS]
+    for name, r in rows:
+        print(f"{name:22} {r['ttfb_s']:12.2f} {r['total_s']:8.2f} {r['peak_mb']:8.0f} "
+              f"{r['bytes'] / 1e6:7.1f} {r['total_s'] / raw['total_s']:8.1f}x "
+              f"{r['peak_mb'] / raw['peak_mb']:7.1f}x")
+    v = asyncio.run(viewer_pages(url, code))
+    print(f"viewer RSS at start {v['rss_start_mb']:.0f} MB")
+    for name in ("page", "state", "export"):
+        r = v[name]
+        print(f"viewer GET {name:7}: first byte {r['ttfb_s']:.2f} s, total {r['total_s']:.2f} s;"
+              f" RSS {r['rss_before_mb']:.0f} MB before, {r['rss_peak_mb']:.0f} MB peak, "
+              f"{r['rss_after_mb']:.0f} MB after")
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="CI: a 20 MB call")
+    parser.add_argument("--code", type=Path, help="Also run the tools from this checkout "
+                        "(another version of the code: a before/after in one run).")
     args = parser.parse_args()
     n = 2 if args.quick else 10
     print(f"big calls: one call of {n} x 10 MB messages, SQLite ({machine()})")
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "big.db"
         url = f"sqlite+aiosqlite:///{path}"
-        await write_big_call(url, n)
+        asyncio.run(write_big_call(url, n))
         raw = run([sys.executable, "-c", RAW, str(path)])
-        print(f"{'command':22} {'first byte s':>12} {'total s':>8} {'peak MB':>8} "
-              f"{'out MB':>7} {'total/raw':>9} {'peak/raw':>8}")
-        rows = [("raw rows (floor)", raw)]
-        for name, argv in (("state", ["state", "big"]), ("export", ["export", "big"]),
-                           ("timeline --json", ["timeline", "big", "--json"])):
-            rows.append((name, run([*CLI, *argv, "--db", url])))
-        for name, r in rows:
-            print(f"{name:22} {r['ttfb_s']:12.2f} {r['total_s']:8.2f} {r['peak_mb']:8.0f} "
-                  f"{r['bytes'] / 1e6:7.1f} {r['total_s'] / raw['total_s']:8.1f}x "
-                  f"{r['peak_mb'] / raw['peak_mb']:7.1f}x")
-        v = await viewer_export(url)
-        print(f"viewer GET /export: first byte {v['ttfb_s']:.2f} s, total {v['total_s']:.2f} s;"
-              f" viewer RSS {v['rss_before_mb']:.0f} MB before, {v['rss_peak_mb']:.0f} MB "
-              f"peak, {v['rss_after_mb']:.0f} MB after")
+        for code in ([args.code] if args.code else []) + [REPO]:
+            print(f"\ncode: {code}")
+            report(url, raw, code)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

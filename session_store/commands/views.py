@@ -56,8 +56,7 @@ def timeline(call: str,
     takeovers… Facts are the whole call's; --from/--limit/--lane/--type choose what is
     listed."""
     from ..audit import LANES, build_timeline
-    from ..audit.fmt import preview_record
-    from ..audit.queries import call_summary, window_facts
+    from ..audit.queries import call_summary, read_previews, window_facts
     from ..audit.streaming import write_timeline_json
     from ..audit.timeline import Timeline, tool_calls_in, unreadable_call
     from ..audit.text import timeline_view
@@ -83,11 +82,13 @@ def timeline(call: str,
                             f"{'--at' if at is not None else '--from'} {point} is past its end")
         # With a filter the limit counts what is listed: read on to the end, cut after.
         to = head if limit is None or lanes or types else min(head, start + max(limit, 1) - 1)
-        # (--json streams the window: its tool calls are found without holding its events)
-        recs = [] if as_json else await store.read(call, from_version=start, to_version=to)
+        # --json streams the window: its tool calls are found without holding its events.
+        # The text shows previews of values: the window and the states are read as previews.
+        recs = [] if as_json else await read_previews(store, call, start, to)
         prior, whole, note = await window_facts(store, call, start, to, head,
                                                 tool_calls=None if as_json
-                                                else tool_calls_in(recs))
+                                                else tool_calls_in(recs),
+                                                previews=not as_json)
         if note is not None and as_json:
             recs = await store.read(call, from_version=start, to_version=to)
         summary = await call_summary(store, call, now_us())
@@ -98,8 +99,6 @@ def timeline(call: str,
                                       redactor=redactor, keep=Timeline.keeps(lanes, types),
                                       limit=None if limit is None else max(limit, 1))
             return None, None
-        if not as_json:  # (a line shows a preview of each value: cut before formatting)
-            recs = [preview_record(r) for r in recs]
         tl = build_timeline(redactor.redact_records(recs), call_id=call,
                             t0_us=summary.started_at_us if summary else None,
                             prior=prior, whole=whole,
@@ -144,7 +143,9 @@ def state(call: str, at: Optional[str] = typer.Option(None, "--at", help="Fold u
         version = None if at is None else await _point(store, call, at, "--at")
         if version is not None and not 1 <= version <= head:  # (never another version)
             raise UserError(f"call {call} has versions 1–{head}: --at {at} is not one of them")
-        s = await state_at(store, call, version)
+        # The text shows no value: its state is folded from previews (memory bounded by the
+        # largest event, not by the call's conversation).
+        s = await state_at(store, call, version, previews=not as_json)
         rec = await store.read(call, from_version=s.version, to_version=s.version)
         if rec and not as_json:  # (the text shows the event's type and time alone)
             rec = [preview_record(rec[0])]

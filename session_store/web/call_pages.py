@@ -17,7 +17,8 @@ from ..audit.fmt import clip_strings, iso, preview_record
 from ..audit.jsontext import dumps
 from ..audit.models import LiveUpdate, State, dump, entry_json
 from ..audit.queries import (
-    call_summary, complete_head, follow, iter_records, overview, state_at, window_facts,
+    call_summary, complete_head, follow, iter_records, overview, read_previews, state_at,
+    window_facts,
 )
 from ..audit.summaries import status_of
 from ..audit.timeline import Prior, TimelineBuilder, tool_calls_in, unreadable_call
@@ -57,12 +58,15 @@ class CallPages:
         else:
             first = 1 if summary.closed or head <= n else head - n + 1
         last = min(head, first + n - 1)
-        recs = await self.viewer.store.read(call_id, from_version=first, to_version=last)
-        prior, whole, note = await window_facts(self.viewer.store, call_id, first, last, head,
-                                                self.viewer.cache, tool_calls_in(recs))
+        store = self.viewer.store
+        # The page shows previews: the window and its states are read as previews, a chunk
+        # at a time (a window of 10 MB events was held whole, and the call's whole state).
+        recs = (await read_previews(store, call_id, first, last) if previews
+                else await store.read(call_id, from_version=first, to_version=last))
+        prior, whole, note = await window_facts(
+            store, call_id, first, last, head, self.viewer.cache_for(previews),
+            tool_calls_in(recs), previews=previews)
         redactor = self.viewer.redactor(request)
-        if previews:  # the page shows previews: values cut before they are formatted
-            recs = [preview_record(r) for r in recs]
         tl = build_timeline(redactor.redact_records(recs), call_id=call_id,
                             t0_us=summary.started_at_us, prior=prior, whole=whole,
                             redact_state=redactor.redact_state)
@@ -158,8 +162,11 @@ class CallPages:
             return self.viewer.not_found(request, call_id, api=True)
         after = int_param(request, "after", head, 1, head)
         redactor = self.viewer.redactor(request)
-        state = await state_at(self.viewer.store, call_id, after, self.viewer.cache)
-        start = (await self.viewer.store.read(call_id, from_version=after, to_version=after))[0]
+        # (held while the client follows, and its entries are previews: a fold of previews)
+        state = await state_at(self.viewer.store, call_id, after,
+                               self.viewer.cache_for(previews=True), previews=True)
+        start = preview_record((await self.viewer.store.read(call_id, from_version=after,
+                                                             to_version=after))[0])
         first = await self.viewer.store.read(call_id, to_version=1)
         builder = TimelineBuilder(call_id, first[0].recorded_at_us, Prior(state, start))
 
@@ -175,8 +182,9 @@ class CallPages:
             if state.closed:
                 return
             async for rec in follow(self.viewer.store, start, call_id):
+                rec = preview_record(rec)
                 fold_into(state, [rec])
-                entry = builder.add(redactor.redact_record(preview_record(rec)))
+                entry = builder.add(redactor.redact_record(rec))
                 builder.tl.entries.clear()
                 yield {"event": "update", "data": update([entry])}
                 if state.closed:

@@ -31,7 +31,8 @@ class Viewer:
                  page_size: int = 500):
         self.url, self.schema, self.page_size = url, schema, page_size
         self.store = None
-        self.cache = StateCache()
+        self.cache = StateCache()  # whole states (the inspector, ?full=1)
+        self._preview_cache = StateCache(previews=True)  # folds of previews (the pages)
         self.redactors = {False: Redactor(redaction), True: Redactor(redaction.with_enabled())}
         self.forced = redaction.enabled
         self.stopping: asyncio.Event | None = None
@@ -43,6 +44,10 @@ class Viewer:
         env.filters["n"] = lambda n, word, words=None: (
             f"{n:,} {word if n == 1 else (words or word + 's')}")
         self.env = env
+
+    def cache_for(self, previews: bool) -> StateCache:
+        """The state cache for folds of previews, or for whole states."""
+        return self._preview_cache if previews else self.cache
 
     def redacting(self, request: Request) -> bool:
         return self.forced or request.query_params.get("redact") in ("1", "true", "yes", "on")

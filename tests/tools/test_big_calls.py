@@ -1,14 +1,22 @@
 """Big calls: `timeline --json` and `export` stream (written as read, a chunk of events in
-memory, not the call), and `state` does not scrub values its text does not show.
+memory, not the call), `state` and `timeline` (text) and the viewer's pages read and fold
+previews (memory bounded by the largest event), and `state` does not scrub values its text
+does not show.
 
 Time to first byte and peak memory for a 100 MB call are measured in bench/big_calls.py.
 """
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
+import os
+import subprocess
+import sys
 
 import pytest
+from rich.console import Console
 
 from session_store import events as ev
 from session_store.audit import RedactionConfig, Redactor, build_timeline
@@ -175,3 +183,118 @@ def test_the_cli_never_formats_a_whole_state(tmp_path, monkeypatch):
     r = cli("state", "c", backend=backend)  # (here, on the main thread)
     assert r.exit_code == 0, r.output
     assert formatted == []
+
+
+@pytest.mark.parametrize("call, window", [("support", None), ("support", (6, 11)),
+                                          ("ten", None), ("ten", (3, 3)), ("big", (4, 5))])
+async def test_views_of_previews_are_the_views_of_the_whole_call(migrated, call, window):
+    """`timeline` and `state` text fold previews of the events (strings cut) instead of
+    the events: what they print is the same as from the whole events' fold."""
+    from session_store.audit import state_view
+    from session_store.audit.export import without_values
+    from session_store.audit.fmt import preview_record
+    from session_store.audit.text import timeline_view
+
+    timed = {"support": support_call, "ten": ten_megabyte_call,
+             "big": lambda: big_call(4, 3 * MB)}[call]()
+    await write_call(migrated, call, timed)
+    store = await migrated.open(read_only=True)
+    try:
+        head = await store.stream_version(call)
+        first, last = window or (1, head)
+        summary = await call_summary(store, call, T0)
+        texts = []
+        for previews in (False, True):
+            recs = (await reading.read_previews(store, call, first, last) if previews else
+                    [preview_record(r) for r in await store.read(call, from_version=first,
+                                                                 to_version=last)])
+            prior, whole, note = await window_facts(store, call, first, last, head,
+                                                    tool_calls=tool_calls_in(recs),
+                                                    previews=previews)
+            assert note is None
+            tl = build_timeline(recs, call_id=call, t0_us=summary.started_at_us, prior=prior,
+                                whole=whole)
+            console = Console(file=io.StringIO(), width=120, color_system=None)
+            console.print(timeline_view(tl))
+            texts.append(console.file.getvalue())
+            states = [without_values(state_view(await reading.state_at(
+                store, call, v, previews=previews), call)) for v in range(first, last + 1)]
+            texts.append(json.dumps(states, sort_keys=True))
+        lean = await reading.state_at(store, call, previews=True)
+        assert max(len(text) for _, text in lean.conversation) < 3000  # (folded from previews)
+    finally:
+        await store.close()
+    assert texts[2] == texts[0] and texts[3] == texts[1]
+
+
+async def test_a_state_cache_keeps_one_kind_of_state(migrated):
+    await write_call(migrated, "c", support_call())
+    store = await migrated.open(read_only=True)
+    try:
+        with pytest.raises(ValueError, match="either folds of previews or whole states"):
+            await reading.state_at(store, "c", cache=reading.StateCache(), previews=True)
+    finally:
+        await store.close()
+
+
+# The command run as a user runs it, in a process of its own, printing how much its resident
+# memory grew at the most while it ran (the peak reset once the modules are imported).
+_PEAK = """
+import sys
+import session_store.audit.redaction, session_store.audit.queries, session_store.commands.views
+from session_store.audit import Redactor
+from session_store.cli import app
+
+Redactor().scrub_text("warm 4155550123 a@b.de")  # (its lazy imports, as any command's)
+
+def kb(key):
+    return next(int(line.split()[1]) for line in open("/proc/self/status")
+                if line.startswith(key + ":"))
+
+start = kb("VmRSS")
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak (VmHWM) from here on
+code = 0
+try:
+    app(sys.argv[1:], prog_name="session-store")
+except SystemExit as exc:
+    code = exc.code
+sys.stdout.flush()
+print((kb("VmHWM") - start) * 1024, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def _grown(args: list[str], out) -> int:
+    """Bytes the command's memory grew by at its peak (its output written to `out`)."""
+    r = subprocess.run([sys.executable, "-c", _PEAK, *args], stdout=out,
+                       stderr=subprocess.PIPE, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    assert r.returncode == 0, r.stderr
+    return int(r.stderr.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux peak reset")
+@pytest.mark.timeout(120)
+async def test_state_and_timeline_memory_is_bounded_by_the_largest_event(migrated, tmp_path):
+    """`state` and `timeline` of a 96 MB call of 4 MB messages (its conversation in a
+    state, the window in a list of events) grew by ~1.6x and ~2.5x the call; now by what
+    one chunk of events and its previews take, whatever the call's size (measured: 8-10x
+    the chunk); both print the right call."""
+    size, n = 4 * MB, 24
+    await write_call(migrated, "big", big_call(n, size))
+    bound = 20 * max(size, reading.CHUNK_BYTES)
+    assert bound < n * size
+    out_path = tmp_path / "out"
+    grown = {}
+    for args in (["state", "big"], ["timeline", "big"]):
+        with open(out_path, "w") as out:
+            grown[args[0]] = await asyncio.to_thread(_grown, [*args, *migrated.cli_args], out)
+        text = out_path.read_text()
+        assert "big" in text and len(text) < 20_000, text
+        if args[0] == "state":  # (the event it is at, and the tool call asked for)
+            assert "tool.call_requested" in text and "lookup" in text, text
+        else:
+            assert f"versions 1–{n + 3}" in text and f"user: {n - 1}xxxxxx" in text, text
+            assert 'c1: lookup({"q": "small"}) requested' in text, text
+    assert max(grown.values()) < bound, {k: v / MB for k, v in grown.items()}

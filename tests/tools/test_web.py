@@ -363,3 +363,35 @@ def _strings(value):
     elif isinstance(value, list):
         for v in value:
             yield from _strings(v)
+
+
+async def test_a_big_call_page_is_read_a_chunk_at_a_time(migrated, monkeypatch):
+    """The page and the timeline API of a call of 3 MB messages: every read of the log the
+    viewer makes returns about a chunk (reading.CHUNK_BYTES) or one event, never the window
+    at once (the page read its 500-event window whole: here 18 MB); the page is right."""
+    from session_store.audit.queries import reading
+    from session_store.storage.reads import LogReads
+
+    from .helpers import write_call
+    from .test_big_calls import MB, big_call
+
+    await write_call(migrated, "big", big_call(6, 3 * MB))
+    held: list[int] = []
+    real_read = LogReads.read
+
+    async def read(self, *args, **kwargs):
+        recs = await real_read(self, *args, **kwargs)
+        held.append(sum(len(r.data_json) for r in recs))
+        return recs
+
+    monkeypatch.setattr(LogReads, "read", read)
+    with running_viewer(migrated) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            page = await http.get(href_of("calls", "big"))
+            assert page.status_code == 200 and "9 events" in page.text, page.text[:2000]
+            assert "5xxxxxxxxx" in page.text and len(page.text) < 200_000
+            timeline = await http.get(href_of("api/timeline", "big"))
+            assert timeline.status_code == 200
+            texts = [e["summary"] for e in timeline.json()["entries"]]
+            assert len(texts) == 9 and texts[7].startswith("user: 5xxxx"), texts
+    assert held and max(held) <= reading.CHUNK_BYTES + 3 * MB + 100, [n // MB for n in held]

@@ -19,6 +19,7 @@ from ...projection import fold_into
 from ...records import RecordedEvent
 from ...schema import events, streams, valid_stream_id
 from ...state import SessionState
+from ..fmt import preview_record
 from ..timeline import EVIDENCE_TYPES, LANES, Evidence, lane_of
 from .base import EVENT_COLUMNS, SCAN_CHUNK, engine_of, payload_dict
 
@@ -85,6 +86,15 @@ async def iter_records(store, call_id: str, *, from_version: int = 1,
         limit = max(1, min(chunk, 2 * limit, CHUNK_BYTES // biggest))
 
 
+async def read_previews(store, call_id: str, from_version: int = 1,
+                        to_version: int | None = None) -> list[RecordedEvent]:
+    """A window of a call's events with every long string cut to its preview
+    (`fmt.preview_record`), read in chunks: a view that shows previews holds the previews and
+    one chunk, never the window's ten-megabyte values all at once."""
+    return [preview_record(r) async for chunk in iter_records(
+        store, call_id, from_version=from_version, to_version=to_version) for r in chunk]
+
+
 async def complete_head(store, call_id: str) -> int:
     """The call's head version (0: no such call), once its events are known to be exactly
     versions 1..head; else StreamDamaged, naming what is off.
@@ -126,6 +136,8 @@ class StateCache:
     same whenever it is computed: clicking through a 50,000-event call folds each stretch once.
     """
     every: int = 10_000
+    #: Keeps states folded from previews (`state_at(previews=True)`), never whole ones.
+    previews: bool = False
     max_calls: int = 16
     #: States kept per call besides the checkpoints (the windows last looked at).
     max_extra: int = 8
@@ -172,14 +184,20 @@ def _private(state: SessionState) -> SessionState:
 async def state_at(store, call_id: str, at: int | None = None,
                    cache: StateCache | None = None, *,
                    after: SessionState | None = None,
-                   remember: bool = False) -> SessionState | None:
+                   remember: bool = False, previews: bool = False) -> SessionState | None:
     """The projection after version `at` (default: the newest); None if the call is unknown.
     The caller's own copy (it may fold more events into it).
 
     Starts from the nearest of: a cached checkpoint, a stored snapshot, or `after` (a state
     of this call the caller has), at or before `at`. `remember`: keep the result in the cache
     too (a window's edges: the next look at the same window folds nothing).
+
+    `previews`: the fold of the events' previews (`fmt.preview_record`: long strings cut),
+    for a view that shows no value whole: its memory is bounded by the largest event, not by
+    the call's conversation. Such states and whole ones never share a cache (nor `after`).
     """
+    if cache is not None and cache.previews != previews:
+        raise ValueError("a state cache keeps either folds of previews or whole states")
     head = await store.stream_version(call_id) if valid_stream_id(call_id) else 0
     if head == 0:
         return None
@@ -201,7 +219,7 @@ async def state_at(store, call_id: str, at: int | None = None,
         hi = min(target, (state.version // every + 1) * every)
         got = state.version
         async for recs in iter_records(store, call_id, from_version=got + 1, to_version=hi):
-            fold_into(state, recs)
+            fold_into(state, [preview_record(r) for r in recs] if previews else recs)
             got = recs[-1].version
         if got != hi:
             # The head row promises events up to `target` that are not stored: showing the
@@ -217,7 +235,8 @@ async def state_at(store, call_id: str, at: int | None = None,
 
 
 async def window_facts(store, call_id: str, first: int, last: int, head: int,
-                       cache: StateCache | None = None, tool_calls: set[str] | None = None):
+                       cache: StateCache | None = None, tool_calls: set[str] | None = None,
+                       *, previews: bool = False):
     """What a window [first, last] of a call needs to state whole-call facts: the state and
     the event just before it (`timeline.Prior`), and the call's final state, the signs of
     delivery after the sends of `tool_calls` (default: all) and the tool calls ever deferred
@@ -225,19 +244,24 @@ async def window_facts(store, call_id: str, first: int, last: int, head: int,
 
     (prior, whole, note). A part of a call is how a damaged row is looked at: when the call
     cannot be folded (a corrupt row), a window that is not the whole call gets what can be
-    read and `note` says why the rest is missing; the whole call raises, as every reader."""
+    read and `note` says why the rest is missing; the whole call raises, as every reader.
+    `previews`: the states are folds of previews (`state_at`), for a timeline of previews."""
     from ...errors import SessionStoreError
     from ..timeline import Prior, WholeCall
 
     try:
         prior = None
         if first > 1:
-            before = await state_at(store, call_id, first - 1, cache, remember=True)
+            before = await state_at(store, call_id, first - 1, cache, remember=True,
+                                    previews=previews)
             rec = await store.read(call_id, from_version=first - 1, to_version=first - 1)
+            if rec and previews:
+                rec = [preview_record(rec[0])]
             prior = Prior(before, rec[0] if rec else None,
                           await _episode_context(store, call_id, first))
         final = await state_at(store, call_id, head, cache, remember=True,
-                               after=prior.state if prior is not None else None)
+                               after=prior.state if prior is not None else None,
+                               previews=previews)
     except SessionStoreError as exc:
         if first == 1 and last == head:
             raise
