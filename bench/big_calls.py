@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -34,8 +35,17 @@ from session_store import events as ev, open_store  # noqa: E402
 from session_store.migrate import upgrade  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-c", "from session_store.cli import app; app()"]
-RAW = """
+# A process's peak resident memory, written at its exit (VmHWM): GNU time's %M gave the
+# same figure here for commands whose peaks differ by 100 MB.
+PEAK = """
+import atexit, os
+def _peak():
+    with open(os.environ["BENCH_PEAK_FILE"], "w") as f:
+        f.write(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:")))
+atexit.register(_peak)
+"""
+CLI = [sys.executable, "-c", PEAK + "from session_store.cli import app; app()"]
+RAW = PEAK + """
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 for (data,) in db.execute("SELECT data FROM session_events WHERE stream_id = 'big' "
@@ -60,13 +70,11 @@ async def write_big_call(url: str, n: int) -> None:
 
 def run(argv: list[str], code: Path = REPO) -> dict:
     """Run a process; time to its first byte on stdout, total time, output size, peak RSS."""
-    env = dict(os.environ, PYTHONPATH=str(code))
-    # Peak RSS as GNU time reports it: a child forked from this (big) process would count
-    # the pages it shared with it before its exec.
     with tempfile.NamedTemporaryFile("r") as peak:
+        env = dict(os.environ, PYTHONPATH=str(code), BENCH_PEAK_FILE=peak.name)
         t = time.perf_counter()
-        proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", peak.name, *argv],
-                                stdout=subprocess.PIPE, env=env)
+        # (cwd: `python -c` puts the working directory first on sys.path)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, cwd=code)
         first = proc.stdout.read(1)
         ttfb = time.perf_counter() - t
         size = len(first)
@@ -74,8 +82,26 @@ def run(argv: list[str], code: Path = REPO) -> dict:
             size += len(chunk)
         assert proc.wait() == 0, argv
         total = time.perf_counter() - t
-        peak_kb = int(peak.read().split()[-1])
+        peak_kb = int(peak.read())
     return {"ttfb_s": ttfb, "total_s": total, "bytes": size, "peak_mb": peak_kb / 1024}
+
+
+class RssPeak:
+    """The highest resident memory of a process, sampled every 5 ms in a thread."""
+
+    def __init__(self, pid: int):
+        self.pid, self.peak, self._done = pid, rss_mb(pid), threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.005):
+            self.peak = max(self.peak, rss_mb(self.pid))
+
+    def stop(self) -> float:
+        self._done.set()
+        self._thread.join()
+        return max(self.peak, rss_mb(self.pid))
 
 
 def rss_mb(pid: int) -> float:
@@ -90,8 +116,9 @@ async def viewer_pages(url: str, code: Path = REPO) -> dict:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     viewer = subprocess.Popen([*CLI, "serve", "--db", url, "--port", str(port)],
-                              env=dict(os.environ, PYTHONPATH=str(code)),
-                              stdout=subprocess.DEVNULL)
+                              env=dict(os.environ, PYTHONPATH=str(code),
+                                       BENCH_PEAK_FILE=os.devnull),
+                              stdout=subprocess.DEVNULL, cwd=code)
     try:
         async with httpx.AsyncClient(base_url=base, timeout=300) as http:
             for _ in range(100):
@@ -103,15 +130,16 @@ async def viewer_pages(url: str, code: Path = REPO) -> dict:
             out = {"rss_start_mb": rss_mb(viewer.pid)}
             for name, path in (("page", "/calls/big"), ("state", "/api/state/big"),
                                ("export", "/export/big")):
-                before = peak = rss_mb(viewer.pid)
+                before = rss_mb(viewer.pid)
+                sampler = RssPeak(viewer.pid)  # (also while the answer is being built)
                 t = time.perf_counter()
                 ttfb = None
                 async with http.stream("GET", path) as r:
                     r.raise_for_status()
                     async for _chunk in r.aiter_bytes():
                         ttfb = ttfb if ttfb is not None else time.perf_counter() - t
-                        peak = max(peak, rss_mb(viewer.pid))
                 total = time.perf_counter() - t
+                peak = sampler.stop()
                 await asyncio.sleep(1)
                 out[name] = {"ttfb_s": ttfb, "total_s": total, "rss_before_mb": before,
                              "rss_peak_mb": peak, "rss_after_mb": rss_mb(viewer.pid)}
