@@ -38,7 +38,7 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService  # noqa
 from service.gemini_live import DurableGeminiLiveLLMService  # noqa: E402
 from service.local_live import (Audio, Call, LocalLiveServer, Script, ToolCall,  # noqa: E402
                                 TurnComplete, WaitToolResponse)
-from service.testing.pipeline import MODEL, ToolLedger, make_tool, run_pipeline, tools_schema  # noqa: E402
+from rig.testing.pipeline import MODEL, ToolLedger, make_tool, run_pipeline, tools_schema  # noqa: E402
 from session_store import open_store  # noqa: E402
 from session_store.migrate import upgrade  # noqa: E402
 

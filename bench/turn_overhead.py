@@ -63,7 +63,7 @@ from pipecat.services.llm_service import FunctionCallParams  # noqa: E402
 
 from service.gemini_live import DurableGeminiLiveLLMService  # noqa: E402
 from service.local_live import http_options  # noqa: E402
-from service.testing.pipeline import MODEL, PlaybackOutput, run_worker, tools_schema  # noqa: E402
+from rig.testing.pipeline import MODEL, PlaybackOutput, run_worker, tools_schema  # noqa: E402
 from session_store.models import rules_for  # noqa: E402
 from session_store import Policy, open_store  # noqa: E402
 from session_store.migrate import upgrade  # noqa: E402

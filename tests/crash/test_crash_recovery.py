@@ -5,7 +5,7 @@ and inside each tool between its side effect and the append of its outcome; a ne
 takes the call over from the log; I1–I7 are checked against the local Gemini Live server's
 record, the tools' side-effect ledger and the log. Then a short random soak (external
 SIGKILLs at random times). Both databases. The long soak runs by hand:
-`python -m service.crash.harness --mode soak --kills 1000 --db postgres`.
+`python -m rig.crash.harness --mode soak --kills 1000 --db postgres`.
 
 Model generations: the boundaries run on each generation (the local server applying its
 wire rules). CI's matrix covers every generation and both databases without crossing them
@@ -25,10 +25,10 @@ import sys
 
 import pytest
 
-from service.crash.harness import Databases, run_boundaries, run_soak, summarise
-from service.crash.scenarios import SCENARIOS, SCRIPTED, ServerPlan, known_results, scripted_for
+from rig.crash.harness import Databases, run_boundaries, run_soak, summarise
+from rig.crash.scenarios import SCENARIOS, SCRIPTED, ServerPlan, scripted_for
 from service.local_live import LocalLiveServer
-from service.testing.pipeline import MODEL
+from rig.testing.pipeline import MODEL
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -179,7 +179,7 @@ async def test_live_demo_path_against_a_protocol_compatible_endpoint(tmp_path):
         assert verdict["ok"] is True and verdict["live"] is True and verdict["kills"] == 1
         # The model saw both calls answered once, and the new prompt, on the wire.
         assert not [v for v in server.violations if v["kind"] != "wait_timeout"]
-        assert {"lookup_order", "refund_order"} <= known_results(server.connections[-1])
+        assert {"lookup_order", "refund_order"} <= server.connections[-1].state.answered_names()
         assert server.connections[-1].system_instruction == SCENARIOS["live"].new_prompt
     stored = b"".join(p.read_bytes() for p in tmp_path.glob("live.db*"))
     assert stored and key.encode() not in stored

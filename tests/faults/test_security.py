@@ -24,7 +24,7 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 from service.gemini_live import DurableGeminiLiveLLMService
 from service.local_live import (Audio, Call, LocalLiveServer, Script, ToolCall, TurnComplete,
                                 WaitToolResponse)
-from service.testing.pipeline import tools_schema
+from rig.testing.pipeline import tools_schema
 from session_store import events as ev
 from session_store.audit.fmt import iso
 from session_store.schema import valid_id

@@ -25,7 +25,7 @@ from examples.phone_bot.fleet import PUBLIC_URL, ROOT, Kill
 from examples.phone_bot.gemini_script import PhoneCallPlan
 from examples.phone_bot.telephony import Balancer, PhoneCall
 from examples.phone_bot.tools import Ledger
-from service.crash.harness import Databases
+from rig.crash.harness import Databases
 from service.local_live import LocalLiveServer
 from session_store import open_store
 

@@ -21,7 +21,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from service.crash.case import Kill, LiveTarget, run_case
+from rig.crash.case import Kill, LiveTarget, run_case
 from session_store import open_store
 from session_store.audit.queries import window_facts
 from session_store.audit.text import output_console, print_whole
