@@ -31,8 +31,8 @@ def migrate(db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) 
 
     parsed = make_url(url)
     # (Which file: a relative path is the working directory's.)
-    where = (f" in {os.path.abspath(parsed.database)}" if parsed.drivername.startswith("sqlite")
-             else "")
+    where = (f" in {os.path.abspath(parsed.database)}"
+             if parsed.drivername.startswith("sqlite") and parsed.database else "")
     say(f"schema is at head{where}")
 
 

@@ -11,8 +11,8 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, NoReturn
 
 import typer
 
@@ -66,13 +66,13 @@ def show(renderable) -> None:
     print_whole(_out(), renderable)
 
 
-def fail(message: str, code: int = 2):
+def fail(message: str, code: int = 2) -> NoReturn:
     # soft_wrap: one line however long (a script greps it; rich would wrap at 80 columns)
     say(f"error: {scrub(message)}", stderr=True)
     raise typer.Exit(code)
 
 
-def run(coro_fn: Callable[..., Awaitable[Any]], *args) -> Any:
+def run(coro_fn: Callable[..., Coroutine[Any, Any, Any]], *args) -> Any:
     from sqlalchemy.exc import DBAPIError
 
     from ..errors import driver_said

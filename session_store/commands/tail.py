@@ -33,7 +33,7 @@ def tail(call: Optional[str] = typer.Argument(None, help="Follow this call (all 
     """Follow new events live, one line each in the timeline's words (Ctrl-C to stop). A
     followed call ends the tail when it closes."""
     from ..audit import export_line
-    from ..audit.queries import follow, last_records, log_end, state_at
+    from ..audit.queries import follow, last_records, log_end, state_of_read
     from ..audit.fmt import preview_record
     from ..audit.text import entry_line
     from ..audit.timeline import Prior, TimelineBuilder
@@ -61,7 +61,7 @@ def tail(call: Optional[str] = typer.Argument(None, help="Follow this call (all 
             if rec.version > 1:
                 previous = await store.read(rec.stream_id, from_version=rec.version - 1,
                                             to_version=rec.version - 1)
-                prior = Prior(await state_at(store, rec.stream_id, rec.version - 1),
+                prior = Prior(await state_of_read(store, rec.stream_id, rec.version - 1),
                               previous[0] if previous else None)
             first = await store.read(rec.stream_id, to_version=1)
             b = builders[rec.stream_id] = TimelineBuilder(

@@ -211,6 +211,7 @@ class GroupCommit:
     def _commit_on_caller(self, request: _AppendRequest) -> Any:
         """Commit one request synchronously (`CallerCommits`): its outcome, or None."""
         batch = [request]
+        assert self.caller_commits is not None  # (_may_commit_on_caller asked first)
         result = self.caller_commits.commit(request, self._heads.plan(batch))
         if result is None or isinstance(result, BaseException):
             self._heads.forget(batch)

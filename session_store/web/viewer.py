@@ -6,7 +6,7 @@ The pages (`call_list.py`, `fleet.py`, `call_pages.py`) are handlers over one `V
 
 from __future__ import annotations
 
-import asyncio
+import anyio
 from pathlib import Path
 from urllib.parse import quote
 
@@ -34,7 +34,7 @@ class Viewer:
         self.cache = StateCache()
         self.redactors = {False: Redactor(redaction), True: Redactor(redaction.with_enabled())}
         self.forced = redaction.enabled
-        self.stopping: asyncio.Event | None = None
+        self.stopping: anyio.Event | None = None
         env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                  autoescape=True, undefined=jinja2.StrictUndefined)
         env.filters["q"] = lambda s: quote(str(s), safe="")

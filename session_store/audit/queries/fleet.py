@@ -21,7 +21,7 @@ def _percentiles(values: list[float]) -> dict:
     xs = sorted(values)
 
     def q(p: float) -> float:  # nearest rank
-        return round(xs[min(len(xs) - 1, max(0, -(-len(xs) * p // 100) - 1))], 3)
+        return round(xs[min(len(xs) - 1, max(0, int(-(-len(xs) * p // 100)) - 1))], 3)
 
     return {"count": len(xs), "p50": q(50), "p90": q(90), "p99": q(99), "max": round(xs[-1], 3)}
 

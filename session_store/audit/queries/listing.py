@@ -207,7 +207,8 @@ async def matching_calls(conn, flt: CallFilter) -> set[str]:
 def _plain_runs(text: str) -> list[str]:
     """Parts of `text` that canonical JSON writes unchanged (no quote, backslash, control
     character; ASCII only, as lower() agrees on it on both databases)."""
-    out, run = [], []
+    out: list[str] = []
+    run: list[str] = []
     for ch in text:
         if ch in '"\\' or ord(ch) < 0x20 or ord(ch) > 0x7E:
             if run:
