@@ -22,14 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx  # noqa: E402
+import httpx
 
-from callmix import machine  # noqa: E402
-from live_clients import free_port  # noqa: E402
-from session_store import events as ev, open_store  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
+from callmix import machine
+from live_clients import free_port
+from session_store import events as ev, open_store
+from session_store.migrate import upgrade
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-c", "from session_store.cli import app; app()"]
