@@ -85,7 +85,7 @@ async def worker_main(schema: str, name: str, calls: list[str]) -> None:
                 stats["fenced"] += 1
                 say(fenced=call_id, at=time.time())
                 return
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - reported; the run counts it
                 stats["errors"] += 1
                 say(error=f"record {call_id}: {type(exc).__name__}: {exc}")
                 return

@@ -46,7 +46,7 @@ async def test_a_time_no_date_can_show_is_named_by_every_reader(timed_log, store
         assert (reports[call].ok, reports[call].first_bad_version) == (False, N + 1), call
         assert f"recorded_at_us {at_us} is outside 1970 to 9999" in reports[call].reason
         with pytest.raises(CorruptEvent, match=f"{call}@{N + 1}"):
-            (await store.read(call))[-1].recorded_at  # noqa: B018
+            (await store.read(call))[-1].recorded_at  # noqa: B018 - reading it checks it
         for command in (["state", call], ["timeline", call]):
             one_line_error(await acli(*command, backend=timed_log), f"{call}@{N + 1}",
                            "outside 1970 to 9999")
