@@ -28,8 +28,10 @@ class Committer(Protocol):
     """What a dialect gives the group commit: one batch committed its way, and what its
     errors mean. The rest (when, with whom, how often to try again) is decided here."""
 
-    #: A way to commit an append on the appending thread while the store is idle, or None.
-    caller_commits: CallerCommits | None
+    @property
+    def caller_commits(self) -> CallerCommits | None:
+        """A way to commit an append on the appending thread while the store is idle, or
+        None."""
 
     async def run_batch(self, batch: list[_AppendRequest], cached: BatchPlan | None
                         ) -> BatchPlan:

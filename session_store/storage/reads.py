@@ -342,7 +342,7 @@ class LogReads:
 
     # ------------------------------------------------------------------ chains
     async def read_chains(self, stream_id: str | None = None
-                          ) -> AsyncIterator[tuple[str, list[RecordedEvent],
+                          ) -> AsyncIterator[tuple[str, list[RecordedEvent] | StreamDamaged,
                                                    tuple[int, str, int] | None]]:
         """Each stream's events (version order) with its head row (version, last_hash, epoch;
         None if it has none), stream by stream in id order: every stream that has a head row

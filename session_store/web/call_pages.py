@@ -17,7 +17,8 @@ from ..audit.fmt import clip_strings, iso, preview_record
 from ..audit.jsontext import dumps
 from ..audit.models import LiveUpdate, State, dump, entry_json
 from ..audit.queries import (
-    call_summary, complete_head, follow, iter_records, overview, state_at, window_facts,
+    call_summary, complete_head, follow, iter_records, overview, state_at, state_of_read,
+    window_facts,
 )
 from ..audit.summaries import status_of
 from ..audit.timeline import Prior, TimelineBuilder, tool_calls_in, unreadable_call
@@ -158,7 +159,7 @@ class CallPages:
             return self.viewer.not_found(request, call_id, api=True)
         after = int_param(request, "after", head, 1, head)
         redactor = self.viewer.redactor(request)
-        state = await state_at(self.viewer.store, call_id, after, self.viewer.cache)
+        state = await state_of_read(self.viewer.store, call_id, after, self.viewer.cache)
         start = (await self.viewer.store.read(call_id, from_version=after, to_version=after))[0]
         first = await self.viewer.store.read(call_id, to_version=1)
         builder = TimelineBuilder(call_id, first[0].recorded_at_us, Prior(state, start))

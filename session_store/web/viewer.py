@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import anyio
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import jinja2
@@ -21,16 +22,32 @@ from ..audit.queries import StateCache
 from .params import href
 from .security import SECURITY_HEADERS, JSONResponse
 
+if TYPE_CHECKING:
+    from ..storage import SqlEventStore
+
 HERE = Path(__file__).resolve().parent
 
 
 class Viewer:
     """What the pages share over one store (opened in the app's lifespan)."""
 
+    _store: SqlEventStore | None
+
+    @property
+    def store(self) -> SqlEventStore:
+        """The store, open while the app runs (its lifespan opens and closes it)."""
+        if self._store is None:
+            raise RuntimeError("the viewer's store is not open: the app's lifespan opens it")
+        return self._store
+
+    @store.setter
+    def store(self, store: SqlEventStore) -> None:
+        self._store = store
+
     def __init__(self, url: str, schema: str | None, redaction: RedactionConfig,
                  page_size: int = 500):
         self.url, self.schema, self.page_size = url, schema, page_size
-        self.store = None
+        self._store = None
         self.cache = StateCache()
         self.redactors = {False: Redactor(redaction), True: Redactor(redaction.with_enabled())}
         self.forced = redaction.enabled

@@ -75,6 +75,7 @@ async def fleet_stats(store, since_us: int, until_us: int) -> dict:
         stmt = (select(events.c.stream_id, events.c.type, events.c.data,
                        events.c.recorded_at_us)
                 .where(events.c.type.in_(list(tool_types)), events.c.stream_id.in_(in_range)))
+        at: int
         for sid, etype, data, at in await conn.execute(stmt):
             cid = payload_dict(data).get("call_id")
             if not isinstance(cid, str):

@@ -190,10 +190,10 @@ async def matching_calls(conn, flt: CallFilter) -> set[str]:
         # needle that JSON writes as itself.
         run = max(_plain_runs(needle), key=len, default="")
         found = set()
-        stmt = select(events.c.stream_id, events.c.type, events.c.data).where(
-            events.c.type.in_(list(_SEARCHED)), *scope)
+        conditions = [events.c.type.in_(list(_SEARCHED)), *scope]
         if run:
-            stmt = stmt.where(func.lower(events.c.data).like(like_pattern(run), escape="\\"))
+            conditions.append(func.lower(events.c.data).like(like_pattern(run), escape="\\"))
+        stmt = select(events.c.stream_id, events.c.type, events.c.data).where(*conditions)
         for sid, etype, data in await conn.execute(stmt):
             if sid in found:
                 continue

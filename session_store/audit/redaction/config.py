@@ -111,7 +111,7 @@ def _from_file(path: Path) -> RedactionConfig:
         except re.error as exc:
             raise ValueError(f"{path}: secret_patterns: {pattern!r} is not a regular "
                              f"expression ({exc})") from None
-    conv = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    conv: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
     if "keys" in conv and not replace_defaults:
         conv["keys"] = tuple(dict.fromkeys(DEFAULT_REDACT_KEYS + conv["keys"]))
     return RedactionConfig(**conv)
