@@ -38,7 +38,7 @@ from append import (EVENT, PAYLOAD, PG_DSN, PG_URL, RAW_TABLE, drop_schema,
 
 from session_store import open_store
 from session_store.events import canonical_json
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 _RAW_INSERT = ("INSERT INTO raw_events (stream_id, version, type, data, recorded_at_us) "
                "VALUES (?, ?, ?, ?, ?)")

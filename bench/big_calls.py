@@ -28,10 +28,10 @@ import httpx
 from callmix import machine
 from live_clients import free_port
 from session_store import events as ev, open_store
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-c", "from session_store.cli import app; app()"]
+CLI = [sys.executable, "-c", "from session_store.commands.cli import app; app()"]
 RAW = """
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])

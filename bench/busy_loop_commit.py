@@ -33,7 +33,7 @@ from append import EVENT, PAYLOAD, RAW_TABLE
 from callmix import pct
 
 from session_store import open_store
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 SLICE_S = 0.0003
 

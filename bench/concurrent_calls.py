@@ -43,7 +43,7 @@ from callmix import (PG_DSN, PG_URL, LoopLagProbe, call_script, drop_schema,
                      load1, machine, ms, pct, pg_reachable, pg_schema)
 from session_store import open_store
 from session_store.events import canonical_json
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 RAW_TABLE = """CREATE TABLE raw_events (position {pk}, stream_id TEXT NOT NULL,
     version BIGINT NOT NULL, type TEXT NOT NULL, schema_version INT NOT NULL, data TEXT NOT NULL,

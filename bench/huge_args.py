@@ -37,7 +37,7 @@ from service.local_live import (Audio, Call, LocalLiveServer, Script, ToolCall,
                                 TurnComplete, WaitToolResponse)
 from rig.testing.pipeline import MODEL, ToolLedger, make_tool, run_pipeline, tools_schema
 from session_store import open_store
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 PG_URL = os.environ.get("SESSION_STORE_BENCH_PG",
                         "postgresql+asyncpg://postgres@127.0.0.1:5432/test")

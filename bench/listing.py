@@ -34,7 +34,7 @@ from session_store import events as ev, open_store
 from session_store.audit import CallFilter
 from session_store.audit.queries import count_calls, list_calls
 from session_store.events import canonical_json
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 T0_US = 1_767_225_600_000_000  # the first call starts at 2026-01-01 00:00 UTC
 MINUTE_US = 60_000_000

@@ -42,8 +42,8 @@ from service.driver import CallDriver
 from session_store import load_state, open_store
 from session_store.errors import Fenced
 from session_store.events import ConversationMessage
-from session_store.migrate import upgrade
-from session_store.verify import verify_log
+from session_store.storage.migrate import upgrade
+from session_store.audit.verify import verify_log
 
 WORKERS = 4
 

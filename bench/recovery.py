@@ -38,7 +38,7 @@ from callmix import (PG_DSN, PG_URL, drop_schema, machine, median_ms, pg_reachab
 from session_store import Policy, choose_resumption, due, load_state, open_store
 from session_store import save_snapshot
 from session_store.projection import from_snapshot
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 from session_store.delivery import unanswered, undelivered
 
 TAIL = 20

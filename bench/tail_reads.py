@@ -31,7 +31,7 @@ import asyncpg
 from callmix import (PG_DSN, PG_URL, drop_schema, machine, median_ms, pg_reachable,
                      pg_schema)
 from session_store import events as ev, open_store
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 PAGE = 500
 RAW_PAGE = ("SELECT stream_id, version, position, type, schema_version, data, recorded_at_us, "

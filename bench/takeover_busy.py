@@ -36,7 +36,7 @@ from service.driver import CallDriver
 from session_store import load_state, open_store
 from session_store.errors import ConcurrencyConflict, Fenced
 from session_store.events import ConversationMessage, WorkerAttached
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 WARM_UP = 300  # old appends before the takeover (the call then has ~300 events to load)
 MODEL = dict(model="m", tools=[], settings={})

@@ -64,7 +64,7 @@ from service.local_live import http_options
 from rig.testing.pipeline import MODEL, PlaybackOutput, run_worker, tools_schema
 from session_store.models import rules_for
 from session_store import Policy, open_store
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 from callmix import pct
 from commit_floor import floor_for

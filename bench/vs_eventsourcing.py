@@ -33,7 +33,7 @@ from callmix import (PG_DSN, PG_URL, drop_schema, machine, ms, pct, pg_reachable
                      pg_schema)
 from session_store import open_store
 from session_store.events import ConversationMessage, canonical_json
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 TEXT = "The order 48213 shipped on Tuesday and should arrive by Friday, tracking 1Z999." * 2
 EVENT = ConversationMessage("assistant", TEXT[:150], 1)

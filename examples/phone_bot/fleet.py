@@ -51,7 +51,7 @@ from rig.crash.scenarios import Scenario
 from service.local_live import LocalLiveServer
 from session_store import events as ev
 from session_store import open_store
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 from . import fleet_metrics
 from .gemini_script import TONES, PhoneCallPlan, caller_of, order_of, tool_calls

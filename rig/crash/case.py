@@ -18,7 +18,7 @@ from pathlib import Path
 
 from service.local_live import LocalLiveServer
 from session_store import open_store
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 from .invariants import check_call
 from .scenarios import SCENARIOS, ServerPlan

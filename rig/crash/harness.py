@@ -102,7 +102,7 @@ class Databases:
         self.schemas: list[str] = []
 
     async def __call__(self) -> tuple[str, str | None]:
-        from session_store.migrate import upgrade
+        from session_store.storage.migrate import upgrade
         if self.kind == "sqlite":
             url = f"sqlite+aiosqlite:///{self.root / uuid.uuid4().hex}.db"
             await upgrade(url)

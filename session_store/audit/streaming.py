@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from ..schema import events
+from ..storage.schema import events
 from .jsontext import escape_unsafe
 from .models import Entry, Timeline, dump, entry_json, timeline_json
 from .queries.base import engine_of

@@ -16,7 +16,7 @@ from .common import (
 
 def migrate(db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) -> None:
     """Create or upgrade the schema (alembic upgrade head)."""
-    from ..migrate import upgrade
+    from ..storage.migrate import upgrade
 
     async def go():
         url = url_of(db)

@@ -87,7 +87,7 @@ def run(coro_fn: Callable[..., Coroutine[Any, Any, Any]], *args) -> Any:
 
 
 def url_of(db: str | None) -> str:
-    from ..db_url import resolve_db
+    from ..storage.db_url import resolve_db
 
     if db is not None and not db.strip():
         # (An empty --db, or $SESSION_STORE_URL set to nothing, is a mistake: reading

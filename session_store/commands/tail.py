@@ -41,7 +41,7 @@ def tail(call: Optional[str] = typer.Argument(None, help="Follow this call (all 
     if from_now and lines:
         fail("--from-now and -n do not go together: -n shows past events first")
     redactor = redactor_for(redact, redact_keys, redact_config)
-    from ..schema import valid_stream_id
+    from ..storage.schema import valid_stream_id
 
     if call is not None and not valid_stream_id(call):
         fail(f"{call!r:.80} is not a call id (1 to 255 characters of text without NUL)")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import bindparam, select
 
-from ..schema import streams
+from .schema import streams
 
 if TYPE_CHECKING:
     from .reads import LogReads

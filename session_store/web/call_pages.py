@@ -23,7 +23,7 @@ from ..audit.queries import (
 from ..audit.summaries import status_of
 from ..audit.timeline import Prior, TimelineBuilder, tool_calls_in, unreadable_call
 from ..projection import fold_into
-from ..schema import valid_stream_id
+from ..storage.schema import valid_stream_id
 from .params import call_id_of, float_param, href, int_param, point_param
 from .security import SECURITY_HEADERS, JSONResponse
 from .svg import lanes_svg, overview_svg

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rig.crash.invariants import check_call
 from rig.crash.scenarios import SCENARIOS
 from session_store import events as ev
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 SINGLE = SCENARIOS["single_call"]
 ARGS = {"id": 42}

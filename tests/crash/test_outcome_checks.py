@@ -20,7 +20,7 @@ from rig.crash.invariants import check_call
 from rig.crash.scenarios import SCENARIOS
 from session_store import events as ev
 from session_store import open_store
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 pytestmark = pytest.mark.timeout(180)
 

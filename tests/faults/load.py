@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from session_store import SqlEventStore, StoreUnavailable
 from session_store import events as ev
 from session_store.events import canonical_json
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 TOOLS = ("lookup_order", "check_stock", "book_delivery_slot")
 

@@ -11,8 +11,8 @@ from importlib.metadata import version
 import pytest
 from typer.testing import CliRunner
 
-from session_store.cli import app
-from session_store.migrate import upgrade
+from session_store.commands.cli import app
+from session_store.storage.migrate import upgrade
 from tests.conftest import Backend
 
 from .helpers import failing_call, one_line_error, write_call

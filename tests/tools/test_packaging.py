@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from alembic.script import ScriptDirectory
 
-from session_store import migrate
+from session_store.storage import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ def test_the_wheel_holds_the_product_and_no_rig(wheel):
     names = wheel.namelist()
     tops = {name.split("/")[0] for name in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"session_store", "service"}
-    assert "session_store/cli.py" in names and "service/local_live/server.py" in names
+    assert "session_store/commands/cli.py" in names and "service/local_live/server.py" in names
     assert [n for n in names if n.startswith(("service/crash/", "service/testing/",
                                               "service/demo.py"))] == []
 

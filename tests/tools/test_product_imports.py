@@ -28,7 +28,7 @@ def rig_in(loaded: list[str]) -> list[str]:
 
 
 def test_the_product_modules_import_no_rig():
-    loaded = loaded_after("session_store", "session_store.cli", "session_store.web",
+    loaded = loaded_after("session_store", "session_store.commands.cli", "session_store.web",
                           "session_store.audit", "service.gemini_live", "service.local_live")
     assert rig_in(loaded) == []
 
@@ -42,7 +42,7 @@ def test_the_testing_kit_imports_neither_pipecat_nor_the_store():
 def test_the_demo_without_the_rig_says_how_to_run_it():
     # An installed wheel has no `rig`; a checkout does, so it is hidden here.
     code = ("import sys; sys.modules['rig'] = None\n"
-            "from session_store.cli import main; sys.argv = ['session-store', 'demo']; main()")
+            "from session_store.commands.cli import main; sys.argv = ['session-store', 'demo']; main()")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2, out.stderr

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import and_, func, select
 
-from ...schema import events, streams
+from ...storage.schema import events, streams
 from .base import engine_of, payload_dict
 from .listing import is_planned
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import and_, exists, func, not_, or_, select
 
-from ...schema import events, streams, valid_id, valid_stream_id
+from ...storage.schema import events, streams, valid_id, valid_stream_id
 from ..summaries import (
     COUNTED_TYPES, SORTS, STALE_AFTER_US, TOOL_END_TYPES, CallFilter, CallSummary, like_pattern,
     summarise, tool_ends,

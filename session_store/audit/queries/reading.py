@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 
 from ...errors import StreamDamaged
-from ...loading import snapshot_state
+from ...storage.loading import snapshot_state
 from ...projection import fold_into
 from ...records import RecordedEvent
-from ...schema import events, streams, valid_stream_id
+from ...storage.schema import events, streams, valid_stream_id
 from ...state import SessionState
 from ..timeline import EVIDENCE_TYPES, LANES, Evidence, lane_of
 from .base import EVENT_COLUMNS, SCAN_CHUNK, engine_of, payload_dict
