@@ -36,7 +36,7 @@ import asyncpg
 
 from session_store import open_store
 from session_store.events import ConversationMessage, canonical_json
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 PG_URL = os.environ.get("SESSION_STORE_BENCH_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 PG_DSN = PG_URL.replace("postgresql+asyncpg", "postgresql")

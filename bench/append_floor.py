@@ -27,22 +27,18 @@ import asyncio
 import os
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import asyncpg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from append import (EVENT, PAYLOAD, PG_DSN, PG_URL, RAW_TABLE, drop_schema,  # noqa: E402
+from append import (EVENT, PAYLOAD, PG_DSN, PG_URL, RAW_TABLE, drop_schema,
                     pg_schema)
 
-from session_store import open_store  # noqa: E402
-from session_store.events import canonical_json  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
+from session_store import open_store
+from session_store.events import canonical_json
+from session_store.storage.migrate import upgrade
 
 _RAW_INSERT = ("INSERT INTO raw_events (stream_id, version, type, data, recorded_at_us) "
                "VALUES (?, ?, ?, ?, ?)")

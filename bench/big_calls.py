@@ -25,14 +25,13 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx  # noqa: E402
+import httpx
 
-from callmix import machine  # noqa: E402
-from live_clients import free_port  # noqa: E402
-from session_store import events as ev, open_store  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
+from callmix import machine
+from live_clients import free_port
+from session_store import events as ev, open_store
+from session_store.storage.migrate import upgrade
 
 REPO = Path(__file__).resolve().parent.parent
 # A process's peak resident memory, written at its exit (VmHWM): GNU time's %M gave the
@@ -44,7 +43,7 @@ def _peak():
         f.write(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:")))
 atexit.register(_peak)
 """
-CLI = [sys.executable, "-c", PEAK + "from session_store.cli import app; app()"]
+CLI = [sys.executable, "-c", PEAK + "from session_store.commands.cli import app; app()"]
 RAW = PEAK + """
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])

@@ -24,20 +24,16 @@ import argparse
 import asyncio
 import math
 import sqlite3
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from append import EVENT, PAYLOAD, RAW_TABLE  # noqa: E402
-from callmix import pct  # noqa: E402
+from append import EVENT, PAYLOAD, RAW_TABLE
+from callmix import pct
 
-from session_store import open_store  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
+from session_store import open_store
+from session_store.storage.migrate import upgrade
 
 SLICE_S = 0.0003
 

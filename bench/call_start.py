@@ -321,7 +321,7 @@ def report(levels: list[Level], own: list[float]) -> dict:
 
 
 async def bench(db: str, starts: int, variants: list[str]) -> dict:
-    from service.crash.harness import Databases
+    from rig.crash.harness import Databases
     with tempfile.TemporaryDirectory(prefix="call-start-") as tmp:
         workdir = Path(tmp)
         gemini = subprocess.Popen(

@@ -3,12 +3,9 @@ a process of its own (`python -m service.local_live --script ...`)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.local_live import Audio, Script, TurnComplete, WaitFor  # noqa: E402
+from service.local_live import Audio, Script, TurnComplete, WaitFor
 
 
 def talk_on() -> Script:

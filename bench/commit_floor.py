@@ -18,16 +18,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sqlite3
-import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from append import EVENT, PAYLOAD, PG_DSN, RAW_TABLE  # noqa: E402
-from callmix import pct  # noqa: E402
+from append import EVENT, PAYLOAD, PG_DSN, RAW_TABLE
+from callmix import pct
 
 # Idle before the turn's first commit (the previous turn's tail and this turn's audio), and
 # between its two commits (the tool runs; the bench's tool answers at once).

@@ -34,18 +34,16 @@ import random
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import aiosqlite  # noqa: E402
-import asyncpg  # noqa: E402
+import aiosqlite
+import asyncpg
 
-from callmix import (PG_DSN, PG_URL, LoopLagProbe, call_script, drop_schema,  # noqa: E402
+from callmix import (PG_DSN, PG_URL, LoopLagProbe, call_script, drop_schema,
                      load1, machine, ms, pct, pg_reachable, pg_schema)
-from session_store import open_store  # noqa: E402
-from session_store.events import canonical_json  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
+from session_store import open_store
+from session_store.events import canonical_json
+from session_store.storage.migrate import upgrade
 
 RAW_TABLE = """CREATE TABLE raw_events (position {pk}, stream_id TEXT NOT NULL,
     version BIGINT NOT NULL, type TEXT NOT NULL, schema_version INT NOT NULL, data TEXT NOT NULL,

@@ -23,24 +23,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loguru import logger  # noqa: E402
+from loguru import logger
 
-from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService  # noqa: E402
+from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
-from service.gemini_live import DurableGeminiLiveLLMService  # noqa: E402
-from service.local_live import (Audio, Call, LocalLiveServer, Script, ToolCall,  # noqa: E402
+from service.gemini_live import DurableGeminiLiveLLMService
+from service.local_live import (Audio, Call, LocalLiveServer, Script, ToolCall,
                                 TurnComplete, WaitToolResponse)
-from service.testing.pipeline import MODEL, ToolLedger, make_tool, run_pipeline, tools_schema  # noqa: E402
-from session_store import open_store  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
+from rig.testing.pipeline import MODEL, ToolLedger, make_tool, run_pipeline, tools_schema
+from session_store import open_store
+from session_store.storage.migrate import upgrade
 
 PG_URL = os.environ.get("SESSION_STORE_BENCH_PG",
                         "postgresql+asyncpg://postgres@127.0.0.1:5432/test")

@@ -23,21 +23,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sqlite3
-import sys
 import tempfile
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import asyncpg  # noqa: E402
+import asyncpg
 
-from callmix import (PG_DSN, PG_URL, drop_schema, machine, median_ms, pg_reachable,  # noqa: E402
+from callmix import (PG_DSN, PG_URL, drop_schema, machine, median_ms, pg_reachable,
                      pg_schema)
-from session_store import events as ev, open_store  # noqa: E402
-from session_store.audit import CallFilter  # noqa: E402
-from session_store.audit.queries import count_calls, list_calls  # noqa: E402
-from session_store.events import canonical_json  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
+from session_store import events as ev, open_store
+from session_store.audit import CallFilter
+from session_store.audit.queries import count_calls, list_calls
+from session_store.events import canonical_json
+from session_store.storage.migrate import upgrade
 
 T0_US = 1_767_225_600_000_000  # the first call starts at 2026-01-01 00:00 UTC
 MINUTE_US = 60_000_000

@@ -27,16 +27,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
+import httpx
 
-from callmix import (PG_URL, call_script, drop_schema, machine, ms, pct,  # noqa: E402
+from callmix import (PG_URL, call_script, drop_schema, machine, ms, pct,
                      pg_reachable, pg_schema)
-from pg_connections import pg_connections  # noqa: E402
-from session_store import open_store  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
+from pg_connections import pg_connections
+from session_store import open_store
+from session_store.storage.migrate import upgrade
 
 
 RAMP_S = 10.0  # the clients open their pages over this long
@@ -129,7 +127,7 @@ async def run(calls_n: int, clients: int, window: float) -> dict:
         base = f"http://127.0.0.1:{port}"
         env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
         viewer = subprocess.Popen(
-            [sys.executable, "-c", "from session_store.cli import app; app()", "serve",
+            [sys.executable, "-c", "from session_store.commands.cli import app; app()", "serve",
              "--db", PG_URL, "--schema", schema, "--port", str(port)],
             env=env, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 30

@@ -35,16 +35,15 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from callmix import (MODEL, PG_DSN, PG_URL, TOOLS, drop_schema, machine, ms,  # noqa: E402
+from callmix import (MODEL, PG_DSN, PG_URL, TOOLS, drop_schema, machine, ms,
                      pct, pg_reachable, pg_schema)
-from service.driver import CallDriver  # noqa: E402
-from session_store import load_state, open_store  # noqa: E402
-from session_store.errors import Fenced  # noqa: E402
-from session_store.events import ConversationMessage  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
-from session_store.verify import verify_log  # noqa: E402
+from service.driver import CallDriver
+from session_store import load_state, open_store
+from session_store.errors import Fenced
+from session_store.events import ConversationMessage
+from session_store.storage.migrate import upgrade
+from session_store.audit.verify import verify_log
 
 WORKERS = 4
 
@@ -86,7 +85,7 @@ async def worker_main(schema: str, name: str, calls: list[str]) -> None:
                 stats["fenced"] += 1
                 say(fenced=call_id, at=time.time())
                 return
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - reported; the run counts it
                 stats["errors"] += 1
                 say(error=f"record {call_id}: {type(exc).__name__}: {exc}")
                 return

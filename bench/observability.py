@@ -27,29 +27,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import sys
 import tempfile
 import timeit
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loguru import logger  # noqa: E402
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+from loguru import logger
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter)
-from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+from prometheus_client import CollectorRegistry, generate_latest
 
-import turn_overhead  # noqa: E402
-from callmix import pct  # noqa: E402
-from service import metrics, observe  # noqa: E402
-from service.driver import CallDriver  # noqa: E402
-from session_store import Policy  # noqa: E402
-from session_store import events as ev  # noqa: E402
-from session_store.storage import observers  # noqa: E402
+import turn_overhead
+from callmix import pct
+from service import metrics, observe
+from service.driver import CallDriver
+from session_store import Policy
+from session_store import events as ev
+from session_store.storage import observers
 
 VARIANTS = ("off", "metrics", "traced")
 #: (commits, turns) of each metrics-on call: what the sink's per-commit cost adds per turn.

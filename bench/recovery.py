@@ -26,23 +26,20 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import aiosqlite  # noqa: E402
-import asyncpg  # noqa: E402
+import aiosqlite
+import asyncpg
 
-from callmix import (PG_DSN, PG_URL, drop_schema, machine, median_ms, pg_reachable,  # noqa: E402
+from callmix import (PG_DSN, PG_URL, drop_schema, machine, median_ms, pg_reachable,
                      pg_schema, scripted_steps)
-from session_store import Policy, choose_resumption, due, load_state, open_store  # noqa: E402
-from session_store import save_snapshot  # noqa: E402
-from session_store.projection import from_snapshot  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
-from session_store.delivery import unanswered, undelivered  # noqa: E402
+from session_store import Policy, choose_resumption, due, load_state, open_store
+from session_store import save_snapshot
+from session_store.projection import from_snapshot
+from session_store.storage.migrate import upgrade
+from session_store.delivery import unanswered, undelivered
 
 TAIL = 20
 CHUNK = 100  # events per append while building a call (stamped with its last step's time)

@@ -17,19 +17,16 @@ the ratio of the human line to the JSON line says what formatting adds on top.
 from __future__ import annotations
 
 import json
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from session_store import events as ev  # noqa: E402
-from session_store.audit import Redactor, export_line  # noqa: E402
-from session_store.audit.fmt import preview_record  # noqa: E402
-from session_store.audit.text import entry_line  # noqa: E402
-from session_store.audit.timeline import TimelineBuilder  # noqa: E402
-from session_store.events import canonical_json  # noqa: E402
-from session_store.records import GENESIS_HASH, RecordedEvent, chain_hash  # noqa: E402
+from session_store import events as ev
+from session_store.audit import Redactor, export_line
+from session_store.audit.fmt import preview_record
+from session_store.audit.text import entry_line
+from session_store.audit.timeline import TimelineBuilder
+from session_store.events import canonical_json
+from session_store.records import GENESIS_HASH, RecordedEvent, chain_hash
 
 SIZES = {"1 KB": 1_000, "1 MB": 1_000_000, "10 MB": 10_000_000}
 

@@ -22,18 +22,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sqlite3
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import asyncpg  # noqa: E402
+import asyncpg
 
-from callmix import (PG_DSN, PG_URL, drop_schema, machine, median_ms, pg_reachable,  # noqa: E402
+from callmix import (PG_DSN, PG_URL, drop_schema, machine, median_ms, pg_reachable,
                      pg_schema)
-from session_store import events as ev, open_store  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
+from session_store import events as ev, open_store
+from session_store.storage.migrate import upgrade
 
 PAGE = 500
 RAW_PAGE = ("SELECT stream_id, version, position, type, schema_version, data, recorded_at_us, "

@@ -30,15 +30,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from callmix import PG_URL, drop_schema, machine, ms, pct, pg_reachable, pg_schema  # noqa: E402
-from service.driver import CallDriver  # noqa: E402
-from session_store import load_state, open_store  # noqa: E402
-from session_store.errors import ConcurrencyConflict, Fenced  # noqa: E402
-from session_store.events import ConversationMessage, WorkerAttached  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
+from callmix import PG_URL, drop_schema, machine, ms, pct, pg_reachable, pg_schema
+from service.driver import CallDriver
+from session_store import load_state, open_store
+from session_store.errors import ConcurrencyConflict, Fenced
+from session_store.events import ConversationMessage, WorkerAttached
+from session_store.storage.migrate import upgrade
 
 WARM_UP = 300  # old appends before the takeover (the call then has ~300 events to load)
 MODEL = dict(model="m", tools=[], settings={})

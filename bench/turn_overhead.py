@@ -47,34 +47,32 @@ import traceback
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from loguru import logger  # noqa: E402
-from pipecat.frames.frames import (BotStoppedSpeakingFrame, EndFrame, LLMRunFrame,  # noqa: E402
+from loguru import logger
+from pipecat.frames.frames import (BotStoppedSpeakingFrame, EndFrame, LLMRunFrame,
                                    TTSAudioRawFrame)
-from pipecat.pipeline.pipeline import Pipeline  # noqa: E402
-from pipecat.pipeline.worker import PipelineParams, PipelineWorker  # noqa: E402
-from pipecat.processors.aggregators.llm_context import LLMContext  # noqa: E402
-from pipecat.processors.aggregators.llm_response_universal import (  # noqa: E402
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import (
     LLMContextAggregatorPair)
-from pipecat.processors.frame_processor import FrameDirection, FrameProcessor  # noqa: E402
-from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService  # noqa: E402
-from pipecat.services.llm_service import FunctionCallParams  # noqa: E402
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
+from pipecat.services.llm_service import FunctionCallParams
 
-from service.gemini_live import DurableGeminiLiveLLMService  # noqa: E402
-from service.local_live import http_options  # noqa: E402
-from service.testing.pipeline import MODEL, PlaybackOutput, run_worker, tools_schema  # noqa: E402
-from session_store.models import rules_for  # noqa: E402
-from session_store import Policy, open_store  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
+from service.gemini_live import DurableGeminiLiveLLMService
+from service.local_live import http_options
+from rig.testing.pipeline import MODEL, PlaybackOutput, run_worker, tools_schema
+from session_store.models import rules_for
+from session_store import Policy, open_store
+from session_store.storage.migrate import upgrade
+
+from callmix import pct
+from commit_floor import floor_for
+from turn_scripts import TOOL, audio_chunks, deferral_script, overhead_script
 
 PG_URL = os.environ.get("SESSION_STORE_BENCH_PG",
                         "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 PG_DSN = PG_URL.replace("postgresql+asyncpg", "postgresql")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from callmix import pct  # noqa: E402
-from commit_floor import floor_for  # noqa: E402
-from turn_scripts import TOOL, audio_chunks, deferral_script, overhead_script  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent / "turn_scripts.py"
 BUILDERS = {"overhead_script": overhead_script, "deferral_script": deferral_script}

@@ -4,12 +4,9 @@ not import pipecat to load them."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.local_live import (Audio, Call, Script, ToolCall, TurnComplete,  # noqa: E402
+from service.local_live import (Audio, Call, Script, ToolCall, TurnComplete,
                                 WaitFor, WaitToolResponse)
 
 TOOL = "lookup_order"

@@ -23,20 +23,17 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from callmix import (PG_DSN, PG_URL, drop_schema, machine, ms, pct, pg_reachable,  # noqa: E402
+from callmix import (PG_DSN, PG_URL, drop_schema, machine, ms, pct, pg_reachable,
                      pg_schema)
-from session_store import open_store  # noqa: E402
-from session_store.events import ConversationMessage, canonical_json  # noqa: E402
-from session_store.migrate import upgrade  # noqa: E402
+from session_store import open_store
+from session_store.events import ConversationMessage, canonical_json
+from session_store.storage.migrate import upgrade
 
 TEXT = "The order 48213 shipped on Tuesday and should arrive by Friday, tracking 1Z999." * 2
 EVENT = ConversationMessage("assistant", TEXT[:150], 1)

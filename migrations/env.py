@@ -15,7 +15,7 @@ from alembic.util import CommandError
 from sqlalchemy import pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from session_store.schema import metadata, on_dialect
+from session_store.storage.schema import metadata, on_dialect
 
 config = context.config
 x_args = context.get_x_argument(as_dictionary=True)

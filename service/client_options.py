@@ -39,8 +39,8 @@ def with_shared_tls(http_options: Any, context: ssl.SSLContext | None = None) ->
     args.setdefault("ssl", chosen)
     args.setdefault("verify", chosen)
     update = {"async_client_args": args}
-    if get("client_args"):  # the sync client reads its own args first when there are any
-        update["client_args"] = {"verify": chosen, **get("client_args")}
+    if client_args := get("client_args"):  # the sync client reads its own args first
+        update["client_args"] = {"verify": chosen, **client_args}
     if http_options is None:
         return update
     if isinstance(http_options, dict):

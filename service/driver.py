@@ -29,10 +29,10 @@ from session_store.delivery import Effect
 from session_store.errors import CallClosed, ConcurrencyConflict, Fenced, StreamDamaged
 from session_store.events import canonical_json
 from session_store.intents import SENDS, intents
-from session_store.loading import snapshot_of
+from session_store.storage.loading import snapshot_of
 from session_store.projection import HistoryNeeded, fold_into
 from session_store.records import RecordedEvent
-from session_store.schema import STREAM_ID_MAX, valid_id
+from session_store.storage.schema import STREAM_ID_MAX, valid_id
 from session_store.storable import storable_events
 from session_store.storage import Snapshot, SqlEventStore
 

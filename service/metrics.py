@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
@@ -101,7 +102,7 @@ class DurableMetrics:
         self.live_calls.set_function(lambda: len(self._live))
         self._probes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task] = \
             weakref.WeakKeyDictionary()
-        self._on = {
+        self._on: dict[type, Callable[[CallDriver, Any], None]] = {
             ev.SessionOpened: self._opened, ev.WorkerAttached: self._attached,
             ev.SessionClosed: lambda d, e: self.left(d, "ended"),
             ev.ToolCallDeferred: lambda d, e: self.tool_calls_deferred.inc(),

@@ -66,7 +66,7 @@ def tools_from_declarations(declarations: list) -> ToolsSchema:
     schemas = []
     for d in declarations:
         if isinstance(d, dict) and isinstance(d.get("name"), str):
-            params = d.get("parameters") if isinstance(d.get("parameters"), dict) else {}
+            params = d["parameters"] if isinstance(d.get("parameters"), dict) else {}
             schemas.append(FunctionSchema(name=d["name"], description=d.get("description") or "",
                                           properties=params.get("properties") or {},
                                           required=params.get("required") or []))

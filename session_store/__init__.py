@@ -19,8 +19,9 @@ from .records import RecordedEvent
 # The storage names are imported on first use (PEP 562): a process that only folds and
 # decides, or the SQLite writer process (batch planning and sqlite3), does not import
 # SQLAlchemy and the drivers (0.35 s).
-_LAZY = {"load_state": ".loading", "save_snapshot": ".loading", "SqlEventStore": ".storage",
-         "StreamReport": ".verify", "verify_log": ".verify", "open_store": ".storage"}
+_LAZY = {"load_state": ".storage.loading", "save_snapshot": ".storage.loading",
+         "SqlEventStore": ".storage", "open_store": ".storage",
+         "StreamReport": ".audit.verify", "verify_log": ".audit.verify"}
 
 
 def __getattr__(name: str):

@@ -42,6 +42,7 @@ _CATALOGUE: dict[str, type[Event]] = {}
 _UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
+@typing.dataclass_transform(frozen_default=True)  # (type checkers: a frozen dataclass)
 def event_type(name: str, schema: int = 1):
     """Register a dataclass as catalogue event `name` at schema version `schema`."""
 

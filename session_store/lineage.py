@@ -74,7 +74,7 @@ def handle_may_hold(state: SessionState, handle: Handle, send: Send | Cover) -> 
     """Could the server state saved in `handle` hold `send`? Only if the send was made in
     that state's lineage before the cutoff: a send in another lineage never is. (Confirmed
     or not: this is asked of the sends whose success is unknown.)"""
-    return any(send.generation == gen and send.version < cutoff
+    return any(send.generation == gen and (cutoff is None or send.version < cutoff)
                for gen, cutoff in walk(state, handle.generation, handle.version))
 
 
@@ -103,8 +103,8 @@ def unheld_messages(state: SessionState, handle: Handle | None = None) -> list[i
     covered = max((c.through for c in state.conversation_sends if send_held(lineage, c)),
                   default=0)
     return [v for v, gen in state.message_marks
-            if v > covered and not (gen in lineage and (lineage[gen] is None
-                                                        or v < lineage[gen]))]
+            if v > covered and not (gen in lineage and ((cut := lineage[gen]) is None
+                                                        or v < cut))]
 
 
 def unheld_calls(state: SessionState, handle: Handle | None = None) -> list[str]:

@@ -138,12 +138,12 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
                 call.scheduling = e.scheduling
             call.finished_at_us = rec.recorded_at_us
             call.finished_after_end = s.closed
-            original = s.calls.get(e.reused_from) if e.reused_from else None
-            if original is not None and not original.superseded_by:
+            reused = s.calls.get(e.reused_from) if e.reused_from else None
+            if reused is not None and not reused.superseded_by:
                 # Answered from the original's recorded result: the model knows that answer
                 # by this id now, as after a re-issue (sending it under the original's id
                 # too would put one run's result into the session twice).
-                call.reissue_of, original.superseded_by = original.call_id, call.call_id
+                call.reissue_of, reused.superseded_by = reused.call_id, call.call_id
             _inherit_outcome(s, call)
         case ev.ToolCallFailed():
             call = s.calls[e.call_id]

@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from session_store import open_store
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 
 # ----------------------------------------------------------------------------- deprecations

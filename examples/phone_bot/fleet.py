@@ -12,7 +12,7 @@ worker. The verdict is checked against three records that do not share code path
 local server's record (what Gemini received), the tools' ledger (their side effects) and
 the log, plus the stand-in's recordings of what each caller heard:
 
-- per call I1-I7 (service.crash.invariants.check_call): every tool call answered exactly
+- per call I1-I7 (rig.crash.invariants.check_call): every tool call answered exactly
   once, no tool ran twice unless idempotent (then with one key), fencing epochs, chains;
 - the call was opened once and ended once, by the caller hanging up after the goodbye;
 - a call of the killed worker continued on another worker (a new stream, a WorkerAttached
@@ -45,13 +45,13 @@ from pathlib import Path
 
 import httpx
 
-from service.crash.harness import PG_URL, Databases
-from service.crash.invariants import check_call
-from service.crash.scenarios import Scenario
+from rig.crash.harness import PG_URL, Databases
+from rig.crash.invariants import check_call
+from rig.crash.scenarios import Scenario
 from service.local_live import LocalLiveServer
 from session_store import events as ev
 from session_store import open_store
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 from . import fleet_metrics
 from .gemini_script import TONES, PhoneCallPlan, caller_of, order_of, tool_calls

@@ -2,7 +2,7 @@
 
 Every call goes the same way: the bot greets, the caller asks for a refund of their order,
 the model asks for `refund_order` while it speaks, then for `send_receipt`, then says
-goodbye. Like service.crash.scenarios.ServerPlan, each connection decides what to say
+goodbye. Each connection decides what to say
 from what its session knows (a session resumed from a handle knows what the handle
 captured, a fresh one what it was seeded with), so a call survives any number of worker
 crashes. The caller is recognised by the number the bot puts in its system instruction.
@@ -15,7 +15,6 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from service.crash.scenarios import known_results
 from service.local_live import (Audio, Call, Dynamic, InputTranscript, OutputTranscript,
                                 Script, Sleep, ToolCall, TurnComplete, WaitFor,
                                 WaitToolResponse)
@@ -87,7 +86,7 @@ class PhoneCallPlan:
         or told), as a model goes on from its context: never a step it holds again."""
         caller = caller_of(conn)
         state = conn.state
-        answered = known_results(conn)
+        answered = state.answered_names()
         steps: list = []
         if not said(conn, GREETING):
             steps += [_speech(self.greeting_s, "greeting"), OutputTranscript(GREETING),

@@ -160,13 +160,13 @@ class Intake:
         elif message.kind == "realtime_input" and isinstance(body.get("text"), str):
             # Realtime text is acted on at once, like content with turnComplete.
             text = body["text"]
-            found = protocol.text_results(text)
-            for result in found:
+            results = protocol.text_results(text)
+            for result in results:
                 self._take_content(session, message, result, "realtime")
-            if not found and text.strip():  # a blank text is pipecat's nudge, not a turn
+            if not results and text.strip():  # a blank text is pipecat's nudge, not a turn
                 state.conversation.append(ConversationEntry("user", text, "realtime"))
             self._complete_turn(session)
-            if not found and text.strip():
+            if not results and text.strip():
                 session.trigger("realtime_text")
         elif message.kind == "context_update":
             refusal = profiles.refuse_context_update(session.profile)

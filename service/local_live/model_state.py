@@ -119,6 +119,11 @@ class ModelState:
         """Has the model taken this call's final result in and been asked to go on with it?"""
         return call_id in self.results and call_id not in self.awaiting_turn
 
+    def answered_names(self) -> set[str]:
+        """The functions whose result this state holds: answered, or seeded as history."""
+        names = {self.issued.get(call_id, r.name) for call_id, r in self.results.items()}
+        return names | {r.name for r in self.history_results}
+
     def snapshot(self) -> ModelState:
         return copy.deepcopy(self)
 

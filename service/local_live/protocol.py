@@ -284,7 +284,7 @@ def content_calls(turns: list[Any]) -> list[str]:
 
 
 def _parts(turns: list[Any]) -> list[dict[str, Any]]:
-    parts = []
+    parts: list[dict[str, Any]] = []
     for turn in turns if isinstance(turns, list) else [turns]:
         if isinstance(turn, dict):
             parts.extend(part for part in turn.get("parts") or [] if isinstance(part, dict))

@@ -246,7 +246,8 @@ class LocalLiveServer:
         return connection.respond(404, f"no BidiGenerateContent endpoint at {path}\n")
 
     async def _handle(self, websocket: ServerConnection) -> None:
-        record = Connection(len(self.connections), websocket.request.path, time.time())
+        path = websocket.request.path if websocket.request is not None else ""
+        record = Connection(len(self.connections), path, time.time())
         self.connections.append(record)
         self.shared.notify()
         try:

@@ -1,7 +1,7 @@
 """Support tooling's logic: timelines, call summaries, export with redaction, replay.
 
 Pure functions over recorded events and projected states, plus `queries` (read-only SQL
-shared by the CLI and the web viewer). The CLI (`session_store.cli`) and the web viewer
+shared by the CLI and the web viewer). The CLI (`session_store.commands.cli`) and the web viewer
 (`session_store.web`) only parse input and present what these return.
 """
 

@@ -50,7 +50,8 @@ class _Preview:
     """Compact JSON text of a value, written until `limit` characters are out."""
 
     def __init__(self, limit: int):
-        self.limit, self.parts, self.size = limit, [], 0
+        self.limit, self.size = limit, 0
+        self.parts: list[str] = []
 
     def put(self, text: str) -> None:
         room = self.limit - self.size

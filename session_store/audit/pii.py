@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
+from typing import Literal
 
 KINDS = ("card", "iban", "national_id", "date_of_birth", "email", "phone", "address")
 SCAN_MAX = 100_000
@@ -43,6 +44,9 @@ _EMAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-
 _DIGIT = re.compile(r"\d")
 
 
+AddressCountry = Literal["US", "CA", "GB"]  # (the countries pyap2 parses)
+
+
 @dataclass(frozen=True)
 class PiiScanner:
     """Finds personal data in text. `regions`: where a phone number written without its
@@ -51,7 +55,7 @@ class PiiScanner:
 
     kinds: tuple[str, ...] = KINDS
     regions: tuple[str, ...] = ("US", "GB")
-    address_countries: tuple[str, ...] = ("US", "CA", "GB")
+    address_countries: tuple[AddressCountry, ...] = ("US", "CA", "GB")
 
     def spans(self, text: str, call_regions: tuple[str, ...] = ()) -> list[tuple[int, int, str]]:
         """(start, end, kind) of every finding, without overlaps, in text order.
@@ -185,7 +189,7 @@ def _phones(text: str, regions: tuple[str, ...]) -> list[tuple[int, int, str]]:
     return out
 
 
-def _addresses(text: str, countries: tuple[str, ...]) -> list[tuple[int, int, str]]:
+def _addresses(text: str, countries: tuple[AddressCountry, ...]) -> list[tuple[int, int, str]]:
     import pyap
 
     out = []

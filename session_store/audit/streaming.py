@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from ..schema import events
+from ..storage.schema import events
 from .jsontext import escape_unsafe
 from .models import Entry, Timeline, dump, entry_json, timeline_json
 from .queries.base import engine_of
@@ -27,17 +27,15 @@ from .timeline.entries import Timeline as TimelineFacts
 _HOLE = "\x00entries\x00"  # where the entries go, in the document around them
 
 
-async def write_timeline_json(write: Callable[[str], Any], store, call_id: str, first: int,
+async def write_timeline_json(raw_write: Callable[[str], Any], store, call_id: str, first: int,
                               last: int, *, t0_us: int | None, prior: Prior | None,
                               whole: WholeCall | None, summary, redactor,
                               keep: Callable[[TimelineEntry], bool],
                               limit: int | None = None) -> None:
-    """Write (`write(text)`) the timeline of versions first..last of a call as JSON, as
+    """Write (`raw_write(text)`) the timeline of versions first..last of a call as JSON, as
     `print_json(build_timeline(...).only(...).to_json(summary))` would, a piece at a time;
     at most `limit` entries of those `keep` lists, and nothing a terminal acts on (jsontext)."""
-    raw_write = write
-
-    def write(text: str) -> None:  # noqa: F811 - every piece escaped on its way out
+    def write(text: str) -> None:  # every piece escaped on its way out
         raw_write(escape_unsafe(text))
 
     times = await _recorded_at(store, call_id, first, last)

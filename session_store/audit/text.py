@@ -232,7 +232,7 @@ def timeline_view(tl: Timeline) -> Group:
         what = "planned hand-over" if t.kind == "planned" else "crash"
         before = (f"; worker {words(t.previous_worker)}'s last event v{t.last_event_version} "
                   f"{off(t.last_event_at_us)} ({t.last_event_type}), then "
-                  f"{t.silent_ms / 1000:.2f} s of silence" if t.last_event_version else "")
+                  f"{(t.silent_ms or 0) / 1000:.2f} s of silence" if t.last_event_version else "")
         parts.append(T(f"takeover at v{t.version} {off(t.at_us)} ({what}){before}; worker "
                        f"{words(t.worker)} took over, epoch {words(t.epoch)}", "yellow"))
     if tl.problems:

@@ -1,1 +1,1 @@
-"""The `session-store` commands, one module per group; `session_store.cli` is the entry."""
+"""The `session-store` commands, one module per group; `session_store.commands.cli` is the entry."""

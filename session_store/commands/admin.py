@@ -16,7 +16,7 @@ from .common import (
 
 def migrate(db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) -> None:
     """Create or upgrade the schema (alembic upgrade head)."""
-    from ..migrate import upgrade
+    from ..storage.migrate import upgrade
 
     async def go():
         url = url_of(db)
@@ -31,8 +31,8 @@ def migrate(db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) 
 
     parsed = make_url(url)
     # (Which file: a relative path is the working directory's.)
-    where = (f" in {os.path.abspath(parsed.database)}" if parsed.drivername.startswith("sqlite")
-             else "")
+    where = (f" in {os.path.abspath(parsed.database)}"
+             if parsed.drivername.startswith("sqlite") and parsed.database else "")
     say(f"schema is at head{where}")
 
 

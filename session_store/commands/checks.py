@@ -16,8 +16,8 @@ def verify(call: Optional[str] = typer.Argument(None, help="Call id (all calls i
            db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
            as_json: bool = JsonOption) -> None:
     """Recompute hash chains; exit 1 and name the first bad event if anything was altered."""
-    from ..schema import valid_stream_id
-    from ..verify import verify_log
+    from ..storage.schema import valid_stream_id
+    from ..audit.verify import verify_log
 
     async def go(store):
         if call is not None and not valid_stream_id(call):

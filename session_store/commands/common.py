@@ -12,8 +12,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, NoReturn
 
 import typer
 
@@ -68,13 +68,13 @@ def show(renderable) -> None:
     print_whole(_out(), renderable)
 
 
-def fail(message: str, code: int = 2):
+def fail(message: str, code: int = 2) -> NoReturn:
     # soft_wrap: one line however long (a script greps it; rich would wrap at 80 columns)
     say(f"error: {scrub(message)}", stderr=True)
     raise typer.Exit(code)
 
 
-def run(coro_fn: Callable[..., Awaitable[Any]], *args) -> Any:
+def run(coro_fn: Callable[..., Coroutine[Any, Any, Any]], *args) -> Any:
     from sqlalchemy.exc import DBAPIError
 
     from ..errors import driver_said
@@ -89,7 +89,7 @@ def run(coro_fn: Callable[..., Awaitable[Any]], *args) -> Any:
 
 
 def url_of(db: str | None) -> str:
-    from ..db_url import resolve_db
+    from ..storage.db_url import resolve_db
 
     # An empty --db, or $SESSION_STORE_URL set to nothing, is a mistake: reading sessions.db
     # instead would show another database's calls as if they were these. (Click takes an

@@ -1,4 +1,8 @@
-"""`demo`: the offline demo call with a real crash (service.demo, loaded only when run)."""
+"""`demo`: the offline demo call with a real crash.
+
+The call is run by the crash harness (`rig/`), which lives in the repository, not in the wheel:
+the command finds it in a checkout (an editable install), and says how to get one otherwise.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,10 @@ from typing import Optional
 import typer
 
 from .common import UserError, fail, print_json, run, url_of
+
+
+NO_RIG = ("the demo runs the crash harness, which is not part of the installed package: "
+          "clone the repository and run `make demo` in it (no API key, no network)")
 
 
 def demo(db: str = typer.Option("sessions.db", "--db", help="Where the demo call is written "
@@ -25,8 +33,13 @@ def demo(db: str = typer.Option("sessions.db", "--db", help="Where the demo call
          ) -> None:
     """Run the demo call (offline by default: no API key, no network); print its timeline
     and verdict."""
-    from service.crash.case import LiveTarget  # the demo drives the pipecat service
-    from service.demo import LiveDemoUnavailable, run_demo
+    try:
+        from rig.crash.case import LiveTarget
+        from rig.demo import LiveDemoUnavailable, run_demo
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("rig", "rig.crash", "rig.demo"):
+            raise
+        fail(NO_RIG)
 
     target = LiveTarget(base_url, ca_cert, model) if live else None
     try:

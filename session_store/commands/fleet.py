@@ -78,6 +78,8 @@ def stats(since: str = typer.Option("24h", "--since", help="Calls that started a
 
     try:
         since_us, until_us = parse_time(since), parse_time(until) or now_us()
+        if since_us is None:
+            raise ValueError("--since: a time or an age is needed")
     except ValueError as exc:
         fail(str(exc))
     if since_us >= until_us:

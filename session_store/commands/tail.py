@@ -33,7 +33,7 @@ def tail(call: Optional[str] = typer.Argument(None, help="Follow this call (all 
     """Follow new events live, one line each in the timeline's words (Ctrl-C to stop). A
     followed call ends the tail when it closes."""
     from ..audit import export_line
-    from ..audit.queries import follow, last_records, log_end, state_at
+    from ..audit.queries import follow, last_records, log_end, state_of_read
     from ..audit.fmt import preview_record
     from ..audit.text import entry_line
     from ..audit.timeline import Prior, TimelineBuilder
@@ -41,7 +41,7 @@ def tail(call: Optional[str] = typer.Argument(None, help="Follow this call (all 
     if from_now and lines:
         fail("--from-now and -n do not go together: -n shows past events first")
     redactor = redactor_for(redact, redact_keys, redact_config)
-    from ..schema import valid_stream_id
+    from ..storage.schema import valid_stream_id
 
     if call is not None and not valid_stream_id(call):
         fail(f"{call!r:.80} is not a call id (1 to 255 characters of text without NUL)")
@@ -61,7 +61,7 @@ def tail(call: Optional[str] = typer.Argument(None, help="Follow this call (all 
             if rec.version > 1:
                 previous = await store.read(rec.stream_id, from_version=rec.version - 1,
                                             to_version=rec.version - 1)
-                prior = Prior(await state_at(store, rec.stream_id, rec.version - 1),
+                prior = Prior(await state_of_read(store, rec.stream_id, rec.version - 1),
                               previous[0] if previous else None)
             first = await store.read(rec.stream_id, to_version=1)
             b = builders[rec.stream_id] = TimelineBuilder(

@@ -204,6 +204,7 @@ def _refusal(r: _AppendRequest, version: int, epoch: int,
         if version != r.expected_version:
             return ConcurrencyConflict(r.stream_id, r.expected_version, version)
         return None
+    assert r.epoch is not None  # (a claim names the epoch it takes)
     if r.epoch <= epoch:  # another takeover got there first
         return Fenced(r.stream_id, r.epoch, epoch)
     if version < r.claim.after_version:  # the events its caller read are gone

@@ -25,7 +25,10 @@ class Dialect(Protocol):
 
     name: str  # SQLAlchemy's dialect name ("sqlite", "postgresql")
     engine: AsyncEngine  # the pool reads (and snapshot writes) use
-    committer: Committer  # how the group commit commits a batch here
+
+    @property
+    def committer(self) -> Committer:  # (read-only: each dialect gives its own kind)
+        """How the group commit commits a batch here."""
     read_only: bool  # opened to read: no appends, no snapshots, nothing that writes
     default_writers: int  # writer tasks when `writers` is not given
     poll_interval: float  # how often a follower reads again without a notification

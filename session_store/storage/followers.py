@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import bindparam, select
 
-from ..schema import streams
+from .schema import streams
 
 if TYPE_CHECKING:
     from .reads import LogReads
@@ -27,6 +27,12 @@ _HEADS = select(streams.c.stream_id, streams.c.version).where(
     streams.c.stream_id.in_(bindparam("ids", expanding=True)))
 
 
+class _Listens(Protocol):
+    """A dialect's notifications, as the followers ask them."""
+
+    async def listening(self) -> bool: ...
+
+
 class SharedNotifications:
     """The dialect's change notifications, opened once for all the store's followers (while
     there is one) instead of once per follower."""
@@ -35,7 +41,7 @@ class SharedNotifications:
         self._open = open_notifications
         self._users = 0
         self._context: contextlib.AbstractAsyncContextManager | None = None
-        self._notifications = None
+        self._notifications: _Listens | None = None
         self._attempt: asyncio.Task | None = None
 
     @contextlib.asynccontextmanager
@@ -63,6 +69,7 @@ class SharedNotifications:
         again at a time, its answer shared: during an outage, N followers asking must not
         make N connects one after the other."""
         if self._attempt is None or self._attempt.done():
+            assert self._notifications is not None  # (asked by a follower inside `use`)
             self._attempt = asyncio.ensure_future(self._notifications.listening())
         return await asyncio.shield(self._attempt)
 

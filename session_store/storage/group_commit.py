@@ -28,8 +28,10 @@ class Committer(Protocol):
     """What a dialect gives the group commit: one batch committed its way, and what its
     errors mean. The rest (when, with whom, how often to try again) is decided here."""
 
-    #: A way to commit an append on the appending thread while the store is idle, or None.
-    caller_commits: CallerCommits | None
+    @property
+    def caller_commits(self) -> CallerCommits | None:
+        """A way to commit an append on the appending thread while the store is idle, or
+        None."""
 
     async def run_batch(self, batch: list[_AppendRequest], cached: BatchPlan | None
                         ) -> BatchPlan:
@@ -211,6 +213,7 @@ class GroupCommit:
     def _commit_on_caller(self, request: _AppendRequest) -> Any:
         """Commit one request synchronously (`CallerCommits`): its outcome, or None."""
         batch = [request]
+        assert self.caller_commits is not None  # (_may_commit_on_caller asked first)
         result = self.caller_commits.commit(request, self._heads.plan(batch))
         if result is None or isinstance(result, BaseException):
             self._heads.forget(batch)

@@ -1,5 +1,5 @@
 """The read side of the event log: one stream, the global order, following, snapshots, and
-the hash chains as stored (for `session_store.verify`).
+the hash chains as stored (for `session_store.audit.verify`).
 
 `LogReads` is the read half of `SqlEventStore` (store.py adds opening, closing, appends): it
 sets up what reads use itself (the dialect, the open and read-only state, the pooled
@@ -23,7 +23,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 
 from ..errors import StoreClosed, StoreUnavailable, StreamDamaged, driver_said
 from ..records import RecordedEvent
-from ..schema import check_stream_id, events, snapshots, streams
+from .schema import check_stream_id, events, snapshots, streams
 from .followers import SharedNotifications, StreamWaits
 
 if TYPE_CHECKING:
@@ -345,11 +345,11 @@ class LogReads:
 
     # ------------------------------------------------------------------ chains
     async def read_chains(self, stream_id: str | None = None
-                          ) -> AsyncIterator[tuple[str, list[RecordedEvent],
+                          ) -> AsyncIterator[tuple[str, list[RecordedEvent] | StreamDamaged,
                                                    tuple[int, str, int] | None]]:
         """Each stream's events (version order) with its head row (version, last_hash, epoch;
         None if it has none), stream by stream in id order: every stream that has a head row
-        or events, or only `stream_id`. What `session_store.verify` checks. A stream whose
+        or events, or only `stream_id`. What `session_store.audit.verify` checks. A stream whose
         rows the database cannot read comes as (id, StreamDamaged, None)."""
         self._check_open()
         if stream_id is not None:

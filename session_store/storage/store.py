@@ -23,7 +23,7 @@ from ..errors import CannotOpen, SchemaMismatch, StoreUnavailable, driver_said, 
 from ..codec import out_of_range
 from ..events import Event, canonical_json
 from ..records import recorded_at_problem
-from ..schema import (HEAD_REVISION, check_known_revisions, check_stream_id, events, snapshots,
+from .schema import (HEAD_REVISION, check_known_revisions, check_stream_id, events, snapshots,
                       streams, unrecorded_revision)
 from . import observers
 from .batch import BatchPlan, Claim, _AppendRequest

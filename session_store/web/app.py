@@ -20,6 +20,7 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from ..audit import RedactionConfig
 from ..errors import SessionStoreError, StoreUnavailable
@@ -103,7 +104,7 @@ def create_app(url: str, *, schema: str | None = None, token: str | None = None,
                    Route(prefix, guard(handler))]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found})
     app.state.viewer = viewer
-    gated = Gate(app, token)
+    gated: ASGIApp = Gate(app, token)
     if token is not None:
         gated = SessionMiddleware(gated, secret_key=session_secret or secrets.token_urlsafe(32),
                                   session_cookie=COOKIE, max_age=session_max_age_s,

@@ -18,12 +18,13 @@ from ..audit.jsontext import dumps
 from ..audit.models import LiveUpdate, State, dump, entry_json
 from ..audit.queries import (
     call_summary, complete_head, follow, iter_records, overview, read_previews, state_at,
+    state_of_read,
     window_facts,
 )
 from ..audit.summaries import status_of
 from ..audit.timeline import Prior, TimelineBuilder, tool_calls_in, unreadable_call
 from ..projection import fold_into
-from ..schema import valid_stream_id
+from ..storage.schema import valid_stream_id
 from .params import call_id_of, float_param, href, int_param, point_param
 from .security import SECURITY_HEADERS, JSONResponse
 from .svg import lanes_svg, overview_svg
@@ -163,8 +164,8 @@ class CallPages:
         after = int_param(request, "after", head, 1, head)
         redactor = self.viewer.redactor(request)
         # (held while the client follows, and its entries are previews: a fold of previews)
-        state = await state_at(self.viewer.store, call_id, after,
-                               self.viewer.cache_for(previews=True), previews=True)
+        state = await state_of_read(self.viewer.store, call_id, after,
+                                    self.viewer.cache_for(previews=True), previews=True)
         start = preview_record((await self.viewer.store.read(call_id, from_version=after,
                                                              to_version=after))[0])
         first = await self.viewer.store.read(call_id, to_version=1)

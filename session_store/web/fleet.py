@@ -26,6 +26,8 @@ class FleetPage:
         try:
             since = parse_time(request.query_params.get("since") or "24h")
             until = parse_time(request.query_params.get("until")) or time.time_ns() // 1000
+            if since is None:  # ("24h" when not given)
+                raise ValueError("since: a time or an age is needed")
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
         if since >= until:

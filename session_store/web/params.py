@@ -7,6 +7,7 @@ call; an id a browser would rewrite as a path (".", "..") goes as `?id=` instead
 
 from __future__ import annotations
 
+from typing import overload
 from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
@@ -23,6 +24,10 @@ def href(kind: str, call_id: str, **params) -> str:
     return f"/{kind}/{quote(call_id, safe='')}" + (f"?{urlencode(query)}" if query else "")
 
 
+@overload
+def int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int: ...
+@overload
+def int_param(request: Request, name: str, default: None, lo: int, hi: int) -> int | None: ...
 def int_param(request: Request, name: str, default: int | None, lo: int,
               hi: int) -> int | None:
     value = _given(request, name, int, "a whole number")

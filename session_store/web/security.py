@@ -78,7 +78,7 @@ def _host_of(header: str) -> str:
     return m.group(1).strip("[]") if m else ""
 
 
-async def _plain(send, status: int, text: str, extra: list[tuple[bytes, bytes]] = ()) -> None:
+async def _plain(send, status: int, text: str, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     body = text.encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"text/plain; charset=utf-8"),
@@ -118,7 +118,8 @@ class Gate:
         self.app, self.token = app, token
 
     def _ok(self, given: str | None) -> bool:
-        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
+        return (given is not None and self.token is not None
+                and hmac.compare_digest(given.encode(), self.token.encode()))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":

@@ -124,7 +124,7 @@ def _label(x0: float, x1: float, y: float, text: str, cls: str = "bar-label") ->
 def lanes_svg(tl: Timeline, zoom: float = 1.0) -> str:
     """Swimlanes for one window: a time axis, speech, tool bars, reconnects, settings,
     takeovers with the silence before them, … `zoom` widens the drawing (the page scrolls)."""
-    if tl.start_us is None:
+    if tl.start_us is None or tl.end_us is None:
         return '<p class="empty">no events</p>'
     width = int(WIDTH * max(1.0, min(zoom, 64.0)))
     scale = _Scale(tl.start_us, tl.end_us, width)

@@ -6,8 +6,9 @@ The pages (`call_list.py`, `fleet.py`, `call_pages.py`) are handlers over one `V
 
 from __future__ import annotations
 
-import asyncio
+import anyio
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import jinja2
@@ -21,21 +22,37 @@ from ..audit.queries import StateCache
 from .params import href
 from .security import SECURITY_HEADERS, JSONResponse
 
+if TYPE_CHECKING:
+    from ..storage import SqlEventStore
+
 HERE = Path(__file__).resolve().parent
 
 
 class Viewer:
     """What the pages share over one store (opened in the app's lifespan)."""
 
+    _store: SqlEventStore | None
+
+    @property
+    def store(self) -> SqlEventStore:
+        """The store, open while the app runs (its lifespan opens and closes it)."""
+        if self._store is None:
+            raise RuntimeError("the viewer's store is not open: the app's lifespan opens it")
+        return self._store
+
+    @store.setter
+    def store(self, store: SqlEventStore) -> None:
+        self._store = store
+
     def __init__(self, url: str, schema: str | None, redaction: RedactionConfig,
                  page_size: int = 500):
         self.url, self.schema, self.page_size = url, schema, page_size
-        self.store = None
+        self._store = None
         self.cache = StateCache()  # whole states (the inspector, ?full=1)
         self._preview_cache = StateCache(previews=True)  # folds of previews (the pages)
         self.redactors = {False: Redactor(redaction), True: Redactor(redaction.with_enabled())}
         self.forced = redaction.enabled
-        self.stopping: asyncio.Event | None = None
+        self.stopping: anyio.Event | None = None
         env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                  autoescape=True, undefined=jinja2.StrictUndefined)
         env.filters["q"] = lambda s: quote(str(s), safe="")

@@ -5,7 +5,7 @@ and inside each tool between its side effect and the append of its outcome; a ne
 takes the call over from the log; I1–I7 are checked against the local Gemini Live server's
 record, the tools' side-effect ledger and the log. Then a short random soak (external
 SIGKILLs at random times). Both databases. The long soak runs by hand:
-`python -m service.crash.harness --mode soak --kills 1000 --db postgres`.
+`python -m rig.crash.harness --mode soak --kills 1000 --db postgres`.
 
 Model generations: the boundaries run on each generation (the local server applying its
 wire rules). CI's matrix covers every generation and both databases without crossing them
@@ -25,10 +25,10 @@ import sys
 
 import pytest
 
-from service.crash.harness import Databases, run_boundaries, run_soak, summarise
-from service.crash.scenarios import SCENARIOS, SCRIPTED, ServerPlan, known_results, scripted_for
+from rig.crash.harness import Databases, run_boundaries, run_soak, summarise
+from rig.crash.scenarios import SCENARIOS, SCRIPTED, ServerPlan, scripted_for
 from service.local_live import LocalLiveServer
-from service.testing.pipeline import MODEL
+from rig.testing.pipeline import MODEL
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -85,7 +85,7 @@ async def test_random_soak(databases, tmp_path):
 
 def test_demo_runs_offline_and_reports_a_verdict(tmp_path):
     db = f"sqlite+aiosqlite:///{tmp_path / 'demo.db'}"
-    out = subprocess.run([sys.executable, "-m", "session_store.cli", "demo", "--db", db,
+    out = subprocess.run([sys.executable, "-m", "session_store.commands.cli", "demo", "--db", db,
                           "--json"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     verdict = json.loads(out.stdout[out.stdout.index("{"):])
@@ -98,7 +98,7 @@ def _demo_on_a_terminal(db: str, columns: int) -> str:
     master, slave = pty.openpty()
     env = {**os.environ, "COLUMNS": str(columns)}
     env.pop("NO_COLOR", None)
-    proc = subprocess.Popen([sys.executable, "-m", "session_store.cli", "demo", "--db", db],
+    proc = subprocess.Popen([sys.executable, "-m", "session_store.commands.cli", "demo", "--db", db],
                             stdout=slave, stderr=subprocess.DEVNULL, env=env)
     os.close(slave)
     received = []
@@ -116,7 +116,7 @@ def _demo_on_a_terminal(db: str, columns: int) -> str:
 
 
 def _cli_json(*args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "session_store.cli", *args, "--json"],
+    out = subprocess.run([sys.executable, "-m", "session_store.commands.cli", *args, "--json"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
@@ -138,7 +138,7 @@ def test_demo_output_keeps_ids_whole_on_a_narrow_terminal_and_lines_whole_in_a_p
     _tl, ids = _demo_timeline(on_terminal)
     assert len(ids) > 2 and all(i in shown for i in ids), (ids, shown)
     assert "…" not in shown.replace("takes over…", "")  # (the opening line's own ellipsis)
-    piped = subprocess.run([sys.executable, "-m", "session_store.cli", "demo", "--db", into_pipe],
+    piped = subprocess.run([sys.executable, "-m", "session_store.commands.cli", "demo", "--db", into_pipe],
                            capture_output=True, text=True, timeout=300,
                            env={**os.environ, "COLUMNS": "80"})
     assert piped.returncode == 0, piped.stderr[-3000:]
@@ -156,7 +156,7 @@ def test_demo_output_keeps_ids_whole_on_a_narrow_terminal_and_lines_whole_in_a_p
 def test_live_demo_refuses_without_a_key(tmp_path):
     db = f"sqlite+aiosqlite:///{tmp_path / 'demo.db'}"
     env = {k: v for k, v in os.environ.items() if k != "GOOGLE_API_KEY"}
-    out = subprocess.run([sys.executable, "-m", "session_store.cli", "demo", "--live", "--db", db],
+    out = subprocess.run([sys.executable, "-m", "session_store.commands.cli", "demo", "--live", "--db", db],
                          capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 2 and "GOOGLE_API_KEY" in out.stderr
 
@@ -170,7 +170,7 @@ async def test_live_demo_path_against_a_protocol_compatible_endpoint(tmp_path):
     plan = ServerPlan(SCENARIOS["live"])
     async with LocalLiveServer(plan.script) as server:
         db = f"sqlite+aiosqlite:///{tmp_path / 'live.db'}"
-        cmd = [sys.executable, "-m", "session_store.cli", "demo", "--live", "--json",
+        cmd = [sys.executable, "-m", "session_store.commands.cli", "demo", "--live", "--json",
                "--db", db, "--base-url", server.base_url, "--ca-cert", str(server.cert_path)]
         out = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True,
                                       timeout=300, env={**os.environ, "GOOGLE_API_KEY": key})
@@ -179,7 +179,7 @@ async def test_live_demo_path_against_a_protocol_compatible_endpoint(tmp_path):
         assert verdict["ok"] is True and verdict["live"] is True and verdict["kills"] == 1
         # The model saw both calls answered once, and the new prompt, on the wire.
         assert not [v for v in server.violations if v["kind"] != "wait_timeout"]
-        assert {"lookup_order", "refund_order"} <= known_results(server.connections[-1])
+        assert {"lookup_order", "refund_order"} <= server.connections[-1].state.answered_names()
         assert server.connections[-1].system_instruction == SCENARIOS["live"].new_prompt
     stored = b"".join(p.read_bytes() for p in tmp_path.glob("live.db*"))
     assert stored and key.encode() not in stored

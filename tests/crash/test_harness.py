@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from service.crash.case import Kill, run_case
-from service.crash.harness import Databases
-from service.crash.scenarios import SCENARIOS, ServerPlan
+from rig.crash.case import Kill, run_case
+from rig.crash.harness import Databases
+from rig.crash.scenarios import SCENARIOS, ServerPlan
 from service.local_live import LocalLiveServer
 from tests.local_live.helpers import receive_until, turn_complete
 from tests.local_live.test_profiles import connect, kinds, text_turn

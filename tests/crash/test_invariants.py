@@ -5,10 +5,10 @@ reached the model), so the one violation is the only thing that can be reported.
 
 from __future__ import annotations
 
-from service.crash.invariants import check_call
-from service.crash.scenarios import SCENARIOS
+from rig.crash.invariants import check_call
+from rig.crash.scenarios import SCENARIOS
 from session_store import events as ev
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 SINGLE = SCENARIOS["single_call"]
 ARGS = {"id": 42}

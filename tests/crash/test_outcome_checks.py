@@ -14,13 +14,13 @@ import json
 
 import pytest
 
-from service.crash.case import Kill, run_case
-from service.crash.harness import Databases
-from service.crash.invariants import check_call
-from service.crash.scenarios import SCENARIOS
+from rig.crash.case import Kill, run_case
+from rig.crash.harness import Databases
+from rig.crash.invariants import check_call
+from rig.crash.scenarios import SCENARIOS
 from session_store import events as ev
 from session_store import open_store
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 pytestmark = pytest.mark.timeout(180)
 

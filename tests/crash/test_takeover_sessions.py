@@ -27,7 +27,7 @@ from service.driver import now_us
 from service.link import HANDLE_ATTEMPTS
 from service.gemini_live import DurableGeminiLiveLLMService
 from service.local_live import LocalLiveServer, Script
-from service.testing.pipeline import MODEL, PlaybackOutput, run_worker, tools_schema
+from rig.testing.pipeline import MODEL, PlaybackOutput, run_worker, tools_schema
 from session_store import events as ev
 from session_store import load_state
 from session_store.delivery import undelivered

@@ -23,9 +23,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from service.crash.scenarios import SCENARIOS, ServerPlan
+from rig.crash.scenarios import SCENARIOS, ServerPlan
 from service import observe
-from service.crash.worker import WorkerConfig, run_worker
+from rig.crash.worker import WorkerConfig, run_worker
 from service.local_live import LocalLiveServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -64,7 +64,7 @@ async def test_a_takeover_after_a_sigkill_is_in_the_calls_trace(migrated, tmp_pa
 
         with (tmp_path / "worker1.log").open("wb") as log:
             first = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "service.crash.worker",
+                sys.executable, "-m", "rig.crash.worker",
                 json.dumps(asdict(config(kill_in_tool=TOOL, trace_file=str(dead_spans)))),
                 cwd=ROOT, stdout=log, stderr=asyncio.subprocess.STDOUT,
                 env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -25,7 +25,7 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 from service.driver import now_us
 from service.gemini_live import DurableGeminiLiveLLMService
 from service.local_live import LocalLiveServer, Script
-from service.testing.pipeline import MODEL, PlaybackOutput, run_worker, tools_schema
+from rig.testing.pipeline import MODEL, PlaybackOutput, run_worker, tools_schema
 from session_store import Policy, load_state
 from session_store import events as ev
 from session_store.delivery import undelivered

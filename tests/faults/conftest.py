@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from session_store import open_store
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 from .netproxy import PartitionProxy
 from .pgcluster import find_pg_bin, start_private_cluster

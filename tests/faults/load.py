@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from session_store import SqlEventStore, StoreUnavailable
 from session_store import events as ev
 from session_store.events import canonical_json
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 TOOLS = ("lookup_order", "check_stock", "book_delivery_slot")
 
@@ -35,7 +35,9 @@ def call_steps(rng: random.Random, call: str,
                pace: float) -> Iterator[tuple[float, list[ev.Event]]]:
     """(pause before it, events of one append) for one call, forever. `pace` scales the pauses
     (1.0 = the tempo of a real call, ~2 appends per second)."""
-    u = lambda a, b: rng.uniform(a, b) * pace  # noqa: E731
+    def u(a: float, b: float) -> float:
+        return rng.uniform(a, b) * pace
+
     gen, seq = 1, 0
     yield 0.0, [ev.SessionOpened("models/gemini-live", list(TOOLS), "fault-worker", 1, {})]
     yield u(0.1, 0.3), [ev.Connected(gen, None, "0" * 64)]

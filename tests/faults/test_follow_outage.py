@@ -76,7 +76,7 @@ def test_tail_follows_through_a_postgres_restart(private_pg):
 
     async def setup():
         await private_pg.create_schema(schema)
-        from session_store.migrate import upgrade
+        from session_store.storage.migrate import upgrade
         await upgrade(private_pg.url, schema=schema)
 
     async def append(v: int) -> int:
@@ -90,7 +90,7 @@ def test_tail_follows_through_a_postgres_restart(private_pg):
     asyncio.run(setup())
     asyncio.run(append(0))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", "from session_store.cli import main; main()",
+    proc = subprocess.Popen([sys.executable, "-c", "from session_store.commands.cli import main; main()",
                              "tail", "--json", "--db", private_pg.url, "--schema", schema],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             cwd=REPO)

@@ -67,10 +67,10 @@ from service.driver import CallDriver
 from session_store import load_state
 from session_store.errors import (CorruptEvent, SchemaVersionTooNew, StreamDamaged,
                                   UnknownEventType)
-from session_store.loading import save_snapshot
+from session_store.storage.loading import save_snapshot
 from session_store.storage import Snapshot
 from session_store.projection import PROJECTION_VERSION, to_snapshot
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 from tests.store.helpers import insert_raw_event, sql
 from tests.tools.conftest import running_viewer
 from tests.tools.helpers import T0, acli, support_call, write_call
@@ -413,7 +413,7 @@ async def test_untrustworthy_snapshots_are_ignored(migrated, store, caplog):
         await sql(migrated, "DELETE FROM session_snapshots")
         await store.save_snapshot(Snapshot("snap-a", version, PROJECTION_VERSION, state_json))
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="session_store.loading"):
+        with caplog.at_level(logging.WARNING, logger="session_store.storage.loading"):
             assert to_snapshot(await load_state(store, "snap-a")) == truth, why
             r = await acli("state", "snap-a", "--json", backend=migrated)
         assert r.exit_code == 0 and json.loads(r.stdout)["version"] == N, (why, r.output)

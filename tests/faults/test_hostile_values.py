@@ -18,7 +18,7 @@ import pytest
 from session_store import events as ev
 from session_store import load_state
 from session_store.errors import CorruptEvent
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 from tests.store.helpers import insert_raw_event, sql
 from tests.tools.helpers import T0, acli, one_line_error, streamed_then_error, support_call, write_call
 
@@ -46,7 +46,7 @@ async def test_a_time_no_date_can_show_is_named_by_every_reader(timed_log, store
         assert (reports[call].ok, reports[call].first_bad_version) == (False, N + 1), call
         assert f"recorded_at_us {at_us} is outside 1970 to 9999" in reports[call].reason
         with pytest.raises(CorruptEvent, match=f"{call}@{N + 1}"):
-            (await store.read(call))[-1].recorded_at  # noqa: B018
+            (await store.read(call))[-1].recorded_at  # noqa: B018 - reading it checks it
         for command in (["state", call], ["timeline", call]):
             one_line_error(await acli(*command, backend=timed_log), f"{call}@{N + 1}",
                            "outside 1970 to 9999")
@@ -54,7 +54,7 @@ async def test_a_time_no_date_can_show_is_named_by_every_reader(timed_log, store
         streamed_then_error(await acli("export", call, backend=timed_log), f"{call}@{N + 1}",
                             "outside 1970 to 9999")
         # tail shows the last events first: it errs in one line too (and ends).
-        done = subprocess.run([sys.executable, "-m", "session_store.cli", "tail", call,
+        done = subprocess.run([sys.executable, "-m", "session_store.commands.cli", "tail", call,
                                *timed_log.cli_args], capture_output=True, text=True,
                               timeout=60, env={**os.environ, "COLUMNS": "200"})
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr

@@ -23,8 +23,8 @@ from service.local_live import (Audio, Call, CancelToolCalls, GoAway, Script, To
                                 TurnComplete, WaitSignal)
 from session_store import Policy, StoreUnavailable, open_store
 from session_store.events import BotStartedSpeaking
-from session_store.migrate import upgrade
-from session_store.verify import verify_log
+from session_store.storage.migrate import upgrade
+from session_store.audit.verify import verify_log
 from tests.service.helpers import (Ctl, Flavour, assert_cancelled_after_start, assert_chain_ok,
                                    assert_log_settled, assert_server_clean, handles_of,
                                    run_call)

@@ -24,11 +24,11 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 from service.gemini_live import DurableGeminiLiveLLMService
 from service.local_live import (Audio, Call, LocalLiveServer, Script, ToolCall, TurnComplete,
                                 WaitToolResponse)
-from service.testing.pipeline import tools_schema
+from rig.testing.pipeline import tools_schema
 from session_store import events as ev
 from session_store.audit.fmt import iso
-from session_store.schema import valid_id
-from session_store.verify import verify_log
+from session_store.storage.schema import valid_id
+from session_store.audit.verify import verify_log
 from tests.service.helpers import Ctl, Flavour, run_call
 from tests.store.helpers import sql
 from tests.tools.helpers import HOUR_US, T0, cli, support_call, write_call
@@ -349,7 +349,7 @@ def test_sql_is_never_built_from_runtime_values():
     assert interpolated <= ALLOWED_IN_SQL, interpolated - ALLOWED_IN_SQL
     assert formats == ALLOWED_FORMAT, formats ^ ALLOWED_FORMAT
     # What the allowed names are: plain identifiers and an integer, fixed at import.
-    from session_store.schema import events, streams
+    from session_store.storage.schema import events, streams
     from session_store.storage.postgres import statements as postgres
     from session_store.storage.sqlite import commit as sqlite_commit
     from session_store.storage.sqlite import statements as sqlite
@@ -384,7 +384,7 @@ async def test_a_schema_name_from_configuration_is_an_identifier_or_refused(sche
     the store and migrate refuse anything but a plain identifier, and the CLI says so in one
     line; nothing is created."""
     from session_store import open_store
-    from session_store.migrate import upgrade
+    from session_store.storage.migrate import upgrade
     from tests.conftest import PG_URL
 
     if schema:

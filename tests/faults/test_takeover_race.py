@@ -23,7 +23,7 @@ from service.driver import CallDriver
 from session_store import events as ev
 from session_store import load_state
 from session_store.errors import Fenced
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 MODEL = dict(model="gemini-live", tools=["lookup_order"], settings={})
 WORKER = Path(__file__).with_name("race_worker.py")

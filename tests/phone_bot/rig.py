@@ -27,7 +27,7 @@ from examples.phone_bot.fleet import PUBLIC_URL, ROOT, Worker, _free_port, _star
     _stop_workers
 from examples.phone_bot.gemini_script import PhoneCallPlan
 from examples.phone_bot.telephony import SILENCE, Balancer, PhoneCall, TwilioRestApi
-from service.crash.harness import Databases
+from rig.crash.harness import Databases
 from service.local_live import LocalLiveServer
 from session_store import open_store
 

@@ -22,7 +22,7 @@ import pytest
 
 from examples.phone_bot.fleet import PUBLIC_URL, ROOT, _start_workers, _stop_workers
 from examples.phone_bot.telephony import Balancer, PhoneCall
-from service.crash.harness import Databases
+from rig.crash.harness import Databases
 from service.local_live import (Audio, Interrupted, LocalLiveServer, OutputTranscript, Script,
                                 Sleep, TurnComplete, WaitFor, WaitSignal)
 from service.playback import CUT_MARK

@@ -25,7 +25,7 @@ from examples.phone_bot.fleet import PUBLIC_URL, ROOT, Kill
 from examples.phone_bot.gemini_script import PhoneCallPlan
 from examples.phone_bot.telephony import Balancer, PhoneCall
 from examples.phone_bot.tools import Ledger
-from service.crash.harness import Databases
+from rig.crash.harness import Databases
 from service.local_live import LocalLiveServer
 from session_store import open_store
 
@@ -98,10 +98,10 @@ async def _call_killed_in_refund(db: str, point: str, workdir):
                     running = asyncio.create_task(call.run(http))
                     await _kill_in_refund(call, kill, workers, url, schema, ledger)
                     await asyncio.wait_for(running, 120)
-                (outcome,) = await fleet._judge([call], kill, workers, gemini, plan,  # noqa: SLF001
+                (outcome,) = await fleet._judge([call], kill, workers, gemini, plan,  # noqa: SLF001 - the rig
                                                 url, schema, ledger_path)
             finally:
-                await fleet._stop_workers(workers)  # noqa: SLF001
+                await fleet._stop_workers(workers)  # noqa: SLF001 - the rig
         store = await open_store(url, **({"schema": schema} if schema else {}))
         try:
             records = await store.read(call.call_sid)

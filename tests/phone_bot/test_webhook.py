@@ -14,7 +14,7 @@ from twilio.request_validator import RequestValidator
 from examples.phone_bot.server import app
 from session_store import events as ev
 from session_store import open_store
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 PUBLIC = "https://bot.example.test"
 TOKEN = "test-auth-token"

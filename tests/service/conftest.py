@@ -23,7 +23,7 @@ import uuid
 import asyncpg
 import pytest
 
-from service.testing.pipeline import MODEL
+from rig.testing.pipeline import MODEL
 
 from tests.conftest import PG_DSN, PG_URL, Backend
 

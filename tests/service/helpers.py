@@ -33,13 +33,13 @@ from pipecat.services.llm_service import FunctionCallParams
 
 from service.gemini_live import DurableGeminiLiveLLMService
 from service.local_live import HandleRecord, LocalLiveServer, Script, ToolResult
-from service.testing.pipeline import MODEL, PlaybackOutput, ToolLedger, make_tool, run_worker, tools_schema
+from rig.testing.pipeline import MODEL, PlaybackOutput, ToolLedger, make_tool, run_worker, tools_schema
 from session_store import Policy, RecordedEvent, SessionState, load_state, open_store
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 from session_store.models import rules_for
 from session_store.storage import SqlEventStore
 from session_store.delivery import unanswered, undelivered
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 PROMPT = "Be brief."
 TOOLS = ("lookup_order", "get_weather")

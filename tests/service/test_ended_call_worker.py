@@ -18,7 +18,7 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 from service.driver import CallDriver
 from service.gemini_live import DurableGeminiLiveLLMService
-from service.testing.pipeline import MODEL, run_worker
+from rig.testing.pipeline import MODEL, run_worker
 from session_store import Policy
 from session_store import events as ev
 

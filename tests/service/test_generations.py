@@ -16,7 +16,7 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 from service.local_live import (Audio, Call, Close, GoAway, InputTranscript, OutputTranscript,
                                 ResumptionUpdate, Script, Sleep, ToolCall, TurnComplete, WaitFor,
                                 WaitIntermediate, WaitToolResponse)
-from service.testing.pipeline import make_tool, tools_schema
+from rig.testing.pipeline import make_tool, tools_schema
 from session_store import Policy
 
 from .helpers import (Ctl, assert_answered_once, assert_chain_ok, assert_log_settled,

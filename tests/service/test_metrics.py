@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service import metrics, observe
 from service.driver import CallDriver, now_us
 from service.local_live import Audio, Call, Script, ToolCall, TurnComplete, WaitToolResponse
-from service.testing.pipeline import MODEL
+from rig.testing.pipeline import MODEL
 from session_store import Policy
 from session_store import events as ev
 from session_store.errors import Fenced

@@ -107,7 +107,9 @@ async def test_model_signal_prompt_change_mid_turn_delivers_on_the_new_session(f
     ]
 
     async def drive(ctl: Ctl):
-        state = lambda: ctl.llm.driver.state  # noqa: E731
+        def state():
+            return ctl.llm.driver.state
+
         await ctl.wait(lambda: "c1" in state().calls and state().bot_speaking, timeout=5)
         await ctl.task.queue_frame(LLMUpdateSettingsFrame(
             delta=GeminiLiveLLMService.Settings(system_instruction="NEW")))

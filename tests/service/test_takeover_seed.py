@@ -20,7 +20,7 @@ import pytest
 from service.driver import CallDriver
 from service.local_live import (Audio, Call, Close, HandleRecord, ModelState, Script, ToolCall,
                                 ToolResult, TurnComplete)
-from service.testing.pipeline import MODEL
+from rig.testing.pipeline import MODEL
 from session_store import Policy
 from session_store import events as ev
 from session_store.decide import FunctionCall, ToolCallsArrived

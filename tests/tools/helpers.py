@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from session_store import events as ev
 from session_store.audit.fmt import iso
-from session_store.cli import app
+from session_store.commands.cli import app
 from session_store.events import Event, canonical_json
 from session_store.records import GENESIS_HASH, RecordedEvent, chain_hash
 

@@ -10,7 +10,7 @@ import re
 import sys
 import threading
 
-from session_store.cli import app
+from session_store.commands.cli import app
 
 # What rich itself writes on a terminal: colours and styles (SGR), nothing else.
 SGR = re.compile(r"\x1b\[[0-9;]*m")

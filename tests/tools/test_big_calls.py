@@ -243,7 +243,7 @@ _PEAK = """
 import sys
 import session_store.audit.redaction, session_store.audit.queries, session_store.commands.views
 from session_store.audit import Redactor
-from session_store.cli import app
+from session_store.commands.cli import app
 
 Redactor().scrub_text("warm 4155550123 a@b.de")  # (its lazy imports, as any command's)
 

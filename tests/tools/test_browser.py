@@ -34,8 +34,9 @@ pytestmark = pytest.mark.skipif(
 async def test_list_call_event_state_in_chromium(loaded, artifacts):
     from playwright.async_api import async_playwright, expect
 
-    shot = lambda page, name: page.screenshot(  # noqa: E731
-        path=str(artifacts / f"{loaded.name}-{name}.png"), full_page=True)
+    def shot(page, name):
+        return page.screenshot(path=str(artifacts / f"{loaded.name}-{name}.png"), full_page=True)
+
     with running_viewer(loaded, token=TOKEN) as base:
         async with async_playwright() as pw:
             browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)

@@ -7,7 +7,7 @@ import inspect
 import httpx
 import pytest
 
-from session_store.cli import app
+from session_store.commands.cli import app
 
 from .conftest import running_viewer
 from .helpers import acli, cli, one_line_error, support_call, write_call

@@ -11,8 +11,8 @@ from importlib.metadata import version
 import pytest
 from typer.testing import CliRunner
 
-from session_store.cli import app
-from session_store.migrate import upgrade
+from session_store.commands.cli import app
+from session_store.storage.migrate import upgrade
 from tests.conftest import Backend
 
 from .helpers import failing_call, one_line_error, write_call
@@ -132,7 +132,7 @@ def test_alembic_refuses_an_empty_session_store_url(tmp_path, monkeypatch):
     from alembic.config import Config
     from alembic.util import CommandError
 
-    from session_store.migrate import ALEMBIC_INI
+    from session_store.storage.migrate import ALEMBIC_INI
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SESSION_STORE_URL", "")

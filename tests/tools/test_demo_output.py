@@ -13,7 +13,7 @@ import sys
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "session_store.cli", *args],
+    return subprocess.run([sys.executable, "-m", "session_store.commands.cli", *args],
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "COLUMNS": "200"})
 

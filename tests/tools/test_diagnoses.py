@@ -19,8 +19,8 @@ from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 from session_store import CannotOpen, open_store
-from session_store.cli import app
-from session_store.schema import HEAD_REVISION
+from session_store.commands.cli import app
+from session_store.storage.schema import HEAD_REVISION
 from session_store.storage.sqlite.writer import WriterProcess
 from tests.conftest import PG_DSN
 from tests.faults.sqlitefaults import CannotFault, _chattr, check_immutable_works

@@ -144,7 +144,7 @@ def test_tail_follows_new_events_with_secrets_masked(tmp_path):
     import asyncio
 
     from session_store import open_store
-    from session_store.migrate import upgrade
+    from session_store.storage.migrate import upgrade
 
     url = f"sqlite+aiosqlite:///{tmp_path / 'tail.db'}"
 
@@ -158,7 +158,7 @@ def test_tail_follows_new_events_with_secrets_masked(tmp_path):
 
     asyncio.run(write([ev.SessionOpened("m", ["t"], "w1", 1, {"api_key": SECRET})], 0))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "300"}
-    proc = subprocess.Popen([sys.executable, "-c", "from session_store.cli import main; main()",
+    proc = subprocess.Popen([sys.executable, "-c", "from session_store.commands.cli import main; main()",
                              "tail", "tailed", "--db", url], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, env=env, cwd=REPO)
     lines: queue.Queue[str] = queue.Queue()
@@ -175,7 +175,7 @@ def test_tail_follows_new_events_with_secrets_masked(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
-    proc = subprocess.Popen([sys.executable, "-c", "from session_store.cli import main; main()",
+    proc = subprocess.Popen([sys.executable, "-c", "from session_store.commands.cli import main; main()",
                              "tail", "--json", "--db", url], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, env=env, cwd=REPO)
     try:

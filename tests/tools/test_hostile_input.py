@@ -12,7 +12,7 @@ import pytest
 from session_store.audit import CallFilter, parse_time
 from session_store.audit.queries import (call_summary, count_calls, list_calls, overview,
                                          state_at)
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 from .helpers import acli, support_call, write_call
 

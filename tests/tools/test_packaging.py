@@ -1,5 +1,6 @@
 """What a user who installs the wheel (not the checkout) gets: the migrations, the viewer's
-files, the type marker, and a `migrate` that finds its migrations without alembic.ini."""
+files, the type marker, a `migrate` that finds its migrations without alembic.ini, and
+none of the rig (rig/, tests/, bench/, examples/)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from alembic.script import ScriptDirectory
 
-from session_store import migrate
+from session_store.storage import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,15 @@ def test_the_wheel_carries_every_migration_the_checkout_has(wheel):
     assert {"session_store/py.typed", "service/py.typed"} <= names
     assert any(n.startswith("session_store/web/templates/") for n in names)
     assert any(n.startswith("session_store/web/static/") for n in names)
-    assert not any(n.startswith(("tests/", "bench/", "examples/")) for n in names)
+
+
+def test_the_wheel_holds_the_product_and_no_rig(wheel):
+    names = wheel.namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"session_store", "service"}
+    assert "session_store/commands/cli.py" in names and "service/local_live/server.py" in names
+    assert [n for n in names if n.startswith(("service/crash/", "service/testing/",
+                                              "service/demo.py"))] == []
 
 
 async def test_an_installed_wheel_migrates_without_alembic_ini(wheel, tmp_path, monkeypatch):

@@ -1,8 +1,8 @@
-"""The product's import path holds no test rig.
+"""The product's import path holds no test rig (its wheel neither: test_packaging.py).
 
-The crash harness (service.crash) and the pipeline fakes (service.testing) serve the tests,
-the benchmarks and `session-store demo`, which loads them only when it runs; the testing
-kit (service.local_live) is product, and imports neither pipecat nor the rig.
+The crash harness (rig.crash) and the pipeline fakes (rig.testing) serve the tests,
+the benchmarks and `session-store demo` (from a checkout); the testing kit
+(service.local_live) is product, and imports neither pipecat nor the rig.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 
-RIG = ("service.crash", "service.testing", "tests", "bench")
+RIG = ("rig", "tests", "bench")
 
 
 def loaded_after(*modules: str) -> list[str]:
@@ -28,7 +28,7 @@ def rig_in(loaded: list[str]) -> list[str]:
 
 
 def test_the_product_modules_import_no_rig():
-    loaded = loaded_after("session_store", "session_store.cli", "session_store.web",
+    loaded = loaded_after("session_store", "session_store.commands.cli", "session_store.web",
                           "session_store.audit", "service.gemini_live", "service.local_live")
     assert rig_in(loaded) == []
 
@@ -37,3 +37,13 @@ def test_the_testing_kit_imports_neither_pipecat_nor_the_store():
     loaded = loaded_after("service.local_live")
     assert [m for m in loaded if m.split(".")[0] in ("pipecat", "google", "session_store")] == []
     assert rig_in(loaded) == []
+
+
+def test_the_demo_without_the_rig_says_how_to_run_it():
+    # An installed wheel has no `rig`; a checkout does, so it is hidden here.
+    code = ("import sys; sys.modules['rig'] = None\n"
+            "from session_store.commands.cli import main; sys.argv = ['session-store', 'demo']; main()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "not part of the installed package" in out.stderr and "make demo" in out.stderr

@@ -26,7 +26,7 @@ import pytest
 
 from session_store import events as ev
 from session_store import open_store
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 
 EVENTS = 20
 
@@ -41,7 +41,7 @@ def _nobody() -> int:
     # The checkout and its virtualenv must be readable by that user (a clone in a 0700
     # directory is not: .ci/run opens its checkout to others for this test).
     probe = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                            sys.executable, "-c", "import session_store.cli"],
+                            sys.executable, "-c", "import session_store.commands.cli"],
                            capture_output=True, text=True, cwd="/")
     if probe.returncode != 0:
         pytest.skip(f"user nobody cannot run this checkout's Python: {probe.stderr.strip()[-200:]}")
@@ -72,7 +72,7 @@ async def test_tail_as_a_user_who_cannot_write_the_directory_sees_every_later_ev
 
     tail = subprocess.Popen(
         ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable,
-         "-m", "session_store.cli", "tail", "c", "--db", url],
+         "-m", "session_store.commands.cli", "tail", "c", "--db", url],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "COLUMNS": "200", "HOME": "/tmp"})
     lines: list[str] = []

@@ -123,7 +123,7 @@ def test_a_redaction_config_of_the_wrong_shape_is_refused_in_one_line(tmp_path, 
     read as something else (`enabled = "no"` switched redaction on, `transcripts = 0` off)."""
     from typer.testing import CliRunner
 
-    from session_store.cli import app
+    from session_store.commands.cli import app
 
     cfg_file = tmp_path / "redact.toml"
     cfg_file.write_text(f"[redaction]\n{line}\n")

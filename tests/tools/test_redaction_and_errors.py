@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from session_store import events as ev
 from session_store.audit import MASK, Redactor, export_line, load_config, replay
-from session_store.cli import app
+from session_store.commands.cli import app
 from session_store.decide import FunctionCall, ToolCallsArrived, decide
 from session_store.policy import Policy
 from session_store.projection import fold

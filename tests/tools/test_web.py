@@ -171,7 +171,7 @@ def test_serve_refuses_a_port_that_is_no_port(tmp_path, port):
     """Bad input before anything starts (it was uvicorn's OverflowError traceback, exit 1)."""
     from typer.testing import CliRunner
 
-    from session_store.cli import app
+    from session_store.commands.cli import app
 
     db = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
     assert CliRunner().invoke(app, ["migrate", "--db", db]).exit_code == 0

@@ -11,10 +11,12 @@ from .following import follow, last_records, log_end
 from .listing import (CallPage, call_summary, count_calls, is_planned, list_calls,
                       matching_calls, page_query)
 from .reading import (Overview, StateCache, complete_head, evidence_for, iter_records,
-                      overview, read_previews, state_at, version_at_time, window_facts)
+                      overview, read_previews, state_at, state_of_read, version_at_time,
+                      window_facts)
 
 __all__ = ["engine_of", "fleet_stats", "follow", "last_records", "log_end", "CallPage",
            "call_summary", "count_calls", "is_planned", "list_calls", "matching_calls",
            "page_query",
            "Overview", "StateCache", "complete_head", "evidence_for", "iter_records",
-           "overview", "read_previews", "state_at", "version_at_time", "window_facts"]
+           "overview", "read_previews", "state_at", "state_of_read", "version_at_time",
+           "window_facts"]

@@ -6,7 +6,7 @@ import json
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ...schema import events
+from ...storage.schema import events
 
 EVENT_COLUMNS = (events.c.stream_id, events.c.version, events.c.position, events.c.type,
                  events.c.schema_version, events.c.data, events.c.recorded_at_us,

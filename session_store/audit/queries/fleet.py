@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import and_, func, select
 
-from ...schema import events, streams
+from ...storage.schema import events, streams
 from .base import engine_of, payload_dict
 from .listing import is_planned
 
@@ -21,7 +21,7 @@ def _percentiles(values: list[float]) -> dict:
     xs = sorted(values)
 
     def q(p: float) -> float:  # nearest rank
-        return round(xs[min(len(xs) - 1, max(0, -(-len(xs) * p // 100) - 1))], 3)
+        return round(xs[min(len(xs) - 1, max(0, int(-(-len(xs) * p // 100)) - 1))], 3)
 
     return {"count": len(xs), "p50": q(50), "p90": q(90), "p99": q(99), "max": round(xs[-1], 3)}
 
@@ -75,6 +75,7 @@ async def fleet_stats(store, since_us: int, until_us: int) -> dict:
         stmt = (select(events.c.stream_id, events.c.type, events.c.data,
                        events.c.recorded_at_us)
                 .where(events.c.type.in_(list(tool_types)), events.c.stream_id.in_(in_range)))
+        at: int
         for sid, etype, data, at in await conn.execute(stmt):
             cid = payload_dict(data).get("call_id")
             if not isinstance(cid, str):

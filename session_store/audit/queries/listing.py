@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import and_, exists, func, not_, or_, select
 
-from ...schema import events, streams, valid_id, valid_stream_id
+from ...storage.schema import events, streams, valid_id, valid_stream_id
 from ..summaries import (
     COUNTED_TYPES, SORTS, STALE_AFTER_US, TOOL_END_TYPES, CallFilter, CallSummary, like_pattern,
     summarise, tool_ends,
@@ -190,10 +190,10 @@ async def matching_calls(conn, flt: CallFilter) -> set[str]:
         # needle that JSON writes as itself.
         run = max(_plain_runs(needle), key=len, default="")
         found = set()
-        stmt = select(events.c.stream_id, events.c.type, events.c.data).where(
-            events.c.type.in_(list(_SEARCHED)), *scope)
+        conditions = [events.c.type.in_(list(_SEARCHED)), *scope]
         if run:
-            stmt = stmt.where(func.lower(events.c.data).like(like_pattern(run), escape="\\"))
+            conditions.append(func.lower(events.c.data).like(like_pattern(run), escape="\\"))
+        stmt = select(events.c.stream_id, events.c.type, events.c.data).where(*conditions)
         for sid, etype, data in await conn.execute(stmt):
             if sid in found:
                 continue
@@ -207,7 +207,8 @@ async def matching_calls(conn, flt: CallFilter) -> set[str]:
 def _plain_runs(text: str) -> list[str]:
     """Parts of `text` that canonical JSON writes unchanged (no quote, backslash, control
     character; ASCII only, as lower() agrees on it on both databases)."""
-    out, run = [], []
+    out: list[str] = []
+    run: list[str] = []
     for ch in text:
         if ch in '"\\' or ord(ch) < 0x20 or ord(ch) > 0x7E:
             if run:

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 
 from ...errors import StreamDamaged
-from ...loading import snapshot_state
+from ...storage.loading import snapshot_state
 from ...projection import fold_into
 from ...records import RecordedEvent
-from ...schema import events, streams, valid_stream_id
+from ...storage.schema import events, streams, valid_stream_id
 from ...state import SessionState
 from ..fmt import preview_record
 from ..timeline import EVIDENCE_TYPES, LANES, Evidence, lane_of
@@ -181,6 +181,15 @@ def _private(state: SessionState) -> SessionState:
     return pickle.loads(pickle.dumps(state, pickle.HIGHEST_PROTOCOL))
 
 
+async def state_of_read(store, call_id: str, at: int, cache: StateCache | None = None,
+                        **options) -> SessionState:
+    """`state_at` for a call whose events were just read: StreamDamaged if it has none."""
+    state = await state_at(store, call_id, at, cache, **options)
+    if state is None:
+        raise StreamDamaged(f"{call_id}: its events were read, then none were there")
+    return state
+
+
 async def state_at(store, call_id: str, at: int | None = None,
                    cache: StateCache | None = None, *,
                    after: SessionState | None = None,
@@ -252,16 +261,16 @@ async def window_facts(store, call_id: str, first: int, last: int, head: int,
     try:
         prior = None
         if first > 1:
-            before = await state_at(store, call_id, first - 1, cache, remember=True,
-                                    previews=previews)
+            before = await state_of_read(store, call_id, first - 1, cache, remember=True,
+                                         previews=previews)
             rec = await store.read(call_id, from_version=first - 1, to_version=first - 1)
             if rec and previews:
                 rec = [preview_record(rec[0])]
             prior = Prior(before, rec[0] if rec else None,
                           await _episode_context(store, call_id, first))
-        final = await state_at(store, call_id, head, cache, remember=True,
-                               after=prior.state if prior is not None else None,
-                               previews=previews)
+        final = await state_of_read(store, call_id, head, cache, remember=True,
+                                    after=prior.state if prior is not None else None,
+                                    previews=previews)
     except SessionStoreError as exc:
         if first == 1 and last == head:
             raise

@@ -9,6 +9,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from ..pii import KINDS as PII_KINDS
@@ -53,11 +54,12 @@ class RedactionConfig:
 
 
 def load_config(*, redact: bool = False, keys: str | None = None, path: str | None = None,
-                env: dict[str, str] | None = None) -> RedactionConfig:
+                env: Mapping[str, str] | None = None) -> RedactionConfig:
     """Combine a config file (--redact-config or $SESSION_STORE_REDACT_CONFIG, JSON or TOML),
     $SESSION_STORE_REDACT_KEYS and --redact-keys. Giving keys implies full redaction; a file
     with `enabled = true` forces it for every output."""
-    env = os.environ if env is None else env
+    if env is None:
+        env = os.environ
     cfg = RedactionConfig()
     path = path or env.get(ENV_CONFIG) or None
     if path:
@@ -109,7 +111,7 @@ def _from_file(path: Path) -> RedactionConfig:
         except re.error as exc:
             raise ValueError(f"{path}: secret_patterns: {pattern!r} is not a regular "
                              f"expression ({exc})") from None
-    conv = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    conv: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
     if "keys" in conv and not replace_defaults:
         conv["keys"] = tuple(dict.fromkeys(DEFAULT_REDACT_KEYS + conv["keys"]))
     return RedactionConfig(**conv)

@@ -28,12 +28,12 @@ class TimelineBuilder(TimelineDraft):
     `build_timeline`, and event by event by `tail` and the live viewer."""
 
     def __init__(self, call_id: str, t0_us: int | None, prior: Prior | None = None):
-        s = prior.state if prior is not None else None
         # Tool calls asked before the window: what was known of them when it opens.
-        super().__init__(call_id, t0_us, s.calls if s is not None else {})
+        super().__init__(call_id, t0_us, prior.state.calls if prior is not None else {})
         self._speaking_before: SpeechSegment | None = None
         self._episode_before = False
-        if s is not None and s.version:
+        if prior is not None and prior.state.version:
+            s = prior.state
             self.generation = s.generation or None
             self.seen_connect = bool(s.generation)
             self.closed_version = s.version if s.closed else None
@@ -54,7 +54,7 @@ class TimelineBuilder(TimelineDraft):
     def _absorb(self, records: list[RecordedEvent]) -> None:
         """Take in events before the window as context (why a session is down), listing
         nothing: they go through their renderers into a timeline that is dropped."""
-        self.tl = Timeline(self.call_id, self.t0_us or 0, 0, 0, None, None)
+        self._tl = Timeline(self.call_id, self.t0_us or 0, 0, 0, None, None)
         for rec in records:
             try:
                 d = rec.data
@@ -63,14 +63,14 @@ class TimelineBuilder(TimelineDraft):
             if isinstance(d, dict):
                 self.describe(rec, d)
             self.last = rec
-        self.tl = None
+        self._tl = None
 
     # --------------------------------------------------------------- one event
     def add(self, rec: RecordedEvent) -> Entry:
         rec.recorded_at  # noqa: B018 - CorruptEvent for a time no entry could show
-        if self.tl is None:
+        if self._tl is None:
             t0 = self.t0_us if self.t0_us is not None else rec.recorded_at_us
-            self.tl = Timeline(self.call_id or rec.stream_id, t0, rec.version, rec.version,
+            self._tl = Timeline(self.call_id or rec.stream_id, t0, rec.version, rec.version,
                                rec.recorded_at_us, rec.recorded_at_us)
             if self._speaking_before is not None:  # speaking when the window opened
                 self.open_speech = self._speaking_before
@@ -132,7 +132,7 @@ class TimelineBuilder(TimelineDraft):
         its result is in the model, and the problems list what the call ended with.
         `redact_state` masks arguments and results taken from the final state
         (`Redactor.redact_state`)."""
-        if self.tl is None:
+        if self._tl is None:
             return Timeline(self.call_id, self.t0_us or 0, 0, 0, None, None)
         tl = self.tl
         if self.episode is not None and (self.episode.requested_version

@@ -21,7 +21,7 @@ class TimelineDraft:
 
     def __init__(self, call_id: str, t0_us: int | None,
                  prior_calls: dict[str, CallState]) -> None:
-        self.tl: Timeline | None = None
+        self._tl: Timeline | None = None
         self.call_id, self.t0_us = call_id, t0_us
         self.open_speech: SpeechSegment | None = None
         self.episode: Reconnect | None = None
@@ -33,6 +33,13 @@ class TimelineDraft:
         self.last: RecordedEvent | None = None
         self.last_entry: Entry | None = None
         self.prior_calls = prior_calls
+
+    @property
+    def tl(self) -> Timeline:
+        """The timeline being built: there is one from the first event on (`add`)."""
+        if self._tl is None:
+            raise RuntimeError("no timeline yet: add an event first")
+        return self._tl
 
     def call(self, call_id: str) -> ToolCallView:
         c = self.tl.tool_calls.get(call_id)

@@ -54,10 +54,13 @@ class Evidence:
             return
         gen = d.get("generation")
         if rec.type == "tool.result_sent":
-            key = (d.get("call_id"), gen)
-            versions = self.pending.get(key) if isinstance(key[0], str) else None
+            call_id = d.get("call_id")
+            if not isinstance(call_id, str):
+                return
+            key = (call_id, gen)
+            versions = self.pending.get(key)
             if versions and versions[0] <= rec.version:
-                send = (key[0], gen, versions.pop(0))
+                send = (call_id, gen, versions.pop(0))
                 if not versions:
                     del self.pending[key]
                 self.open.setdefault(gen, {})[send] = rec.version

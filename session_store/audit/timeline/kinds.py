@@ -85,7 +85,7 @@ def _attached(b: TimelineDraft, rec, d):
 def _field(rec: RecordedEvent, key: str) -> Any:
     try:
         d = rec.data
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - an unreadable row has no fields (shown as a problem)
         return None
     return d.get(key) if isinstance(d, dict) else None
 

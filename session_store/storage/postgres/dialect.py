@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from ...checks import check_count, check_seconds
 from ...errors import CannotOpen
-from ...schema import events, snapshots, streams
+from ..schema import events, snapshots, streams
 from ..store import SqlEventStore
 from ..urls import SQLALCHEMY_ONLY_OPTIONS
 from .committer import PostgresCommitter

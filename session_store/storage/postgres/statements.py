@@ -4,7 +4,7 @@ heads (one stream: one statement; several: a temporary function per writer conne
 
 from __future__ import annotations
 
-from ...schema import events, streams
+from ..schema import events, streams
 
 _S, _E = streams.name, events.name
 SELECT_HEADS = (f"SELECT stream_id, version, last_hash, epoch FROM {_S} "

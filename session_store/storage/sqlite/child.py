@@ -35,7 +35,8 @@ from typing import Any
 
 from ..batch import _AppendRequest
 from . import watch
-from .commit import FilesChanged, checkpoint, commit_batch, connect
+from .commit import (CommitConnection, FilesChanged, Statements, checkpoint, commit_batch,
+                     connect)
 
 HEADER = struct.Struct("<I")
 #: Checkpoint the WAL once this many commits wait in it and no request has come for IDLE_S
@@ -94,7 +95,10 @@ def _request_within(fd: int, seconds: float) -> bool:
 
 
 def _serve(requests: int, replies) -> None:
-    path = statements = conn = None
+    # Set by the first request ("open"), which the parent sends before any other.
+    path: str | None = None
+    statements: Statements | None = None
+    conn: CommitConnection | None = None
     traced: list[str] | None = None  # statements run, while a test traces them
     commits_since_checkpoint = 0
     # The files changed under the connection: every request after it fails the same way
@@ -118,6 +122,8 @@ def _serve(requests: int, replies) -> None:
             return  # the parent closed the pipe: done
         rid, op, args = pickle.loads(_read_exactly(requests, HEADER.unpack(header)[0]))
         batch: list[_AppendRequest] = []
+        result: Any
+        reply: tuple[Any, ...]
         try:
             if files_changed is not None:
                 raise files_changed
@@ -127,6 +133,7 @@ def _serve(requests: int, replies) -> None:
                 conn = connect(path, statements, watch=files)
                 result = None
             else:
+                assert path is not None and statements is not None  # (opened first)
                 if conn is None:  # dropped after a failure: a new connection each try
                     conn = connect(path, statements, watch=files)
                     conn.set_trace_callback(None if traced is None else traced.append)

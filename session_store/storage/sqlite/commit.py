@@ -214,7 +214,7 @@ def _immediate(conn: sqlite3.Connection):
         raise
 
 
-def commit_batch(conn: sqlite3.Connection, st: Statements, batch: list[_AppendRequest],
+def commit_batch(conn: CommitConnection, st: Statements, batch: list[_AppendRequest],
                  cached: BatchPlan | None,
                  on_planned: Callable[[list[_AppendRequest]], None] | None = None) -> BatchPlan:
     """Commit a batch: the cached plan if its heads still hold, else a plan from the heads
@@ -278,7 +278,7 @@ def _commit_planned(conn: sqlite3.Connection, st: Statements, plan: BatchPlan) -
 
 def _read_heads(conn: sqlite3.Connection, st: Statements, batch: list[_AppendRequest]) -> dict:
     ids = sorted({r.stream_id for r in batch})
-    heads = {}
+    heads: dict[str, object] = {}
     for chunk in range(0, len(ids), 500):  # SQLite's bound-parameter limit
         part = ids[chunk:chunk + 500]
         sql = st.select_heads.format(marks=",".join("?" * len(part)))

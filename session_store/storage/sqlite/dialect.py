@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ...checks import check_seconds
-from ...schema import events
+from ..schema import events
 from ..reads import InProcessOnly
 from ..store import SqlEventStore
 from .commit import configure

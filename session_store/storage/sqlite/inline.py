@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 
 from ..batch import BatchPlan, _AppendRequest
-from .commit import FilesChanged, Statements, commit_batch, connect
+from .commit import CommitConnection, FilesChanged, Statements, commit_batch, connect
 from .watch import FileWatch
 from .writer import WriterProcess
 
@@ -70,7 +70,7 @@ class InlineCommits:
         self._urgent_only = urgent_only
         self._refuse = refuse  # files changed under a connection: the store's error for good
         self._usable = usable  # the store is open and its files are as they were
-        self.conn: sqlite3.Connection | None = None  # the event loop thread's
+        self.conn: CommitConnection | None = None  # the event loop thread's
         self._files: FileWatch | None = None  # its files' content, across its connections
         self.paused_until = 0.0
         self.pause = PAUSE_MIN_S
@@ -110,6 +110,8 @@ class InlineCommits:
     def commit(self, request: _AppendRequest, cached: BatchPlan | None
                ) -> BatchPlan | BaseException | None:
         conn = self.conn
+        if conn is None:  # (`ready` asked first: not while it is closed)
+            return None
         started = time.monotonic()
         try:
             plan = commit_batch(conn, self._statements, [request], cached)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlalchemy import bindparam, func, literal_column, select, update
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
-from ...schema import events, streams
+from ..schema import events, streams
 from .commit import APPEND_COLUMNS, APPEND_VIEW, HEAD_MOVED, Statements, bound_parameter_limit
 
 

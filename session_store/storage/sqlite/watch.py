@@ -69,7 +69,9 @@ def _acquire(path: str) -> tuple[int, tuple[int, int]] | None:
 
 
 def _release(key: tuple[int, int] | None) -> None:
-    entry = _shared.get(key) if key is not None else None
+    if key is None:
+        return
+    entry = _shared.get(key)
     if entry is None:
         return
     entry[1] -= 1
@@ -88,7 +90,7 @@ class FileWatch:
     def __init__(self, path: str):
         self.path, self.wal_path, self.shm_path = path, path + "-wal", path + "-shm"
         self._db = _acquire(path)
-        self._shm = None
+        self._shm: tuple[int, tuple[int, int]] | None = None
         self._wal_fd: int | None = None  # (SQLite locks no byte of the WAL: its own fd)
         self._wal_ino: int | None = None
         self._db_seen: tuple | None = None

@@ -150,7 +150,7 @@ class _Child:
             self.done.set_result(None)
 
     async def stop(self) -> None:
-        if self.proc.returncode is None:
+        if self.proc.returncode is None and self.proc.stdin is not None:
             self.proc.stdin.close()  # the child ends after the request it is on
             try:
                 await asyncio.wait_for(self.proc.wait(), 10)
@@ -187,7 +187,10 @@ class WriterProcess:
         are taken once a live child is there: after an abandoned one, only then are the
         hashes it planned known (see `_Child.abandon`)."""
         plan = await self._call("commit", lambda: (_request_rows(batch), cached), batch)
-        return cached if plan is None else plan
+        if plan is None:  # committed as cached: the child replies None only for a plan
+            assert cached is not None
+            return cached
+        return plan
 
     def abandon(self) -> None:
         """The request in flight is no longer awaited: the child must not commit it later."""
@@ -245,9 +248,11 @@ class WriterProcess:
         reply = asyncio.get_running_loop().create_future()
         child.pending[rid] = reply
         child.batches[rid] = batch
+        stdin = child.proc.stdin
+        assert stdin is not None  # (spawned with a pipe)
         try:
-            child.proc.stdin.write(frame((rid, op, args)))
-            await child.proc.stdin.drain()
+            stdin.write(frame((rid, op, args)))
+            await stdin.drain()
         except (ConnectionError, RuntimeError) as exc:  # the pipe broke: it is gone
             child.pending.pop(rid, None)
             raise _gone(f"cannot be reached ({exc})") from exc
@@ -263,6 +268,7 @@ class WriterProcess:
                 # to open comes back as this request's own error, the child opens again).
                 opened = await self._spawn()
                 opened.add_done_callback(lambda f: f.cancelled() or f.exception())
+            assert self._child is not None  # (_spawn sets it)
             reply = await self._send(self._child, op, args() if callable(args) else args,
                                      batch)
         status, result = await reply

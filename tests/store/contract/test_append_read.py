@@ -16,7 +16,7 @@ from session_store import events as ev
 from session_store.errors import ConcurrencyConflict, Fenced, StoreClosed, StoreUnavailable
 from session_store.events import MAX_NESTING
 from session_store.storage import Snapshot
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 from ..helpers import msg, opened
 

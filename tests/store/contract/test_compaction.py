@@ -6,7 +6,7 @@ database: tests/core/test_compaction.py."""
 from __future__ import annotations
 
 from session_store import events as ev
-from session_store.loading import load_state, save_snapshot
+from session_store.storage.loading import load_state, save_snapshot
 from session_store.compaction import compact
 from session_store.projection import PROJECTION_VERSION, to_snapshot
 from session_store.storage import Snapshot

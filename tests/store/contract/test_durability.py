@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from session_store import events as ev
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 CHILD = textwrap.dedent('''
     import asyncio, sys

@@ -10,8 +10,8 @@ import pytest
 
 from session_store import events as ev
 from session_store.errors import CorruptEvent, SchemaVersionTooNew, UnknownEventType
-from session_store.loading import load_state
-from session_store.verify import verify_log
+from session_store.storage.loading import load_state
+from session_store.audit.verify import verify_log
 
 from ...core.test_events import _names_the_event
 from ..helpers import insert_raw_event, msg, opened

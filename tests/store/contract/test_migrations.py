@@ -1,5 +1,5 @@
 """Alembic owns the schema: upgrade/downgrade work on both dialects, the migrated database
-matches session_store.schema exactly, and the store refuses a schema it does not know."""
+matches session_store.storage.schema exactly, and the store refuses a schema it does not know."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from sqlalchemy import inspect
 from sqlalchemy.engine import make_url
 
 from session_store import events as ev
-from session_store import schema as schema_module
+from session_store.storage import schema as schema_module
 from session_store import open_store
 from session_store.errors import CannotOpen, SchemaMismatch, StoreUnavailable
-from session_store.migrate import alembic_config, downgrade, upgrade
-from session_store.schema import HEAD_REVISION, KNOWN_REVISIONS, metadata
+from session_store.storage.migrate import alembic_config, downgrade, upgrade
+from session_store.storage.schema import HEAD_REVISION, KNOWN_REVISIONS, metadata
 from session_store.storage import store as storage_base
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 from ..helpers import insert_raw_event, raw_db, sql
 
@@ -120,7 +120,7 @@ async def test_migrated_database_matches_the_metadata(migrated):
 
     async with raw_db(migrated) as conn:
         changes = await conn.run_sync(diff)
-    assert changes == [], f"the migrations and session_store.schema disagree: {changes}"
+    assert changes == [], f"the migrations and session_store.storage.schema disagree: {changes}"
 
 
 async def test_unmigrated_database_is_refused_with_what_to_run(backend):

@@ -8,7 +8,7 @@ import copy
 
 
 from session_store import events as ev
-from session_store.loading import load_state, save_snapshot
+from session_store.storage.loading import load_state, save_snapshot
 from session_store.compaction import compact
 from session_store.projection import (PROJECTION_VERSION, evolve, fold, fold_into, from_snapshot,
                                       to_snapshot)

@@ -11,7 +11,7 @@ import pytest
 
 from session_store import events as ev
 from session_store.errors import CallClosed, ConcurrencyConflict, Fenced
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 from ..helpers import msg, opened, sql
 

@@ -9,7 +9,7 @@ import pytest
 
 from session_store import events as ev
 from session_store.records import chain_hash
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 from ..helpers import msg, opened, sql
 

@@ -19,7 +19,7 @@ import pytest
 
 from session_store import open_store
 from session_store.events import ConversationMessage
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 from session_store.storage import check_url
 
 from ...conftest import PG_DSN, PG_URL

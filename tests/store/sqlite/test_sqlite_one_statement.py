@@ -11,7 +11,7 @@ import pytest
 
 from session_store.storage.sqlite import commit as sqlite_commit
 from session_store.storage.sqlite import statements as sqlite_statements
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 from ..helpers import msg, sql
 

@@ -18,7 +18,7 @@ import pytest
 
 from session_store.errors import ConcurrencyConflict, StoreUnavailable
 from session_store.storage.sqlite.writer import WriterProcess
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 from ..contract.test_take_over import attached
 from ..helpers import msg, opened

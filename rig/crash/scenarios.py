@@ -104,14 +104,6 @@ def scripted_for(model: str) -> tuple[str, ...]:
                  or rules.non_blocking_declarations)
 
 
-def known_results(conn) -> set[str]:
-    """Tool names whose result this session's model state holds (answered or seeded)."""
-    state = conn.state
-    names = {state.issued.get(cid, r.name) for cid, r in state.results.items()}
-    names |= {r.name for r in state.history_results}
-    return names
-
-
 @dataclass
 class ServerPlan:
     """Gemini's side of a scenario, across every connection of the call."""
@@ -130,7 +122,7 @@ class ServerPlan:
 
     def plan(self, conn) -> list:
         state = conn.state
-        answered = known_results(conn)
+        answered = state.answered_names()
         pending = [(n, a) for n, a in self.scenario.calls if n not in answered]
         if (self.scenario.go_away_after_first and not self.go_away_sent and answered
                 and pending):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from .errors import EventDecodeError, StreamDamaged
-from .projection import fold_into
-from .records import GENESIS_HASH, RecordedEvent, chain_hash
-from .state import TAKEN_OVER, SessionState
+from ..errors import EventDecodeError, StreamDamaged
+from ..projection import fold_into
+from ..records import GENESIS_HASH, RecordedEvent, chain_hash
+from ..state import TAKEN_OVER, SessionState
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """One worker process of the crash harness: runs (or resumes) a scripted call, may die.
 
 Started by the harness as a real process (multiprocessing `forkserver` with pipecat
-preloaded, or `python -m service.crash.worker CONFIG_JSON`). Kill points, for the
+preloaded, or `python -m rig.crash.worker CONFIG_JSON`). Kill points, for the
 every-boundary mode, are real SIGKILLs the process sends itself: right after the append
 that brings the log to a given version, or inside a tool between its side effect (written
 to the ledger) and the append of its outcome.
@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass
 
 from pipecat.frames.frames import FunctionCallResultProperties, LLMUpdateSettingsFrame
 
-from service.crash.scenarios import PROMPT, SCENARIOS, live_complete, scenario_complete
+from rig.crash.scenarios import PROMPT, SCENARIOS, live_complete, scenario_complete
 from service.gemini_live import CannotTell, Done, DurableGeminiLiveLLMService, NotDone
 from service.local_live import http_options
-from service.testing.pipeline import MODEL, ToolLedger, run_pipeline, tools_schema
+from rig.testing.pipeline import MODEL, ToolLedger, run_pipeline, tools_schema
 from session_store import Policy, load_state, open_store
 
 # How long the call must stay complete, as the log says, before the worker ends it.
@@ -52,7 +52,7 @@ class WorkerConfig:
     timeout_s: float = 60.0
     # Live mode: the key is read from GOOGLE_API_KEY in the worker (never put in a config,
     # a file or the log), the model decides which tools to call, and the call is complete
-    # when everything it asked for has reached it (service.crash.scenarios.live_complete).
+    # when everything it asked for has reached it (rig.crash.scenarios.live_complete).
     live: bool = False
     model: str | None = None
     # Snapshot every few events (the product default is 500): every takeover in the harness

@@ -14,7 +14,7 @@ import os
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from .storage import URL_HINT
+from . import URL_HINT
 
 #: The schemes taken, and the driver each one runs on.
 DRIVERS = {"sqlite": "sqlite+aiosqlite", "sqlite+aiosqlite": "sqlite+aiosqlite",

@@ -21,14 +21,14 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from service.crash.case import Kill, LiveTarget, run_case
+from rig.crash.case import Kill, LiveTarget, run_case
 from session_store import open_store
 from session_store.audit.queries import window_facts
 from session_store.audit.text import output_console, print_whole
 from session_store.audit.timeline import tool_calls_in
-from session_store.migrate import upgrade
+from session_store.storage.migrate import upgrade
 from session_store.models import rules_for
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 console = output_console()
 

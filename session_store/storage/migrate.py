@@ -20,13 +20,13 @@ from sqlalchemy import inspect, pool
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from .errors import SchemaMismatch, SessionStoreError, StoreUnavailable, driver_said, refused
+from ..errors import SchemaMismatch, SessionStoreError, StoreUnavailable, driver_said, refused
 from .schema import check_known_revisions, metadata, on_dialect, streams, unrecorded_revision
 
-ALEMBIC_INI = Path(__file__).resolve().parent.parent / "alembic.ini"
+ALEMBIC_INI = Path(__file__).resolve().parents[2] / "alembic.ini"
 # Where an installed wheel carries the migrations (pyproject's force-include): no alembic.ini
 # there, so the configuration is built here.
-PACKAGED_MIGRATIONS = Path(__file__).resolve().parent / "_migrations"
+PACKAGED_MIGRATIONS = Path(__file__).resolve().parents[1] / "_migrations"
 
 
 def alembic_config(url: str, schema: str | None = None) -> Config:
@@ -56,16 +56,16 @@ async def _run(url: str, schema: str | None, fn, revision: str) -> None:
 
 
 async def _run_locked(url: str, schema: str | None, fn, revision: str) -> None:
-    from .storage import check_url
+    from . import check_url
 
     if check_url(url) == "sqlite+aiosqlite":  # (a URL that cannot be parsed: ValueError)
-        from .storage.sqlite.files import check_database_file, check_writable, database_path
+        from .sqlite.files import check_database_file, check_writable, database_path
 
         path = database_path(url)  # (in memory: ValueError, nothing would persist)
         check_database_file(path, creating=True)
         check_writable(path)
     if schema:
-        from .storage.postgres.dialect import check_schema_name
+        from .postgres.dialect import check_schema_name
 
         check_schema_name(schema)  # the same rule as the store's
     cfg = alembic_config(url, schema)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from .compaction import compact
-from .policy import CROSSING_WINDOW_US, HANDLE_TTL_US
-from .projection import PROJECTION_VERSION, fold_into, from_snapshot, to_snapshot
-from .state import HistoryNeeded, SessionState
-from .storage import Snapshot, SqlEventStore
+from ..compaction import compact
+from ..policy import CROSSING_WINDOW_US, HANDLE_TTL_US
+from ..projection import PROJECTION_VERSION, fold_into, from_snapshot, to_snapshot
+from ..state import HistoryNeeded, SessionState
+from . import Snapshot, SqlEventStore
 
 log = logging.getLogger(__name__)
 

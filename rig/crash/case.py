@@ -18,7 +18,7 @@ from pathlib import Path
 
 from service.local_live import LocalLiveServer
 from session_store import open_store
-from session_store.verify import verify_log
+from session_store.audit.verify import verify_log
 
 from .invariants import check_call
 from .scenarios import SCENARIOS, ServerPlan
@@ -40,7 +40,7 @@ def _context():
             _CTX = multiprocessing.get_context("forkserver")
             # A warm pool holds what a worker runs, the store's dialects included: open_store
             # imports its dialect on first use, and SQLAlchemy's asyncio layer costs ~0.2 s.
-            _CTX.set_forkserver_preload(["service.crash.banner", "service.crash.worker",
+            _CTX.set_forkserver_preload(["rig.crash.banner", "rig.crash.worker",
                                          "session_store.storage.sqlite.dialect",
                                          "session_store.storage.postgres.dialect"])
     return _CTX
@@ -239,7 +239,7 @@ def _worker_entry(cfg: dict, log_path: str) -> None:
     sys.stderr = os.fdopen(2, "w", buffering=1)
     from loguru import logger
 
-    logger.enable("pipecat")  # (off in the forkserver: service/crash/banner.py)
+    logger.enable("pipecat")  # (off in the forkserver: rig/crash/banner.py)
     from .worker import main
     main(cfg)
 

@@ -161,9 +161,8 @@ def _check_server(scenario, server, records) -> list[str]:
         out.append(f"server: the log has {logged} connected sessions, the server saw {seen}")
     # I1 as the model sees it: the last session holds a result for every logical call.
     if server.connections:
-        from .scenarios import known_results
         last = server.connections[-1]
-        missing = [n for n in scenario.tool_names if n not in known_results(last)]
+        missing = [n for n in scenario.tool_names if n not in last.state.answered_names()]
         out += [f"I1: the model's final state lacks the result of {n}" for n in missing]
         # A call it issued and nobody answered leaves the model waiting (the bot silent),
         # even if it holds a result of that tool: by name alone, a repeated call dropped

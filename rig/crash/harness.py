@@ -10,9 +10,9 @@ Modes:
 After each case a fresh worker resumes until the call completes, and I1–I7 are checked
 against the server's record, the tool ledger and the log.
 
-    python -m service.crash.harness --mode boundary --db sqlite
-    python -m service.crash.harness --mode soak --kills 1000 --db postgres
-    python -m service.crash.harness --mode soak --kills 20 --start cold   # fresh interpreters
+    python -m rig.crash.harness --mode boundary --db sqlite
+    python -m rig.crash.harness --mode soak --kills 1000 --db postgres
+    python -m rig.crash.harness --mode soak --kills 20 --start cold   # fresh interpreters
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class Databases:
         self.schemas: list[str] = []
 
     async def __call__(self) -> tuple[str, str | None]:
-        from session_store.migrate import upgrade
+        from session_store.storage.migrate import upgrade
         if self.kind == "sqlite":
             url = f"sqlite+aiosqlite:///{self.root / uuid.uuid4().hex}.db"
             await upgrade(url)
@@ -164,7 +164,7 @@ async def _main() -> int:
     parser.add_argument("--parallel", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir", help="keep databases, ledgers and worker logs here")
-    from service.testing.pipeline import MODEL
+    from rig.testing.pipeline import MODEL
 
     parser.add_argument("--model", default=MODEL,
                         help="the Gemini Live model the calls name: the local server applies "

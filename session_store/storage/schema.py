@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from sqlalchemy import (BigInteger, Column, Index, Integer, MetaData, String, Table, Text,
                         UniqueConstraint)
 
-from .errors import SchemaMismatch
+from ..errors import SchemaMismatch
 
 STREAM_ID_MAX = 255  # the stream_id columns' length
 

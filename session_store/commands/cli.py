@@ -1,7 +1,7 @@
 """`session-store`: migrate, list and inspect calls, verify, export, replay, tail, fleet
 stats, serve the viewer.
 
-Every command takes --db, a SQLite file's path or a URL (`session_store.db_url`; default
+Every command takes --db, a SQLite file's path or a URL (`session_store.storage.db_url`; default
 $SESSION_STORE_URL, else sessions.db) and --schema (a PostgreSQL schema); every listing takes
 --json (one published schema per output: `session-store schema`). Only `migrate` (and `demo`)
 write: the others open the store read-only. The logic lives in `session_store.audit`; the
@@ -21,8 +21,8 @@ import os
 import typer
 from typer.models import OptionInfo
 
-from .commands import admin, checks, demo, fleet, serve, tail, views
-from .commands.common import say as _say
+from . import admin, checks, demo, fleet, serve, tail, views
+from .common import say as _say
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Durable Gemini Live sessions: the call log and its tools.")
@@ -59,7 +59,7 @@ _command(demo.demo)
 
 def _print_version(asked: bool) -> None:
     if asked:
-        from . import __version__
+        from .. import __version__
 
         _say(f"session-store {__version__}")
         raise typer.Exit()

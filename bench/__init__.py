@@ -1,0 +1,1 @@
+"""The benchmarks (run each as a script: `python bench/NAME.py`)."""
