@@ -87,16 +87,38 @@ def observation_record(obs: Observation, decided: Sequence[ev.Event],
             if anomaly is not None and ref("detail", anomaly.detail, ev.AnomalyRecorded,
                                            "detail"):
                 data["detail"] = None
-    record = ev.ObservationRecorded(kind, data, len(decided), refs)
+    _drop_referenced(data, refs)
+    record = ev.ObservationRecorded(kind, _without_defaults(obs, data), len(decided), refs)
     problem = why_unstorable(record)
     if problem is not None:  # (text that is not valid Unicode from a hostile server)
         record = ev.ObservationRecorded(kind, {}, len(decided), {}, problem)
     return record
 
 
+def _drop_referenced(data: dict[str, Any], refs: dict[str, list[Any]]) -> None:
+    """A field that a reference fills in is not stored at all (an item of a list keeps its
+    place, as None)."""
+    for path in refs:
+        *parents, last = path.split(".")
+        holder: Any = data
+        for step in parents:
+            holder = holder[int(step)] if isinstance(holder, list) else holder[step]
+        if isinstance(holder, dict):
+            holder.pop(last, None)
+
+
+def _without_defaults(obs: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """Fields at their default value go unsaid: read back, the default fills them in."""
+    defaults = {f.name: f.default for f in dataclasses.fields(obs)
+                if f.default is not dataclasses.MISSING}
+    return {k: v for k, v in data.items() if not (k in defaults and v == defaults[k]
+                                                   and type(v) is type(defaults[k]))}
+
+
 def _call(c: FunctionCall, k: int, ref) -> dict[str, Any]:
-    out = {"call_id": c.call_id, "name": c.name, "args": None, "id_generated": c.id_generated,
-           "has_handler": c.has_handler, "declared": c.declared}
+    out = _without_defaults(c, {"call_id": c.call_id, "name": c.name, "args": None,
+                                "id_generated": c.id_generated, "has_handler": c.has_handler,
+                                "declared": c.declared})
     args, size = storable_args(c.args)
     if size is None or not ref(f"calls.{k}.args", args, ev.ToolCallRequested, "args"):
         out["args_bytes"] = size  # not kept by the log: its size (None: not JSON) only
