@@ -32,9 +32,15 @@ def check_call(scenario, records, reports, server, ledger: list[dict]) -> list[s
     return problems
 
 
+def policy_of(scenario) -> Policy:
+    """The policy a scenario's service decides with (its tools' outcome checks included)."""
+    return Policy(idempotent=scenario.idempotent, rerun_if_not_done=(
+        scenario.checked if scenario.rerun_if_not_done else frozenset()))
+
+
 def check_replayed(scenario, records) -> list[str]:
     """I9: every decision the log holds is decided again by replay, to the same events."""
-    report = replay(records, Policy(idempotent=scenario.idempotent))
+    report = replay(records, policy_of(scenario))
     out = [f"I9: replay stopped: {report.error}"] if report.error else []
     if report.reconstructed or report.not_replayed or not report.decisions_logged:
         out.append(f"I9: replay coverage: {report.coverage}")

@@ -9,9 +9,10 @@ import pytest
 
 from service.crash.case import Kill, run_case
 from service.crash.harness import Databases
+from service.crash.invariants import policy_of
 from service.crash.scenarios import SCENARIOS, scripted_for
 from service.testing.pipeline import MODEL
-from session_store import Policy, open_store
+from session_store import open_store
 from session_store.audit import replay
 from session_store.audit.replay import logged_decisions
 
@@ -41,7 +42,7 @@ async def test_every_decision_of_every_scenario_is_replayed(db, tmp_path):
                     records = await store.read(result.call_id)
                 finally:
                     await store.close()
-                report = replay(records, Policy(idempotent=SCENARIOS[name].idempotent))
+                report = replay(records, policy_of(SCENARIOS[name]))
                 decisions = list(logged_decisions(records))
                 assert report.ok, (name, kills, report.to_json())
                 n = len(decisions)
