@@ -30,6 +30,7 @@ from session_store.errors import CallClosed, ConcurrencyConflict, Fenced, Stream
 from session_store.events import canonical_json
 from session_store.intents import SENDS, intents
 from session_store.storage.loading import snapshot_of
+from session_store.observed import observation_record
 from session_store.projection import HistoryNeeded, fold_into
 from session_store.records import RecordedEvent
 from session_store.storage.schema import STREAM_ID_MAX, valid_id
@@ -336,10 +337,13 @@ class CallDriver:
 
     def _decided(self, item: Observation | ev.Event, at: int) -> list[ev.Event]:
         """A fact from the wire as the log takes it (recorded at `at`): an event as it is, an
-        observation as `decide` rules on the state now; either way storable."""
-        found = ([item] if isinstance(item, ev.Event)
-                 else decide(self.state, item, self.policy, at))
-        return storable_events(found, self.state.generation)
+        observation as `decide` rules on the state now, after the observation itself (if it
+        decided anything); either way storable."""
+        if isinstance(item, ev.Event):
+            return storable_events([item], self.state.generation)
+        found = storable_events(decide(self.state, item, self.policy, at), self.state.generation)
+        # What it was decided on goes first, in the same append: replay decides it again.
+        return [observation_record(item, found, self.state), *found] if found else []
 
     def _stage(self, events: list[ev.Event], at: int) -> list[ev.Event]:
         """Fold events into the state as the log will record them (decoded from the very

@@ -16,15 +16,22 @@ def cancelled_on_wire(state: SessionState, call_id: str, wire_ids) -> bool:
     """Did the server cancel this call (its id among `wire_ids`, the ids its
     toolCallCancellations named as they came off the wire, logged or not yet), or an id that
     re-asked for it (`superseded_by`, transitively)?"""
+    return bool(wire_ids_naming(state, call_id, wire_ids))
+
+
+def wire_ids_naming(state: SessionState, call_id: str, wire_ids) -> list[str]:
+    """The ids among `wire_ids` that name this call or an id that re-asked for it: all a
+    ToolStopped decision reads of them (so all its logged observation keeps)."""
+    named: list[str] = []
     seen: set[str] = set()
     current: str | None = call_id
     while current and current not in seen:
         if current in wire_ids:
-            return True
+            named.append(current)
         seen.add(current)
         call = state.calls.get(current)
         current = call.superseded_by if call is not None else None
-    return False
+    return named
 
 
 #: The answer for a call pipecat stopped before it returned (its timeout, or the app).

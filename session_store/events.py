@@ -343,3 +343,20 @@ class AnomalyRecorded(Event):
     kind: str
     detail: dict[str, Any] = field(default_factory=dict)
     generation: int = 0
+
+
+# --------------------------------------------------------------------------- decisions
+
+@event_type("decision.observed")
+class ObservationRecorded(Event):
+    """What the decision whose `events` events follow this one was made on (the Decider's
+    command): `kind` names the observation (decide.py), `data` holds its fields except
+    those the following events already hold, which `refs` points at (field path -> [index
+    among them, field name or None for the event itself]), so nothing is stored twice.
+    `withheld`: why the observation itself is not kept (the log cannot store it). The fold
+    ignores it: it is what `replay` decides again (observed.py)."""
+    kind: str
+    data: dict[str, Any]
+    events: int
+    refs: dict[str, Any] = field(default_factory=dict)
+    withheld: str = ""

@@ -12,7 +12,7 @@ worker. The verdict is checked against three records that do not share code path
 local server's record (what Gemini received), the tools' ledger (their side effects) and
 the log, plus the stand-in's recordings of what each caller heard:
 
-- per call I1-I7 (rig.crash.invariants.check_call): every tool call answered exactly
+- per call I1-I9 (rig.crash.invariants.check_call): every tool call answered exactly
   once, no tool ran twice unless idempotent (then with one key), fencing epochs, chains;
 - the call was opened once and ended once, by the caller hanging up after the goodbye;
 - a call of the killed worker continued on another worker (a new stream, a WorkerAttached
@@ -336,7 +336,7 @@ async def _judge(calls, kill: Kill | None, fleet, gemini, plan, url, schema, led
             reports = await verify_log(store, call.call_sid)
             order = order_of(call.from_number)
             scenario = Scenario("phone_call", tool_calls(call.from_number),
-                                idempotent=IDEMPOTENT, checked=CHECKED)
+                                idempotent=IDEMPOTENT, checked=CHECKED, rerun_if_not_done=True)
             mine = [e for e in entries if (e.get("args") or {}).get("order_id") == order]
             view = _ServerView(gemini, call.from_number)
             problems = check_call(scenario, records, reports, view, mine) if records else \

@@ -1,4 +1,4 @@
-"""I1–I8, checked against three independent records of one call.
+"""I1–I9, checked against three independent records of one call.
 
 - the local server's record: what Gemini actually received, on which connection (absent
   for a live call against the real API: then the log and the ledger are checked);
@@ -13,7 +13,9 @@ import json
 from collections import defaultdict
 
 from session_store.projection import fold_into
+from session_store import Policy
 from session_store import events as ev
+from session_store.audit import replay
 from session_store.delivery import unanswered, undelivered_parts
 from session_store.lineage import in_model
 from session_store.state import SessionState
@@ -26,7 +28,27 @@ def check_call(scenario, records, reports, server, ledger: list[dict]) -> list[s
         problems += _check_server(scenario, server, records)
     problems += _check_ledger(scenario, ledger, records)
     problems += check_answers(scenario, records, ledger)
+    problems += check_replayed(scenario, records)
     return problems
+
+
+def policy_of(scenario) -> Policy:
+    """The policy a scenario's service decides with (its tools' outcome checks included)."""
+    return Policy(idempotent=scenario.idempotent, rerun_if_not_done=(
+        scenario.checked if scenario.rerun_if_not_done else frozenset()))
+
+
+def check_replayed(scenario, records) -> list[str]:
+    """I9: every decision the log holds is decided again by replay, to the same events."""
+    report = replay(records, policy_of(scenario))
+    out = [f"I9: replay stopped: {report.error}"] if report.error else []
+    # (A log made by hand for a checker test predates decision.observed: it is replayed by
+    # reconstruction; tests/crash/test_replay_coverage.py holds real calls to full coverage.)
+    if report.decisions_logged and (report.reconstructed or report.not_replayed):
+        out.append(f"I9: replay coverage: {report.coverage}")
+    out += [f"I9: v{d.version}-{d.to_version} decided otherwise on replay: {d.message}"
+            for d in report.divergences if d.kind == "decide"]
+    return out
 
 
 def _check_log(scenario, records, reports) -> list[str]:

@@ -271,7 +271,8 @@ def replay_text(report: ReplayReport) -> Group:
     parts: list[Any] = [T(f"replayed {report.events} events of {report.call_id}: "
                           f"{report.decisions_checked} decisions and {report.effects_checked} "
                           f"effects checked, {len(report.divergences)} divergences",
-                          "bold green" if report.ok else "bold red")]
+                          "bold green" if report.ok else "bold red"),
+                        T(report.coverage, "bold" if not report.not_replayed else "bold red")]
     for d in report.divergences:
         where = f"v{d.version}" + (f"–{d.to_version}" if d.to_version != d.version else "")
         parts.append(T(""))

@@ -47,8 +47,10 @@ async def test_state_is_exactly_the_fold_of_the_log(store):
     await driver.record(ev.ToolResultSent("c1", 1, "tool_response"))
     await same_as_log(driver)
     types = [r.type for r in await store.read("call-a")]
-    assert types == ["session.opened", "connection.connected", "speech.bot_started",
-                     "connection.handle_issued", "tool.call_requested", "tool.call_deferred",
+    # Each observation that decided something is logged before what it decided.
+    assert types == ["session.opened", "connection.connected", "decision.observed",
+                     "speech.bot_started", "connection.handle_issued", "decision.observed",
+                     "tool.call_requested", "tool.call_deferred",
                      "speech.bot_stopped", "tool.call_started", "tool.call_completed",
                      "tool.result_sending", "tool.result_sent"]
 

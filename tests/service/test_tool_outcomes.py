@@ -22,6 +22,7 @@ from service.gemini_live import CannotTell, Done, NotDone
 from service.local_live import Audio, Call, Script, ToolCall, TurnComplete
 from session_store.audit.replay import replay
 from session_store.delivery import OUTCOME_UNKNOWN
+from session_store.policy import Policy
 from session_store.outcomes import NOT_DONE_ERROR
 
 from .helpers import (Ctl, assert_answered_once, assert_chain_ok, assert_log_settled,
@@ -118,8 +119,10 @@ async def _take_over_with(flavour, check: Check, **options):
     assert_server_clean(run)
     assert_log_settled(run)
     await assert_chain_ok(run)
-    # `session-store replay` (a policy without the check) decides as the log did.
-    report = replay(run.events, call_id=call_id)
+    # `session-store replay` decides as the log did, with the policy the call ran with (the
+    # check's answer is a decision: "not done" is re-run only where the tool allows it).
+    rerun = frozenset({ORDER}) if options.get("rerun_if_not_done") else frozenset()
+    report = replay(run.events, Policy(rerun_if_not_done=rerun), call_id=call_id)
     assert report.ok, [d.message for d in report.divergences] or report.error
     return run
 

@@ -240,7 +240,11 @@ async def test_verify_json_golden(loaded):
 async def test_replay_json_golden(loaded):
     assert out_json(await acli("replay", "support-1", "--json", backend=loaded)) == {
         "call": "support-1", "ok": True, "events": 25, "decisions_checked": 6,
-        "effects_checked": 7, "error": None, "divergences": []}
+        "effects_checked": 7, "error": None, "divergences": [],
+        "coverage": {"decisions_logged": 0, "not_replayed": {}, "reconstructed": 6,
+                     "text": "6 decisions of a log that predates decision.observed, "
+                             "reconstructed from its events (sessions opened and left, "
+                             "results, stopped calls and outcome checks are not)"}}
     other = await acli("replay", "support-1", "--defer", "none", "--json", backend=loaded)
     assert other.exit_code == 1
     [d] = json.loads(other.stdout)["divergences"]

@@ -347,3 +347,20 @@ def test_a_replayed_settings_update_is_redacted_like_the_settings_event():
     assert secret_prompt not in dumps(d.to_json())
     plain, = replay(recs).redacted(Redactor()).divergences
     assert plain.observation["values"] == {"system_instruction": secret_prompt}
+
+
+def test_a_logged_observation_is_redacted_as_the_events_it_stands_for():
+    r = Redactor(load_config(redact=True, env={}))
+    out, masked = r.redact_data("decision.observed", {
+        "kind": "OutcomeAnswered", "events": 2, "refs": {}, "withheld": "",
+        "data": {"call_id": "c1", "answer": {"answer": "cannot_tell",
+                                             "reason": "no refund for bob@example.com"}}})
+    assert "bob@example.com" not in json.dumps(out) and masked
+    out, masked = r.redact_data("decision.observed", {
+        "kind": "SessionReady", "events": 1, "refs": {}, "withheld": "",
+        "data": {"generation": 2, "handle": "secret-handle", "prompt_sha256": "ab"}})
+    assert out["data"]["handle"] == r.fingerprint("secret-handle") != "secret-handle"
+    out, _ = r.redact_data("decision.observed", {
+        "kind": "SettingsUpdate", "events": 2, "refs": {}, "withheld": "",
+        "data": {"keys": ["system_instruction"], "values": {"system_instruction": "be kind"}}})
+    assert "be kind" not in json.dumps(out)

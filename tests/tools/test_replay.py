@@ -352,3 +352,102 @@ def test_arguments_the_log_did_not_keep_replay_without_divergence():
 
     report = run(_decided_preview_call(), Policy(max_args_bytes=80), call_id="preview-1")
     assert report.ok and report.decisions_checked == 2, report.to_json()
+
+
+# --------------------------------------------------------------------------- logged observations
+
+def logged_call(steps, policy: Policy | None = None, call_id: str = "obs"):
+    """A log as the driver writes it: each observation decided on the state then, logged with
+    `decision.observed` before its events; "due" logs the calls due to start (their intents)."""
+    from session_store.decide import decide
+    from session_store.delivery import StartCall, due
+    from session_store.intents import intents
+    from session_store.observed import observation_record
+    from session_store.projection import fold
+
+    policy = policy or Policy()
+    timed: list = [(0, ev.SessionOpened("gemini-live", ["lookup_order", "book"], "w1", 1))]
+    for offset, step in steps:
+        state = fold(chain(call_id, timed))
+        if step == "due":
+            found = intents(state, due(state, policy, state.last_event_at_us),
+                            frozenset({StartCall}), 1)
+        elif isinstance(step, ev.Event):
+            found = [step]
+        else:
+            decided = decide(state, step, policy)
+            found = [observation_record(step, decided, state), *decided] if decided else []
+        timed += [(offset, e) for e in found]
+    return chain(call_id, timed)
+
+
+def every_kind_call():
+    from session_store.decide import (CancellationArrived, FunctionCall, GoAway,
+                                      InterruptionObserved, ResultReturned, SessionLeft,
+                                      SessionReady, SettingsUpdate, SpeechStarted,
+                                      SpeechStopped, ToolCallsArrived, ToolStopped)
+    return [
+        (10, SessionReady(1, None, "ab" * 32)),
+        # Two decisions in one clock tick stay two decisions.
+        (10, ToolCallsArrived((FunctionCall("c1", "lookup_order", {"id": 1}),), 1)),
+        (20, "due"),
+        (30, SpeechStarted(1)),
+        (40, ToolCallsArrived((FunctionCall("c2", "book", {"day": "mon"}),), 1)),
+        (50, ResultReturned("c1", (ev.ToolCallCompleted("c1", {"ok": True}),))),
+        (60, SpeechStopped(1)),
+        (70, "due"),
+        (80, ToolStopped("c2", frozenset())),
+        (90, InterruptionObserved(1)),
+        (100, CancellationArrived(("c7",), 1)),
+        (110, SettingsUpdate(("voice",), {"voice": "Puck"})),
+        (120, GoAway(1, 20.0)),
+        (130, SessionLeft(1, "settings")),
+    ]
+
+
+def test_a_logged_call_replays_every_decision_whatever_its_kind():
+    recs = logged_call(every_kind_call())
+    report = replay(recs)
+    assert report.ok, report.to_json()
+    assert (report.decisions_logged, report.decisions_checked, report.reconstructed) == \
+        (12, 12, 0)
+    assert report.coverage == "12 of 12 decisions replayed"
+    same_tick = [r for r in recs if r.recorded_at_us == recs[1].recorded_at_us]
+    assert [r.type for r in same_tick].count("decision.observed") == 2
+
+
+def test_a_changed_rule_shows_at_the_decision_it_changes():
+    recs = logged_call(every_kind_call())
+    report = replay(recs, parse_policy(defer="none"))
+    [d] = [x for x in report.divergences if x.kind == "decide"]
+    at = next(r.version for r in recs if r.type == "tool.call_requested"
+              and r.data["call_id"] == "c2")
+    assert (d.version, d.to_version) == (at, at + 1)  # c2's request and its deferral
+    assert d.observation["observation"] == "ToolCallsArrived"
+    assert "the log has tool.call_deferred for c2, today's code does not" in d.message
+
+
+def test_an_observation_the_log_could_not_keep_is_named_in_the_coverage():
+    from session_store.decide import CancellationArrived, SessionReady
+    recs = logged_call([(10, SessionReady(1, None, "ab" * 32)),
+                        (20, CancellationArrived(("x\udcff",), 1))])
+    report = replay(recs)
+    assert report.decisions_logged == 2 and report.not_replayed == {"CancellationArrived": 1}
+    assert report.coverage == "1 of 2 decisions replayed (not replayed: 1 CancellationArrived)"
+
+
+def test_an_old_log_replays_by_reconstruction_and_says_so():
+    report = replay(chain("support-1", support_call()))
+    assert (report.decisions_logged, report.reconstructed) == (0, 6)
+    assert report.coverage.startswith("6 decisions of a log that predates decision.observed")
+
+
+def test_a_log_continued_by_newer_code_replays_both_parts():
+    from session_store.decide import FunctionCall, ToolCallsArrived
+    old = support_call()
+    last = old[-1][0]
+    new = logged_call([(last + 10, ToolCallsArrived(
+        (FunctionCall("c9", "lookup_order", {"id": 9}),), 2))], call_id="support-1")
+    recs = chain("support-1", old + [(last + 10, r.event) for r in new[1:]])
+    report = replay(recs)
+    assert (report.reconstructed, report.decisions_logged) == (6, 1), report.to_json()

@@ -32,6 +32,14 @@ class Divergence(Out):
     decided: list[dict[str, Any]]
 
 
+class ReplayCoverage(Out):
+    """Which of the log's decisions a replay decided again (ReplayReport.coverage)."""
+    decisions_logged: int
+    not_replayed: dict[str, int]
+    reconstructed: int
+    text: str
+
+
 class Replay(Out):
     """`session-store replay CALL --json`, GET /api/replay/CALL."""
     call: str
@@ -40,4 +48,5 @@ class Replay(Out):
     decisions_checked: int
     effects_checked: int
     error: str | None
+    coverage: ReplayCoverage
     divergences: list[Divergence]

@@ -270,6 +270,8 @@ class Redactor:
                          else self._walk(d["text"], "data.text", masked, pii=True))
         elif event_type == "anomaly.recorded" and isinstance(d.get("detail"), dict):
             d["detail"] = self._anomaly_detail(d["detail"], "data.detail", masked)
+        elif event_type == "decision.observed" and isinstance(d.get("data"), dict):
+            d["data"] = self._logged_observation(d.get("kind"), d["data"], masked)
         if event_type in ("connection.connected", "connection.handle_issued",
                           "connection.handle_withheld", "connection.handle_refused"):
             if d.get("handle") is not None and cfg.handles:
@@ -347,6 +349,32 @@ class Redactor:
             o["detail"] = self._anomaly_detail(o["detail"], "observation.detail", masked)
         elif kind == "SettingsUpdate" and self.config.settings_values and "values" in o:
             o["values"] = self._mask(o["values"], "observation.values", masked)
+
+    def _logged_observation(self, kind: Any, data: dict[str, Any],
+                            masked: list[str]) -> dict[str, Any]:
+        """A logged observation's own fields (what its events hold is referenced, not
+        copied): redacted as a replayed observation, and where it carries a result, a
+        reason or an event, as those are."""
+        o = {**json.loads(json.dumps(data, default=str)), "observation": kind}
+        self._full_observation(o, masked)
+        o.pop("observation")
+        cfg = self.config
+        if kind == "SessionReady" and isinstance(o.get("handle"), str) and cfg.handles:
+            o["handle"] = self.fingerprint(o["handle"])
+            masked.append("data.data.handle")
+        elif kind == "ProgressReturned" and "value" in o:
+            o["value"] = self._walk(o["value"], "data.data.value", masked,
+                                    all_leaves=cfg.tool_results == "all", pii=True)
+        elif kind == "OutcomeAnswered" and isinstance(o.get("answer"), dict):
+            for key in ("result", "reason"):
+                if key in o["answer"]:
+                    o["answer"][key] = self._walk(o["answer"][key], f"data.data.answer.{key}",
+                                                  masked, all_leaves=cfg.tool_results == "all",
+                                                  pii=True)
+        elif kind == "ResultReturned" and isinstance(o.get("outcome"), list):
+            o["outcome"] = [self.redact_replay_item(x) if isinstance(x, dict) else x
+                            for x in o["outcome"]]
+        return o
 
     def redact_replay_item(self, item: dict[str, Any]) -> dict[str, Any]:
         """A logged or decided item of a replay divergence: an event ({"type", "data"}), an

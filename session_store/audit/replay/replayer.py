@@ -1,8 +1,11 @@
 """Replay a call's log through today's decide/due code and report where it decides otherwise.
 
 The log holds two kinds of facts. **Decisions** are what `decide(state, observation)` wrote
-when the shell observed something; each such group of events (appended together, so they
-share one timestamp) lets us rebuild the observation:
+when the shell observed something. Since `decision.observed`, each is logged as the
+observation itself followed by the events decided on it (observed.py), and replay decides
+again on exactly that observation, whatever its kind. An older log has no such event:
+each group of events appended together (one timestamp) is read back as the observation it
+records (observations.py), which covers only these kinds:
 
     ToolCallRequested [+ ToolCallDeferred | ToolCallReissued | reused ToolCallCompleted
     | refusal anomaly + ToolCallFailed], tool-call anomalies
@@ -40,8 +43,10 @@ from ...errors import EventDecodeError
 from ...events import canonical_json
 from ...lineage import in_model
 from ...projection import fold_into
+from ...observed import Unreplayable, observation_of
 from ...records import RecordedEvent
 from ...state import SessionState
+from ...storable import storable_events
 from .observations import group_at
 from .report import Divergence, ReplayReport, effect_json, event_json, observation_json
 
@@ -81,9 +86,42 @@ class _Replayer:
             logged, decided))
 
     def check_decision(self, i: int, obs: Observation, n: int) -> None:
+        """A decision of an older log, reconstructed from the group of records at i."""
         grecs = self.recs[i:i + n]
+        self.report.reconstructed += 1
+        self.compare(grecs, obs, decide(self.state, obs, self.policy))
+
+    def check_logged(self, i: int, record: ev.ObservationRecorded) -> int:
+        """The decision logged at i (its observation, then its events); how many records."""
+        n = 1 + record.events
+        grecs = self.recs[i + 1:i + n]
+        if len(grecs) < record.events:
+            raise ValueError(f"the decision at version {self.recs[i].version} names "
+                             f"{record.events} events; the log ends after {len(grecs)}")
+        self.report.decisions_logged += 1
+        try:
+            obs, not_logged = observation_of(record, [r.event for r in grecs])
+        except Unreplayable:
+            kinds = self.report.not_replayed
+            kinds[record.kind] = kinds.get(record.kind, 0) + 1
+            self.advance(self.recs[i:i + n])
+            return n
+        self._args_not_logged |= not_logged
+        at = self.recs[i].recorded_at_us
+        self.compare(grecs, obs, storable_events(
+            decide(self.state, obs, self.policy, at), self.state.generation))
+        self.advance(self.recs[i:i + 1])
+        for rec in grecs:
+            # What the decision says the shell did (a session it opened or left) is also
+            # checked against what due / choose_resumption would have it do.
+            if isinstance(rec.event, (ev.Connected, ev.Disconnected)):
+                self.check_effect(rec)
+            self.advance([rec])
+        return n
+
+    def compare(self, grecs: list[RecordedEvent], obs: Observation,
+                decided: list[ev.Event]) -> None:
         logged = [r.event for r in grecs]
-        decided = decide(self.state, obs, self.policy)
         self.report.decisions_checked += 1
         if not _same(logged, decided, frozenset(self._args_not_logged)):
             self.diverge(grecs[0].version, grecs[-1].version, "decide",
@@ -243,9 +281,16 @@ class _Replayer:
     # ------------------------------------------------------------------ run
     def run(self) -> ReplayReport:
         i = 0
+        logged = False  # the log records its observations (from the first one on)
         try:
             while i < len(self.recs):
-                found = group_at(self.recs, i, self.state.generation)
+                if self.recs[i].type == ev.ObservationRecorded.TYPE:
+                    logged = True
+                    record = self.recs[i].event
+                    assert isinstance(record, ev.ObservationRecorded)
+                    i += self.check_logged(i, record)
+                    continue
+                found = None if logged else group_at(self.recs, i, self.state.generation)
                 if found is not None:
                     obs, n = found.observation, found.length
                     self._args_not_logged |= found.args_not_logged

@@ -56,6 +56,29 @@ class ReplayReport:
     effects_checked: int = 0
     divergences: list[Divergence] = field(default_factory=list)
     error: str | None = None  # the log could not be read to the end
+    #: Decisions whose observation the log records (`decision.observed`), and of those, how
+    #: many of each kind could not be decided again (withheld: the log could not store it).
+    decisions_logged: int = 0
+    not_replayed: dict[str, int] = field(default_factory=dict)
+    #: Decisions of a log written before `decision.observed`, read back from the events
+    #: appended together (which covers only some kinds: replayer.py).
+    reconstructed: int = 0
+
+    @property
+    def coverage(self) -> str:
+        """How many of the log's decisions were decided again, in words."""
+        parts = []
+        if self.decisions_logged or not self.reconstructed:
+            replayed = self.decisions_logged - sum(self.not_replayed.values())
+            parts.append(f"{replayed} of {self.decisions_logged} decisions replayed")
+            if self.not_replayed:
+                parts[-1] += " (not replayed: " + ", ".join(
+                    f"{n} {kind}" for kind, n in sorted(self.not_replayed.items())) + ")"
+        if self.reconstructed:
+            parts.append(f"{self.reconstructed} decisions of a log that predates "
+                         "decision.observed, reconstructed from its events (sessions opened "
+                         "and left, results, stopped calls and outcome checks are not)")
+        return "; ".join(parts)
 
     @property
     def ok(self) -> bool:
@@ -71,6 +94,9 @@ class ReplayReport:
         return {"call": self.call_id, "ok": self.ok, "events": self.events,
                 "decisions_checked": self.decisions_checked,
                 "effects_checked": self.effects_checked, "error": self.error,
+                "coverage": {"decisions_logged": self.decisions_logged,
+                             "not_replayed": dict(sorted(self.not_replayed.items())),
+                             "reconstructed": self.reconstructed, "text": self.coverage},
                 "divergences": [d.to_json() for d in self.divergences]}
 
 

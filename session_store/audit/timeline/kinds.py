@@ -252,6 +252,13 @@ def _anomaly(b: TimelineDraft, rec, d):
     return f"anomaly {words(d.get('kind'))}: {clip(d.get('detail'), 100)}", "error"
 
 
+def _observed(b: TimelineDraft, rec, d):
+    n = d.get("events")
+    return (f"decided on {words(d.get('kind'))}: the next {words(n)} "
+            f"event{'s' if n != 1 else ''}" + (" (observation withheld)"
+                                               if d.get("withheld") else ""))
+
+
 #: Every event type's lane, summary and swimlane mark: adding a type is one entry here.
 KINDS: dict[str, Kind] = {
     "session.opened": Kind("session", _opened, "line"),
@@ -286,4 +293,5 @@ KINDS: dict[str, Kind] = {
     "tool.outcome_checked": Kind("tools", tool_kinds.checked, None),
     "tool.result_sending": Kind("tools", tool_kinds.sending, None),
     "tool.result_sent": Kind("tools", tool_kinds.sent, None),
+    "decision.observed": Kind("other", _observed, None),
 }
