@@ -158,6 +158,7 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
     end_at: int | None = None
     generation = 0
     checked_done: set[str] = set()
+    turn_ended: set[int] = set()
     prev_last = 0
     for group in decisions(lines):
         gate = prev_last
@@ -185,13 +186,20 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 workers.append({"epoch": d["epoch"], "last_version": None})
             elif t == "conversation.message" and d["role"] == "user" and gen == 0:
                 user_turns.append({"role": "user", "content": d["text"]})
+            elif t == "conversation.message" and d["role"] == "assistant":
+                # The service logs the model's words when its turn completes: the turn
+                # ends here (the bot goes on playing its audio until its stop's gate).
+                b.step(gen, gate, "OutputTranscript", text=d["text"])
+                b.step(gen, gate, "TurnComplete")
+                turn_ended.add(gen)
             elif t == "conversation.message":
-                b.step(gen, gate, "OutputTranscript" if d["role"] == "assistant"
-                       else "InputTranscript", text=d["text"])
+                b.step(gen, gate, "InputTranscript", text=d["text"])
             elif t == "speech.bot_started" and d.get("source") == "model":
                 b.step(gen, gate, "Audio", chunks=1)
+                turn_ended.discard(gen)
             elif t == "speech.bot_stopped" and d.get("source") == "transport":
-                b.step(gen, gate, "TurnComplete")
+                if gen not in turn_ended:
+                    b.step(gen, gate, "TurnComplete")
                 playback.append({"from": gate, "until": v})
             elif t == "speech.bot_stopped" and d.get("source") == "turn_complete":
                 b.step(gen, gate, "TurnComplete")
