@@ -198,6 +198,7 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
     spec, expected = read(Path(directory))
     await upgrade(db_url, **({"schema": schema} if schema else {}))
     runs: dict[str, int] = {}
+    loop = asyncio.get_running_loop()
     scripts = [_script(c) for c in spec["connections"]]
     async with kit.LocalLiveServer(scripts) as server:
         progress = _Progress(lambda v: server.signal(f"v{v}"))
@@ -213,10 +214,13 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
                 run = asyncio.create_task(run_worker(task))
                 app = asyncio.create_task(_app(spec, task, progress))
                 until = worker["last_version"]
+                quiet_since = loop.time()
                 while not run.done():
                     if until is not None and progress.version >= until:
                         break
-                    if not await progress.changed(STALL_S) and not run.done():
+                    if await progress.changed(0.2):
+                        quiet_since = loop.time()
+                    elif loop.time() - quiet_since > STALL_S:
                         break  # stuck: compare what it logged
                 dead.set()
                 app.cancel()

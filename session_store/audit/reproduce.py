@@ -86,11 +86,16 @@ class Divergence:
     decision: Decision  # the logged decision the re-run first decides otherwise
     expected: list[dict[str, Any]]
     actual: list[dict[str, Any]]
+    version: int  # the first version whose event differs
 
     def message(self) -> str:
         d = self.decision
         span = f"v{d.first}" if d.first == d.last else f"v{d.first}–{d.last}"
-        return (f"first divergence at decision {span} ({d.observation}):\n"
+        i = self.version - d.first
+        want = self.expected[i]["type"] if i < len(self.expected) else "nothing"
+        got = self.actual[i]["type"] if i < len(self.actual) else "nothing"
+        return (f"first divergence at decision {span} ({d.observation}): at v{self.version} "
+                f"the log has {want}, today's service {got}\n"
                 f"  expected: {json.dumps(self.expected, sort_keys=True)}\n"
                 f"  actual:   {json.dumps(self.actual, sort_keys=True)}")
 
@@ -113,11 +118,11 @@ def first_divergence(expected: list[dict[str, Any]], actual: list[dict[str, Any]
     if at >= len(want):  # the re-run logged more than the call did
         last = expected[-1]["version"] if expected else 0
         extra = Decision(last + 1, len(actual), tuple(actual[at:]))
-        return Divergence(extra, [], got[at:at + 5])
+        return Divergence(extra, [], got[at:at + 5], last + 1)
     version = expected[at]["version"]
     d = next(g for g in groups if g.first <= version <= g.last)
     lo, hi = d.first - expected[0]["version"], d.last - expected[0]["version"] + 1
-    return Divergence(d, want[lo:hi], got[lo:hi])
+    return Divergence(d, want[lo:hi], got[lo:hi], version)
 
 
 # ------------------------------------------------------------------ the reproduction

@@ -79,4 +79,7 @@ async def test_a_mutant_service_diverges_at_the_decision_it_changed(tmp_path, mo
         deferral.first, deferral.last), result.divergence.message()
     assert any(x["type"] == "tool.call_deferred" for x in result.divergence.expected)
     assert not any(x["type"] == "tool.call_deferred" for x in result.divergence.actual)
-    assert f"v{deferral.first}" in result.divergence.message()
+    deferred = next(x["version"] for x in deferral.lines if x["type"] == "tool.call_deferred")
+    assert result.divergence.version == deferred
+    assert (f"at v{deferred} the log has tool.call_deferred, today's service "
+            f"tool.call_started") in result.divergence.message()
