@@ -28,6 +28,7 @@ from service.gemini_live import CannotTell, Done, DurableGeminiLiveLLMService, N
 from service.testing.pipeline import PlaybackOutput, run_worker, tools_schema
 from session_store import Policy, open_store
 from session_store.audit import Redactor, export_line
+from session_store.audit.redaction.config import RedactionConfig
 from session_store.audit.reproduce import Divergence, first_divergence, read
 from session_store.errors import Fenced
 
@@ -139,7 +140,7 @@ def _check(spec):
 
 async def _worker(spec, store, progress: _Progress, server, runs) -> PipelineWorker:
     settings = {k: v for k, v in spec["settings"].items() if k in _SETTINGS}
-    settings.setdefault("model", spec["model"])
+    settings["model"] = spec["model"]  # (the settings' copy is masked under --redact)
     llm = DurableGeminiLiveLLMService(
         api_key="local-test-key", http_options=server.http_options(),
         settings=DurableGeminiLiveLLMService.Settings(**settings),
@@ -183,8 +184,11 @@ async def _app(spec, task: PipelineWorker, progress: _Progress) -> None:
         if progress.version > change["at"]:
             continue
         await progress.reached(change["at"])
+        # A masked value (--redact) stands for a new one all the same: a change to it.
+        values = {k: f"{v} (as of v{change['at']})" if v == "[REDACTED]" else v
+                  for k, v in change["values"].items()}
         await task.queue_frame(LLMUpdateSettingsFrame(
-            delta=DurableGeminiLiveLLMService.Settings(**change["values"])))
+            delta=DurableGeminiLiveLLMService.Settings(**values)))
     if spec["end_at"] is not None:
         await progress.reached(spec["end_at"])
         await task.queue_frame(EndFrame())
@@ -231,7 +235,8 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
                 if until is None or progress.version < until:
                     break
             actual = []
-            redactor = Redactor()
+            # The re-run's log is seen as the reproduction's was (masked as --redact masks).
+            redactor = Redactor(RedactionConfig(enabled=spec["redacted"]))
             for rec in await stores[0].read(spec["call"]):
                 actual.append(export_line(rec, redactor))
         finally:
