@@ -75,6 +75,8 @@ def comparable(lines: list[dict[str, Any]], *, ignore_prompt_hash: bool = False
         for key in _HANDLE_FIELDS:
             if isinstance(data.get(key), str):
                 data[key] = handles.setdefault(data[key], f"handle#{len(handles) + 1}")
+        if isinstance(data.get("time_left_s"), (int, float)):  # measured on arrival
+            data["time_left_s"] = round(data["time_left_s"], 1)
         if ignore_prompt_hash:
             data.pop("system_instruction_sha256", None)
         out.append({"type": line["type"], "data": data})
@@ -164,9 +166,12 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
     generation = 0
     checked_done: set[str] = set()
     turn_ended: set[int] = set()
-    prev_last = 0
+    prev_last, prev_gate, after_connect = 0, 0, False
     for group in decisions(lines):
         gate = prev_last
+        # A result logged right after a new session connected came in while it connected
+        # (the service holds it until then): it is released before the connection.
+        result_gate = prev_gate if after_connect else gate
         calls: list[dict[str, Any]] = []
         for line in group.lines:
             t, d, v = line["type"], line["data"], line["version"]
@@ -243,14 +248,14 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                     checks[d["call_id"]]["result"] = d["result"]
                 elif d["call_id"] in tools:
                     tools[d["call_id"]][-1]["outcomes"].append(
-                        {"at": gate, "kind": "result", "value": d["result"]})
+                        {"at": result_gate, "kind": "result", "value": d["result"]})
             elif t == "tool.call_progress" and d["call_id"] in tools:
                 tools[d["call_id"]][-1]["outcomes"].append(
-                    {"at": gate, "kind": "progress", "value": d["result"]})
+                    {"at": result_gate, "kind": "progress", "value": d["result"]})
             elif t == "tool.call_failed" and not d.get("outcome_unknown") \
                     and d["call_id"] in tools:
                 tools[d["call_id"]][-1]["outcomes"].append(
-                    {"at": gate, "kind": "error", "value": d["error"]})
+                    {"at": result_gate, "kind": "error", "value": d["error"]})
             elif t == "anomaly.recorded":
                 b.not_reproduced.append(f"v{v}: anomaly {d.get('kind')} (the log keeps its "
                                         f"kind, not the message that caused it)")
@@ -260,7 +265,8 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 {"id": c["id"], "name": c["name"], "args": c["args"]})
         for gen, batch in by_gen.items():
             b.step(gen, gate, "ToolCall", calls=batch)
-        prev_last = group.last
+        prev_last, prev_gate = group.last, gate
+        after_connect = group.lines[-1]["type"] == "connection.connected"
     settings = opened.get("settings", {})
     return {"reproduce_schema": REPRODUCE_SCHEMA, "call": lines[0]["call"],
             "model": opened["model"], "settings": settings, "tools": opened["tools"],

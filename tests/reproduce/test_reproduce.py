@@ -56,7 +56,9 @@ async def test_a_logged_call_reproduces_green_with_pytest(backend, tmp_path, sce
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                "-p", "no:randomly", str(out / "test_reproduction.py")],
                               capture_output=True, text=True, cwd=out, env=env, timeout=180)
-    assert done.returncode == 0, done.stdout[-3000:]
+    found = [x for x in done.stdout.splitlines() if "first divergence" in x or "expected:" in x
+             or "actual:" in x]
+    assert done.returncode == 0, "\n".join(found[:3]) or done.stdout[-3000:]
     assert "1 passed" in done.stdout
 
 
