@@ -103,10 +103,11 @@ def _script(conn: dict[str, Any]) -> kit.Script:
         if s["step"] == "ToolCall":
             args["calls"] = [kit.Call(c["id"], c["name"], c["args"]) for c in args["calls"]]
         steps.append(getattr(kit, s["step"])(**args))
-    return kit.Script(steps, reply=(), resumption_after_turn=False)
+    return kit.Script(steps, reply=(), resumption_after_turn=False,
+                      setup_delay=conn.get("setup_delay", 0.0))
 
 
-def _tool(spec, progress: _Progress, runs: dict[str, int], name: str):
+def _tool(spec, progress: _Progress, server, runs: dict[str, int], name: str):
     async def handler(params) -> None:
         call_id = params.tool_call_id
         run = runs.get(call_id, 0)
@@ -117,6 +118,8 @@ def _tool(spec, progress: _Progress, runs: dict[str, int], name: str):
             await asyncio.Future()
         for out in outcomes:
             await progress.reached(out["at"])
+            if "during_setup" in out:
+                await server.wait_for_connection(out["during_setup"], timeout=STALL_S)
             if out["kind"] == "progress":
                 await params.result_callback(out["value"], properties=FunctionCallResultProperties(
                     is_final=False, run_llm=False))
@@ -147,7 +150,7 @@ async def _worker(spec, store, progress: _Progress, server, runs) -> PipelineWor
         tools=tools_schema(spec["tools"]), store=store, call_id=spec["call"],
         policy=Policy(idempotent=frozenset(spec["idempotent"])))
     for name in spec["tools"]:
-        llm.register_function(name, _tool(spec, progress, runs, name),
+        llm.register_function(name, _tool(spec, progress, server, runs, name),
                               cancel_on_interruption=spec["tool_modes"].get(name)
                               != "NON_BLOCKING")
     for name in spec["checked"]:

@@ -170,8 +170,10 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
     for group in decisions(lines):
         gate = prev_last
         # A result logged right after a new session connected came in while it connected
-        # (the service holds it until then): it is released before the connection.
+        # (the service held it until then): it is released once that connection's setup
+        # has arrived, and the server takes a moment before it completes the setup.
         result_gate = prev_gate if after_connect else gate
+        during = {"during_setup": len(b.connections) - 1} if after_connect else {}
         calls: list[dict[str, Any]] = []
         for line in group.lines:
             t, d, v = line["type"], line["data"], line["version"]
@@ -242,20 +244,23 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 checks[d["call_id"]] = {"answer": d["answer"], "detail": d.get("detail", "")}
                 if d["answer"] == "done":
                     checked_done.add(d["call_id"])
-            elif t == "tool.call_completed" and d.get("reused_from") is None:
+            elif t in ("tool.call_completed", "tool.call_progress", "tool.call_failed") \
+                    and during and d["call_id"] in tools:
+                b.connections[during["during_setup"]]["setup_delay"] = 0.3
+            if t == "tool.call_completed" and d.get("reused_from") is None:
                 if d["call_id"] in checked_done:
                     checked_done.discard(d["call_id"])
                     checks[d["call_id"]]["result"] = d["result"]
                 elif d["call_id"] in tools:
                     tools[d["call_id"]][-1]["outcomes"].append(
-                        {"at": result_gate, "kind": "result", "value": d["result"]})
+                        {**during, "at": result_gate, "kind": "result", "value": d["result"]})
             elif t == "tool.call_progress" and d["call_id"] in tools:
                 tools[d["call_id"]][-1]["outcomes"].append(
-                    {"at": result_gate, "kind": "progress", "value": d["result"]})
+                    {**during, "at": result_gate, "kind": "progress", "value": d["result"]})
             elif t == "tool.call_failed" and not d.get("outcome_unknown") \
                     and d["call_id"] in tools:
                 tools[d["call_id"]][-1]["outcomes"].append(
-                    {"at": result_gate, "kind": "error", "value": d["error"]})
+                    {**during, "at": result_gate, "kind": "error", "value": d["error"]})
             elif t == "anomaly.recorded":
                 b.not_reproduced.append(f"v{v}: anomaly {d.get('kind')} (the log keeps its "
                                         f"kind, not the message that caused it)")
