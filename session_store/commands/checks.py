@@ -88,3 +88,37 @@ def replay(call: str,
         raise typer.Exit(2)
     if report.divergences:
         raise typer.Exit(1)
+
+
+def reproduce(call: str,
+              out: str = typer.Option(..., "--out", help="Directory to write the "
+                                      "reproduction into (created)."),
+              redact: bool = RedactOption,
+              redact_keys: Optional[str] = RedactKeysOption,
+              redact_config: Optional[str] = RedactConfigOption,
+              db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption) -> None:
+    """Write an offline reproduction of a call: the local Gemini Live server's script, the
+    tools' recorded results and a pytest file that re-runs today's service and names the
+    first decision it takes otherwise (docs/postmortem.md). Secrets are always masked."""
+    from pathlib import Path
+
+    from ..audit import export_line
+    from ..audit.queries import iter_records
+    from ..audit.reproduce import write
+
+    redactor = redactor_for(redact, redact_keys, redact_config)
+
+    async def go(store):
+        head = await require_call(store, call)
+        return [export_line(r, redactor) async for chunk in
+                iter_records(store, call, to_version=head) for r in chunk]
+
+    lines = with_store(db, schema, go)
+    try:
+        spec = write(Path(out), lines, redacted=redactor.config.enabled)
+    except (OSError, ValueError) as exc:
+        fail(f"reproduce: {exc}")
+    say(f"wrote {out}: {len(spec['connections'])} connections, {len(spec['workers'])} "
+        f"workers, {len(lines)} events to compare; run: pytest {out}")
+    for note in spec["not_reproduced"]:
+        say(f"  not reproduced: {note}")

@@ -50,7 +50,7 @@ def _command(fn, name: str | None = None) -> None:
 
 # In this order in --help.
 for _fn in (admin.migrate, fleet.calls, views.timeline, views.state, views.export,
-            checks.verify, checks.replay, tail.tail, fleet.stats):
+            checks.verify, checks.replay, checks.reproduce, tail.tail, fleet.stats):
     _command(_fn)
 _command(admin.schema_cmd, "schema")
 _command(serve.serve)

@@ -1,0 +1,250 @@
+"""Run a reproduction written by `session-store reproduce` (session_store/audit/reproduce.py).
+
+Today's DurableGeminiLiveLLMService runs in a real pipecat pipeline against the local Gemini
+Live server. Every stimulus waits for its gate, the version the re-run's log must reach
+first: the server's steps (`WaitSignal`), the tools' results, the bot's playback ending, the
+app's settings changes and hang-up, and each worker's death (a takeover in the log). A dying
+worker's appends past its last logged version never commit (it is fenced); then it is
+cancelled and the next worker takes the call over on the same database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipecat.frames.frames import (EndFrame, FunctionCallResultProperties, LLMRunFrame,
+                                   LLMUpdateSettingsFrame)
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+
+from service import local_live as kit
+from service.gemini_live import CannotTell, Done, DurableGeminiLiveLLMService, NotDone
+from service.testing.pipeline import PlaybackOutput, run_worker, tools_schema
+from session_store import Policy, open_store
+from session_store.audit import Redactor, export_line
+from session_store.audit.redaction.config import RedactionConfig
+from session_store.audit.reproduce import Divergence, first_divergence, read
+from session_store.errors import Fenced
+
+# No new event for this long: the re-run is stuck (it waits for a decision the log has and
+# today's code does not take); it stops and the comparison names the decision.
+STALL_S = 10.0
+_SETTINGS = ("model", "system_instruction", "voice", "language")
+
+
+@dataclass
+class Result:
+    divergence: Divergence | None
+    actual: list[dict[str, Any]]
+    violations: list[dict[str, Any]]
+
+
+class _Progress:
+    """The re-run's log version, and who waits for it."""
+
+    def __init__(self, on_version):
+        self.version = 0
+        self._changed = asyncio.Condition()
+        self._on_version = on_version
+
+    async def advance(self, version: int) -> None:
+        async with self._changed:
+            for v in range(self.version + 1, version + 1):
+                self._on_version(v)
+            self.version = max(self.version, version)
+            self._changed.notify_all()
+
+    async def reached(self, version: int) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.version >= version)
+
+    async def changed(self, timeout: float) -> bool:
+        async with self._changed:
+            before = self.version
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait_for(lambda: self.version > before),
+                                       timeout)
+            return self.version > before
+
+
+class _HeldPlayback(PlaybackOutput):
+    """Plays the bot's audio only while the log is where the original call's playback
+    ended (so the bot stops speaking at the same decision)."""
+
+    def __init__(self, progress: _Progress, windows: list[dict[str, int]]):
+        super().__init__()
+        self._progress, self._windows = progress, windows
+
+    def _open(self) -> bool:
+        v = self._progress.version
+        return any(w["from"] <= v < w["until"] for w in self._windows)
+
+    async def write_audio_frame(self, frame) -> bool:
+        while not self._open():
+            await self._progress.changed(1.0)
+        return await super().write_audio_frame(frame)
+
+
+def _script(conn: dict[str, Any]) -> kit.Script:
+    if conn["refuse"] == "handle":
+        return kit.Script.refusing_handle()
+    if conn["refuse"] is not None:
+        return kit.Script(refuse_setup=conn["refuse"])
+    steps: list[kit.Step] = []
+    for s in conn["steps"]:
+        steps.append(kit.WaitSignal(f"v{s['at']}"))
+        args = dict(s["args"])
+        if s["step"] == "ToolCall":
+            args["calls"] = [kit.Call(c["id"], c["name"], c["args"]) for c in args["calls"]]
+        steps.append(getattr(kit, s["step"])(**args))
+    return kit.Script(steps, reply=(), resumption_after_turn=False,
+                      setup_delay=conn.get("setup_delay", 0.0))
+
+
+def _tool(spec, progress: _Progress, server, runs: dict[str, int], name: str):
+    async def handler(params) -> None:
+        call_id = params.tool_call_id
+        run = runs.get(call_id, 0)
+        runs[call_id] = run + 1
+        logged = spec["tool_runs"].get(call_id, [])
+        outcomes = logged[run]["outcomes"] if run < len(logged) else []
+        if not outcomes:  # the log has no outcome of this run (its worker died first)
+            await asyncio.Future()
+        for out in outcomes:
+            await progress.reached(out["at"])
+            if "during_setup" in out:
+                await server.wait_for_connection(out["during_setup"], timeout=STALL_S)
+            if out["kind"] == "progress":
+                await params.result_callback(out["value"], properties=FunctionCallResultProperties(
+                    is_final=False, run_llm=False))
+            elif out["kind"] == "error":
+                raise RuntimeError(out["value"])
+            else:
+                await params.result_callback(out["value"])
+    return handler
+
+
+def _check(spec):
+    def check(key: str, args: dict):
+        answer = spec["outcome_checks"].get(spec["idempotency_keys"].get(key, ""), {})
+        if answer.get("answer") == "done":
+            return Done(answer.get("result"))
+        if answer.get("answer") == "not_done":
+            return NotDone()
+        return CannotTell(answer.get("detail") or "the log has no answer")
+    return check
+
+
+async def _worker(spec, store, progress: _Progress, server, runs) -> PipelineWorker:
+    settings = {k: v for k, v in spec["settings"].items() if k in _SETTINGS}
+    settings["model"] = spec["model"]  # (the settings' copy is masked under --redact)
+    llm = DurableGeminiLiveLLMService(
+        api_key="local-test-key", http_options=server.http_options(),
+        settings=DurableGeminiLiveLLMService.Settings(**settings),
+        tools=tools_schema(spec["tools"]), store=store, call_id=spec["call"],
+        policy=Policy(idempotent=frozenset(spec["idempotent"])))
+    for name in spec["tools"]:
+        llm.register_function(name, _tool(spec, progress, server, runs, name),
+                              cancel_on_interruption=spec["tool_modes"].get(name)
+                              != "NON_BLOCKING")
+    for name in spec["checked"]:
+        llm.register_outcome_check(name, _check(spec),
+                                   rerun_if_not_done=name in spec["rerun_if_not_done"])
+    context = LLMContext(messages=spec["user_turns"] or [{"role": "user", "content": "Hello"}])
+    pair = LLMContextAggregatorPair(context)
+    pipeline = Pipeline([pair.user(), llm, _HeldPlayback(progress, spec["playback"]),
+                         pair.assistant()])
+    return PipelineWorker(pipeline, params=PipelineParams(), cancel_on_idle_timeout=False)
+
+
+def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.Event):
+    """The store as this worker sees it: appends advance the re-run; past `last_version`
+    they wait, and fail as fenced once the worker is dead."""
+    append = store.append
+
+    async def append_logged(stream_id, events, expected_version, **kw):
+        if last_version is not None and expected_version >= last_version:
+            await dead.wait()
+            raise Fenced(stream_id, None, 0)
+        version = await append(stream_id, events, expected_version, **kw)
+        await progress.advance(version)
+        return version
+
+    store.append = append_logged
+
+
+async def _app(spec, task: PipelineWorker, progress: _Progress) -> None:
+    """What the app did: start the pipeline (every worker), its settings changes and its
+    hang-up, each at its gate."""
+    await task.queue_frames([LLMRunFrame()])
+    for change in spec["settings_changes"]:
+        if progress.version > change["at"]:
+            continue
+        await progress.reached(change["at"])
+        # A masked value (--redact) stands for a new one all the same: a change to it.
+        values = {k: f"{v} (as of v{change['at']})" if v == "[REDACTED]" else v
+                  for k, v in change["values"].items()}
+        await task.queue_frame(LLMUpdateSettingsFrame(
+            delta=DurableGeminiLiveLLMService.Settings(**values)))
+    if spec["end_at"] is not None:
+        await progress.reached(spec["end_at"])
+        await task.queue_frame(EndFrame())
+
+
+async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | None = None,
+                           timeout_s: float = 120.0) -> Result:
+    """Re-run the reproduction in `directory` on a fresh database; compare its log."""
+    from session_store.migrate import upgrade
+
+    spec, expected = read(Path(directory))
+    await upgrade(db_url, **({"schema": schema} if schema else {}))
+    runs: dict[str, int] = {}
+    loop = asyncio.get_running_loop()
+    scripts = [_script(c) for c in spec["connections"]]
+    async with kit.LocalLiveServer(scripts) as server:
+        progress = _Progress(lambda v: server.signal(f"v{v}"))
+        server.signal("v0")
+        stores = []
+        try:
+            for worker in spec["workers"]:
+                store = await open_store(db_url, **({"schema": schema} if schema else {}))
+                stores.append(store)
+                dead = asyncio.Event()
+                _mortal(store, progress, worker["last_version"], dead)
+                task = await _worker(spec, store, progress, server, runs)
+                run = asyncio.create_task(run_worker(task))
+                app = asyncio.create_task(_app(spec, task, progress))
+                until = worker["last_version"]
+                quiet_since = loop.time()
+                while not run.done():
+                    if until is not None and progress.version >= until:
+                        break
+                    if await progress.changed(0.2):
+                        quiet_since = loop.time()
+                    elif loop.time() - quiet_since > STALL_S:
+                        break  # stuck: compare what it logged
+                dead.set()
+                app.cancel()
+                if not run.done():
+                    await task.cancel()
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(asyncio.gather(run, app, return_exceptions=True), 5)
+                if until is None or progress.version < until:
+                    break
+            actual = []
+            # The re-run's log is seen as the reproduction's was (masked as --redact masks).
+            redactor = Redactor(RedactionConfig(enabled=spec["redacted"]))
+            for rec in await stores[0].read(spec["call"]):
+                actual.append(export_line(rec, redactor))
+        finally:
+            for store in stores:
+                await store.close()
+        violations = list(server.violations)
+    return Result(first_divergence(expected, actual, ignore_prompt_hash=spec["redacted"]),
+                  actual, violations)

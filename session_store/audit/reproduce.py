@@ -1,0 +1,337 @@
+"""A logged call as an offline reproduction (pure): what the model sent and when, what the
+tools returned, and the comparison of a re-run's log with the original, decision by decision.
+
+Everything here reads export lines (`export.export_line`), so a reproduction is built from
+the same redacted view a ticket carries. Each stimulus (a model message, a tool's result, the
+app's settings change, a crash) is tied to a *gate*: the last version of the commit before
+the one that logged its effect. The runner (service/reproduction.py) releases a stimulus once
+the re-run's log reaches its gate, so the re-run meets the same inputs in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..events import canonical_json
+
+REPRODUCE_SCHEMA = 1
+SPEC_FILE = "reproduction.json"
+LOG_FILE = "log.jsonl"
+TEST_FILE = "test_reproduction.py"
+
+# Values that differ on every run and decide nothing: who ran the call, the server's handle
+# strings (compared by order of appearance), free-text diagnostics.
+_VOLATILE = {"session.opened": ("worker",), "session.worker_attached": ("worker",),
+             "connection.disconnected": ("detail",), "anomaly.recorded": ("detail",)}
+_HANDLE_FIELDS = ("handle",)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One commit's group of events: the unit the re-run is compared in."""
+
+    first: int
+    last: int
+    lines: tuple[dict[str, Any], ...]
+
+    @property
+    def observation(self) -> str:
+        """What the decision was taken on, as far as the group shows it."""
+        head = self.lines[0]
+        gen = head["data"].get("generation")
+        return head["type"] + (f" (generation {gen})" if gen is not None else "")
+
+
+def decisions(lines: list[dict[str, Any]]) -> list[Decision]:
+    """The log's decisions: runs of version-contiguous events committed together (one
+    recorded_at_us). The one place that says what a decision is."""
+    out: list[Decision] = []
+    run: list[dict[str, Any]] = []
+    for line in lines:
+        if run and (line["recorded_at_us"] != run[-1]["recorded_at_us"]
+                    or line["version"] != run[-1]["version"] + 1):
+            out.append(Decision(run[0]["version"], run[-1]["version"], tuple(run)))
+            run = []
+        run.append(line)
+    if run:
+        out.append(Decision(run[0]["version"], run[-1]["version"], tuple(run)))
+    return out
+
+
+# ------------------------------------------------------------------ comparison
+
+def comparable(lines: list[dict[str, Any]], *, ignore_prompt_hash: bool = False
+               ) -> list[dict[str, Any]]:
+    """Each line's type and data without what differs on every run."""
+    handles: dict[str, str] = {}
+    out = []
+    for line in lines:
+        data = dict(line["data"])
+        for key in _VOLATILE.get(line["type"], ()):
+            data.pop(key, None)
+        for key in _HANDLE_FIELDS:
+            if isinstance(data.get(key), str):
+                data[key] = handles.setdefault(data[key], f"handle#{len(handles) + 1}")
+        if isinstance(data.get("time_left_s"), (int, float)):  # measured on arrival
+            data["time_left_s"] = round(data["time_left_s"], 1)
+        if ignore_prompt_hash:
+            data.pop("system_instruction_sha256", None)
+        out.append({"type": line["type"], "data": data})
+    return out
+
+
+@dataclass(frozen=True)
+class Divergence:
+    decision: Decision  # the logged decision the re-run first decides otherwise
+    expected: list[dict[str, Any]]
+    actual: list[dict[str, Any]]
+    version: int  # the first version whose event differs
+
+    def message(self) -> str:
+        d = self.decision
+        span = f"v{d.first}" if d.first == d.last else f"v{d.first}–{d.last}"
+        i = self.version - d.first
+        want = self.expected[i]["type"] if i < len(self.expected) else "nothing"
+        got = self.actual[i]["type"] if i < len(self.actual) else "nothing"
+        return (f"first divergence at decision {span} ({d.observation}): at v{self.version} "
+                f"the log has {want}, today's service {got}\n"
+                f"  expected: {json.dumps(self.expected, sort_keys=True)}\n"
+                f"  actual:   {json.dumps(self.actual, sort_keys=True)}")
+
+
+def first_divergence(expected: list[dict[str, Any]], actual: list[dict[str, Any]], *,
+                     ignore_prompt_hash: bool = False) -> Divergence | None:
+    """The first logged decision whose events the re-run does not log alike, or None.
+    Events are compared in order, so a re-run that commits the same events in other
+    groupings (timing) agrees; the report names the logged decision holding the first
+    event that differs, with the re-run's events at the same versions."""
+    want = comparable(expected, ignore_prompt_hash=ignore_prompt_hash)
+    got = comparable(actual, ignore_prompt_hash=ignore_prompt_hash)
+    at = next((i for i, (a, b) in enumerate(zip(want, got)) if canonical_json(a)
+               != canonical_json(b)), None)
+    if at is None:
+        if len(want) == len(got):
+            return None
+        at = min(len(want), len(got))
+    groups = decisions(expected)
+    if at >= len(want):  # the re-run logged more than the call did
+        last = expected[-1]["version"] if expected else 0
+        extra = Decision(last + 1, len(actual), tuple(actual[at:]))
+        return Divergence(extra, [], got[at:at + 5], last + 1)
+    version = expected[at]["version"]
+    d = next(g for g in groups if g.first <= version <= g.last)
+    lo, hi = d.first - expected[0]["version"], d.last - expected[0]["version"] + 1
+    return Divergence(d, want[lo:hi], got[lo:hi], version)
+
+
+# ------------------------------------------------------------------ the reproduction
+
+@dataclass
+class _Builder:
+    lines: list[dict[str, Any]]
+    connections: list[dict[str, Any]] = field(default_factory=list)
+    by_generation: dict[int, dict[str, Any]] = field(default_factory=dict)
+    not_reproduced: list[str] = field(default_factory=list)
+
+    def step(self, generation: int, gate: int, name: str, **args: Any) -> None:
+        conn = self.by_generation.get(generation)
+        if conn is None:
+            self.not_reproduced.append(f"{name} on generation {generation}, which the log "
+                                       f"never connected")
+            return
+        conn["steps"].append({"at": gate, "step": name, "args": args})
+
+
+def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, Any]:
+    """The reproduction of a call from its export lines (see the module docstring)."""
+    if not lines or lines[0]["type"] != "session.opened":
+        raise ValueError("the log does not start with session.opened: not a whole call")
+    b = _Builder(lines)
+    opened = lines[0]["data"]
+    workers: list[dict[str, Any]] = [{"epoch": opened.get("epoch", 1), "last_version": None}]
+    user_turns: list[dict[str, str]] = []
+    settings_changes: list[dict[str, Any]] = []
+    playback: list[dict[str, int]] = []
+    tools: dict[str, list[dict[str, Any]]] = {}  # call id -> its runs' outcomes
+    checks: dict[str, dict[str, Any]] = {}  # call id -> the outcome check's answer
+    keys: dict[str, str] = {}
+    modes: dict[str, str] = {}
+    idempotent: set[str] = set()
+    rerun: set[str] = set()
+    names: dict[str, str] = {}
+    end_at: int | None = None
+    generation = 0
+    checked_done: set[str] = set()
+    turn_ended: set[int] = set()
+    prev_last, prev_gate, after_connect = 0, 0, False
+    for group in decisions(lines):
+        gate = prev_last
+        # A result logged right after a new session connected came in while it connected
+        # (the service held it until then): it is released once that connection's setup
+        # has arrived, and the server takes a moment before it completes the setup.
+        result_gate = prev_gate if after_connect else gate
+        during = {"during_setup": len(b.connections) - 1} if after_connect else {}
+        calls: list[dict[str, Any]] = []
+        for line in group.lines:
+            t, d, v = line["type"], line["data"], line["version"]
+            gen = d.get("generation", generation)
+            if t == "connection.connected":
+                generation = d["generation"]
+                conn = {"generation": generation, "refuse": None, "steps": []}
+                b.connections.append(conn)
+                b.by_generation[generation] = conn
+            elif t == "connection.handle_refused" and d.get("reason") == "refused":
+                b.connections.append({"generation": None, "refuse": "handle", "steps": []})
+            elif t == "connection.disconnected" and d["reason"] == "handshake_failed":
+                b.connections.append({"generation": None, "refuse": 1011, "steps": []})
+            elif t == "connection.disconnected" and d["reason"] == "error":
+                b.step(gen, gate, "Close", code=1011, reason="closed as logged")
+            elif t == "connection.disconnected" and d["reason"] == "shutdown":
+                end_at = gate if end_at is None else end_at
+            elif t == "session.closed":
+                end_at = gate if end_at is None else end_at
+            elif t == "session.worker_attached":
+                workers[-1]["last_version"] = v - 1
+                workers.append({"epoch": d["epoch"], "last_version": None})
+            elif t == "conversation.message" and d["role"] == "user" and gen == 0:
+                user_turns.append({"role": "user", "content": d["text"]})
+            elif t == "conversation.message" and d["role"] == "assistant":
+                # The service logs the model's words when its turn completes: the turn
+                # ends here (the bot goes on playing its audio until its stop's gate).
+                b.step(gen, gate, "OutputTranscript", text=d["text"])
+                b.step(gen, gate, "TurnComplete")
+                turn_ended.add(gen)
+            elif t == "conversation.message":
+                b.step(gen, gate, "InputTranscript", text=d["text"])
+            elif t == "speech.bot_started" and d.get("source") == "model":
+                b.step(gen, gate, "Audio", chunks=1)
+                turn_ended.discard(gen)
+            elif t == "speech.bot_stopped" and d.get("source") == "transport":
+                if gen not in turn_ended:
+                    b.step(gen, gate, "TurnComplete")
+                playback.append({"from": gate, "until": v})
+            elif t == "speech.bot_stopped" and d.get("source") == "turn_complete":
+                b.step(gen, gate, "TurnComplete")
+            elif t == "speech.interrupted":
+                b.step(gen, gate, "Interrupted")
+            elif t == "model.interaction_status" and d.get("source") == "server":
+                b.step(gen, gate, "InteractionStatus", status=d["status"])
+            elif t == "connection.go_away":
+                b.step(gen, gate, "GoAway", time_left=d["time_left_s"], close_code=None)
+            elif t in ("connection.handle_issued", "connection.handle_withheld"):
+                b.step(gen, gate, "ResumptionUpdate", resumable=True)
+            elif t == "tool.call_requested":
+                names[d["call_id"]] = d["name"]
+                modes[d["name"]] = d.get("declared") or modes.get(d["name"], "BLOCKING")
+                calls.append({"id": d["call_id"], "name": d["name"], "args": d["args"],
+                              "generation": gen})
+            elif t == "tool.call_cancelled" and d["reason"] == "server":
+                b.step(generation, gate, "CancelToolCalls", ids=[d["call_id"]])
+            elif t == "settings.changed":
+                settings_changes.append({"at": gate, "values": d["values"]})
+            elif t == "tool.call_started":
+                keys[d["idempotency_key"]] = d["call_id"]
+                tools.setdefault(d["call_id"], []).append({"attempt": d["attempt"],
+                                                           "outcomes": []})
+                if d["attempt"] > 1 and d["call_id"] not in checks:
+                    idempotent.add(names.get(d["call_id"], ""))
+                elif d["attempt"] > 1:
+                    rerun.add(names.get(d["call_id"], ""))
+            elif t == "tool.outcome_checked":
+                checks[d["call_id"]] = {"answer": d["answer"], "detail": d.get("detail", "")}
+                if d["answer"] == "done":
+                    checked_done.add(d["call_id"])
+            elif t in ("tool.call_completed", "tool.call_progress", "tool.call_failed") \
+                    and during and d["call_id"] in tools:
+                b.connections[during["during_setup"]]["setup_delay"] = 0.3
+            if t == "tool.call_completed" and d.get("reused_from") is None:
+                if d["call_id"] in checked_done:
+                    checked_done.discard(d["call_id"])
+                    checks[d["call_id"]]["result"] = d["result"]
+                elif d["call_id"] in tools:
+                    tools[d["call_id"]][-1]["outcomes"].append(
+                        {**during, "at": result_gate, "kind": "result", "value": d["result"]})
+            elif t == "tool.call_progress" and d["call_id"] in tools:
+                tools[d["call_id"]][-1]["outcomes"].append(
+                    {**during, "at": result_gate, "kind": "progress", "value": d["result"]})
+            elif t == "tool.call_failed" and not d.get("outcome_unknown") \
+                    and d["call_id"] in tools:
+                tools[d["call_id"]][-1]["outcomes"].append(
+                    {**during, "at": result_gate, "kind": "error", "value": d["error"]})
+            elif t == "anomaly.recorded":
+                b.not_reproduced.append(f"v{v}: anomaly {d.get('kind')} (the log keeps its "
+                                        f"kind, not the message that caused it)")
+        by_gen: dict[int, list[dict[str, Any]]] = {}
+        for c in calls:
+            by_gen.setdefault(c["generation"], []).append(
+                {"id": c["id"], "name": c["name"], "args": c["args"]})
+        for gen, batch in by_gen.items():
+            b.step(gen, gate, "ToolCall", calls=batch)
+        prev_last, prev_gate = group.last, gate
+        after_connect = group.lines[-1]["type"] == "connection.connected"
+    settings = opened.get("settings", {})
+    return {"reproduce_schema": REPRODUCE_SCHEMA, "call": lines[0]["call"],
+            "model": opened["model"], "settings": settings, "tools": opened["tools"],
+            "tool_modes": modes, "redacted": redacted, "user_turns": user_turns,
+            "connections": b.connections, "workers": workers,
+            "settings_changes": settings_changes, "playback": playback, "end_at": end_at,
+            "tool_runs": tools, "outcome_checks": checks, "idempotency_keys": keys,
+            "idempotent": sorted(n for n in idempotent if n),
+            "rerun_if_not_done": sorted(n for n in rerun if n),
+            "checked": sorted({names[c] for c in checks if c in names}),
+            "not_reproduced": b.not_reproduced}
+
+
+_TEST = '''"""Reproduction of call {call} (written by `session-store reproduce`).
+
+Runs today's DurableGeminiLiveLLMService in a real pipecat pipeline against the local
+Gemini Live server playing what the model sent in the log, with the tools returning what
+the log says they returned, and compares the decisions with the log's, one by one.
+Run: pytest {test_file}   (REPRODUCE_DB=postgresql+asyncpg://... to re-run on PostgreSQL)
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from service.reproduction import run_reproduction
+
+pytestmark = pytest.mark.asyncio
+HERE = Path(__file__).parent
+
+
+async def test_todays_service_decides_as_the_log(tmp_path):
+    db = os.environ.get("REPRODUCE_DB") or f"sqlite+aiosqlite:///{{tmp_path / 'repro.db'}}"
+    result = await run_reproduction(HERE, db, schema=os.environ.get("REPRODUCE_SCHEMA"))
+    assert result.divergence is None, result.divergence.message()
+'''
+
+
+def write(directory: Path, lines: list[dict[str, Any]], *, redacted: bool = False
+          ) -> dict[str, Any]:
+    """Write the reproduction of a call into `directory` (created): the spec, the log it
+    is compared with, and the pytest file."""
+    spec = build(lines, redacted=redacted)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / SPEC_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n",
+                                       encoding="utf-8")
+    with open(directory / LOG_FILE, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(json.dumps(line, sort_keys=True) + "\n")
+    (directory / TEST_FILE).write_text(_TEST.format(call=spec["call"], test_file=TEST_FILE),
+                                       encoding="utf-8")
+    return spec
+
+
+def read(directory: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    spec = json.loads((directory / SPEC_FILE).read_text(encoding="utf-8"))
+    if spec.get("reproduce_schema") != REPRODUCE_SCHEMA:
+        raise ValueError(f"{directory / SPEC_FILE}: reproduce_schema "
+                         f"{spec.get('reproduce_schema')!r}, this code reads {REPRODUCE_SCHEMA}")
+    with open(directory / LOG_FILE, encoding="utf-8") as f:
+        lines = [json.loads(x) for x in f if x.strip()]
+    return spec, lines

@@ -1,0 +1,47 @@
+"""The comparison of a re-run's log with the original (pure): what a decision is, what is
+left out, and which decision a difference is reported at."""
+
+from __future__ import annotations
+
+from session_store.audit.reproduce import build, decisions, first_divergence
+
+
+def line(v: int, at: int, type_: str, **data) -> dict:
+    return {"call": "c", "version": v, "recorded_at_us": at, "type": type_, "data": data}
+
+
+LOG = [line(1, 10, "session.opened", model="m", tools=["t"], worker="w1", settings={}),
+       line(2, 20, "connection.connected", generation=1, handle=None),
+       line(3, 30, "speech.bot_started", generation=1, source="model"),
+       line(4, 30, "tool.call_requested", call_id="a", name="t", args={}, generation=1),
+       line(5, 30, "tool.call_deferred", call_id="a"),
+       line(6, 40, "connection.handle_issued", generation=1, handle="h-1")]
+
+
+def test_a_decision_is_one_commits_run_of_versions():
+    assert [(d.first, d.last) for d in decisions(LOG)] == [(1, 1), (2, 2), (3, 5), (6, 6)]
+
+
+def test_workers_and_handle_strings_do_not_count_and_a_regrouped_commit_agrees():
+    rerun = [dict(x) for x in LOG]
+    rerun[0] = line(1, 11, "session.opened", model="m", tools=["t"], worker="w2", settings={})
+    rerun[4] = line(5, 35, "tool.call_deferred", call_id="a")  # committed on its own
+    rerun[5] = line(6, 45, "connection.handle_issued", generation=1, handle="other")
+    assert first_divergence(LOG, rerun) is None
+
+
+def test_the_first_differing_event_is_reported_at_its_logged_decision():
+    rerun = LOG[:4] + [line(5, 30, "tool.call_started", call_id="a", attempt=1,
+                            idempotency_key="c:a", epoch=1)] + LOG[5:]
+    d = first_divergence(LOG, rerun)
+    assert (d.decision.first, d.decision.last, d.version) == (3, 5, 5)
+    assert "at v5 the log has tool.call_deferred, today's service tool.call_started" \
+        in d.message()
+    assert first_divergence(LOG, LOG[:5]).version == 6  # a decision never taken
+    assert first_divergence(LOG[:5], LOG).version == 6  # one the log does not have
+
+
+def test_each_stimulus_waits_for_the_commit_before_its_effect():
+    spec = build(LOG)
+    steps = [(s["step"], s["at"]) for s in spec["connections"][0]["steps"]]
+    assert steps == [("Audio", 2), ("ToolCall", 2), ("ResumptionUpdate", 5)]
