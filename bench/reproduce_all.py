@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from service.crash.case import Kill, run_case
-from service.crash.harness import Databases
-from service.crash.scenarios import SCRIPTED
+from rig.crash.case import Kill, run_case
+from rig.crash.harness import Databases
+from rig.crash.scenarios import SCRIPTED
 from service.reproduction import run_reproduction
 
 KILLS = {"clean": [], "demo kill": [Kill(after_event="tool.result_sending")]}
@@ -32,7 +32,7 @@ async def one(scenario: str, label: str, dbs: Databases, root: Path) -> bool:
     logged = await run_case(scenario, url, schema=schema, kills=KILLS[label], workdir=root)
     out = root / f"{logged.call_id}.repro"
     args = ["--db", url] + (["--schema", schema] if schema else [])
-    subprocess.run([sys.executable, "-m", "session_store.cli", "reproduce", logged.call_id,
+    subprocess.run([sys.executable, "-m", "session_store.commands.cli", "reproduce", logged.call_id,
                     "--out", str(out), *args], check=True, capture_output=True)
     rerun_url, rerun_schema = await dbs()
     t0 = time.monotonic()

@@ -153,6 +153,7 @@ class CallDriver:
                 epoch = state.epoch + 1
                 at = now_us()
                 try:
+                    first: ev.Event
                     if not state.opened:
                         first = ev.SessionOpened(model, tools, self.worker_id, epoch, settings)
                         await self.store.append(self.call_id, [first], state.version,
@@ -178,7 +179,8 @@ class CallDriver:
                     observe.committed(self, [first])
                 return self.state
             raise ConcurrencyConflict(
-                self.call_id, state.version, conflict.actual) from conflict
+                self.call_id, state.version,
+                conflict.actual if conflict is not None else None) from conflict
 
     async def observe(self, obs: Observation | None = None, *, intend: frozenset[type] = NOTHING,
                       timeout: float | None = None) -> Decision:

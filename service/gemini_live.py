@@ -97,6 +97,9 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     outcome (after the end); one still running then stays in doubt.
     """
 
+    # (pipecat annotates it with a name its module rebinds, which a type checker cannot follow)
+    _settings: GeminiLiveLLMSettings
+
     # pipecat sets its default level on thinking models with model_copy(update=...), which skips
     # validation, so a plain "LOW" reaches google-genai's serializer and warns on every setup.
     _DEFAULT_THINKING_LEVEL = ThinkingLevel.LOW
@@ -224,7 +227,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             await self._call_event_handler("on_fenced")
 
     # ------------------------------------------------------------------ lifecycle
-    async def setup(self, setup: FrameProcessorSetup):
+    # (pipecat's FrameProcessor narrows BaseObject.setup's argument itself: its override)
+    async def setup(self, setup: FrameProcessorSetup):  # type: ignore[override]
         tracing.follow(self._driver, setup.tracing_context)  # (None: pipecat does not trace)
         try:
             state = await self._driver.attach(model=str(self._settings.model),

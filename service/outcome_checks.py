@@ -130,7 +130,7 @@ def _storable(answer: Any) -> CheckAnswer:
     return CannotTell(f"the check answered {answer!r:.80}, not Done, NotDone or CannotTell")
 
 
-async def wait_for_tools(tasks: Collection[asyncio.Task], grace_s: float, label: str) -> None:
+async def wait_for_tools(tasks: Collection[asyncio.Task | None], grace_s: float, label: str) -> None:
     """At the hang-up: let tools still running finish (their outcome is logged after the
     end) for up to `grace_s`; what is still running then is left to pipecat's cleanup, and
     the call's state shows it in doubt."""

@@ -28,7 +28,9 @@ class ServicePort(Protocol):
     _run_llm_when_session_ready: bool
     _inference_on_context_initialization: bool
     _consecutive_failures: int
-    _supports_non_blocking_tools: bool
+
+    @property
+    def _supports_non_blocking_tools(self) -> bool: ...
 
     @property
     def _is_gemini_3(self) -> bool: ...

@@ -25,7 +25,7 @@ from pipecat.processors.aggregators.llm_response_universal import LLMContextAggr
 
 from service import local_live as kit
 from service.gemini_live import CannotTell, Done, DurableGeminiLiveLLMService, NotDone
-from service.testing.pipeline import PlaybackOutput, run_worker, tools_schema
+from service.headless_pipeline import PlaybackOutput, run_worker, tools_schema
 from session_store import Policy, open_store
 from session_store.audit import Redactor, export_line
 from session_store.audit.redaction.config import RedactionConfig
@@ -188,8 +188,8 @@ async def _app(spec, task: PipelineWorker, progress: _Progress) -> None:
             continue
         await progress.reached(change["at"])
         # A masked value (--redact) stands for a new one all the same: a change to it.
-        values = {k: f"{v} (as of v{change['at']})" if v == "[REDACTED]" else v
-                  for k, v in change["values"].items()}
+        values: dict[str, Any] = {k: f"{v} (as of v{change['at']})" if v == "[REDACTED]"
+                                  else v for k, v in change["values"].items()}
         await task.queue_frame(LLMUpdateSettingsFrame(
             delta=DurableGeminiLiveLLMService.Settings(**values)))
     if spec["end_at"] is not None:
@@ -200,7 +200,7 @@ async def _app(spec, task: PipelineWorker, progress: _Progress) -> None:
 async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | None = None,
                            timeout_s: float = 120.0) -> Result:
     """Re-run the reproduction in `directory` on a fresh database; compare its log."""
-    from session_store.migrate import upgrade
+    from session_store.storage.migrate import upgrade
 
     spec, expected = read(Path(directory))
     await upgrade(db_url, **({"schema": schema} if schema else {}))

@@ -145,6 +145,7 @@ class ResultIntake:
         anomaly holding its start: logged as it was, it failed its append and every retry
         of it, and the model never got an answer (seen)."""
         call_id = call.call_id
+        problem: str | None
         try:
             value = jsonable(result)
         except (TypeError, ValueError, RecursionError) as exc:  # a cycle, too deep to encode

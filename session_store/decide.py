@@ -276,7 +276,7 @@ def _decide_tool_calls(state: SessionState, obs: ToolCallsArrived, policy: Polic
         args, size = storable_args(call.args)
         mode = call_mode(state.rules, call.declared)
         out.append(ev.ToolCallRequested(call.call_id, name, args, gen, mode, call.declared))
-        refused = None
+        refused: tuple[str, dict[str, Any], str] | None = None
         if not name:
             refused = ("tool_call_without_name", {"call_id": call.call_id}, NO_NAME_ERROR)
         elif size is None:

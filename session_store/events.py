@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
-from .codec import (MAX_NESTING, Event, canonical_json, catalogue, decode,  # noqa: F401
+from .codec import (MAX_NESTING, Event, canonical_json, catalogue, decode,  # noqa: F401 - re-exported: events.X is the catalogue's public face
                     event_type, nested_too_deeply, upcaster)
 
 

@@ -14,36 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from google.genai.types import HttpOptions
-from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
-from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
-from pipecat.frames.frames import (EndFrame, Frame, FunctionCallResultProperties, LLMRunFrame,
-                                   StartFrame)
+from pipecat.frames.frames import (EndFrame, Frame, FunctionCallResultProperties, LLMRunFrame)
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.services.llm_service import FunctionCallParams
-from pipecat.transports.base_output import BaseOutputTransport
-from pipecat.transports.base_transport import TransportParams
-from pipecat.workers.runner import WorkerRunner
+
+from service.headless_pipeline import PlaybackOutput, run_worker, tools_schema
 
 MODEL = "models/gemini-2.5-flash-native-audio-preview"
-
-
-class PlaybackOutput(BaseOutputTransport):
-    """Output transport stand-in: no device; audio takes its real duration to play."""
-
-    def __init__(self, **kwargs):
-        super().__init__(TransportParams(audio_out_enabled=True, audio_out_sample_rate=24000,
-                                         audio_out_end_silence_secs=0), **kwargs)
-
-    async def start(self, frame: StartFrame):
-        await super().start(frame)
-        await self.set_transport_ready(frame)  # the base class does not; without it no audio plays
-
-    async def write_audio_frame(self, frame) -> bool:
-        await asyncio.sleep(len(frame.audio) / (2 * frame.sample_rate))
-        return True
 
 
 @dataclass
@@ -58,13 +38,6 @@ class ToolLedger:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
                 f.flush()
-
-
-def tools_schema(names: list[str], descriptions: dict[str, str] | None = None) -> ToolsSchema:
-    descriptions = descriptions or {}
-    return ToolsSchema(standard_tools=[
-        FunctionSchema(name=n, description=descriptions.get(n, f"{n} tool"),
-                       properties={"id": {"type": "integer"}}, required=[]) for n in names])
 
 
 def http_options_for(base_url: str, ssl_ctx) -> HttpOptions:
@@ -94,14 +67,6 @@ def make_tool(name: str, ledger: ToolLedger, delay: float = 0.05, *,
         await params.result_callback(value)
 
     return handler
-
-
-async def run_worker(worker: PipelineWorker) -> None:
-    """Run one pipeline to its end, as pipecat 1.14 runs workers (a runner that is handed the
-    worker in run() is deprecated)."""
-    runner = WorkerRunner(handle_sigint=False)
-    await runner.add_workers(worker)
-    await runner.run()
 
 
 async def run_pipeline(llm, *, frames: list[Frame] | None = None,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from service.crash.case import Kill, run_case
+from rig.crash.case import Kill, run_case
 from service.reproduction import run_reproduction
 from session_store.audit.reproduce import decisions, read
 from tests.conftest import empty_database
@@ -35,7 +35,7 @@ async def _logged_call(backend, tmp_path, scenario: str, kills) -> str:
 
 
 def _reproduce(backend, call: str, out: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "session_store.cli", "reproduce", call,
+    done = subprocess.run([sys.executable, "-m", "session_store.commands.cli", "reproduce", call,
                            "--out", str(out), *backend.cli_args],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stderr

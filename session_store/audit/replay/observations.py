@@ -8,7 +8,7 @@ follow at the same time (the table in replayer.py's docstring).
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ... import events as ev
 from ...decide import (RESYNC_KINDS, CancellationArrived, FunctionCall, GoAway,
@@ -39,7 +39,10 @@ def group_at(recs: list[RecordedEvent], i: int, generation: int) -> Group | None
     `generation`: the state's, before the group."""
     rec = recs[i]
     e = rec.event
-    same_time = lambda j: j < len(recs) and recs[j].recorded_at_us == rec.recorded_at_us  # noqa: E731
+
+    def same_time(j: int) -> bool:
+        return j < len(recs) and recs[j].recorded_at_us == rec.recorded_at_us
+
     match e:
         case ev.ToolCallRequested() | ev.AnomalyRecorded() if (
                 not isinstance(e, ev.AnomalyRecorded) or e.kind in TOOL_CALL_ANOMALIES):
@@ -71,7 +74,8 @@ def group_at(recs: list[RecordedEvent], i: int, generation: int) -> Group | None
             return Group(GoAway(e.generation, e.time_left_s), 1)
         case ev.ToolCallCancelled(reason="server") | ev.AnomalyRecorded(
                 kind="cancellation_for_unknown_call"):
-            ids_, j, gen = [], i, None
+            ids_: list[Any] = []  # (an id the anomaly lacks is replayed as None, as it was seen)
+            j, gen = i, None
             while same_time(j):
                 x = recs[j].event
                 if isinstance(x, ev.ToolCallCancelled) and x.reason == "server":
@@ -118,10 +122,10 @@ def _tool_calls_group(recs: list[RecordedEvent], i: int) -> Group:
             elif x.kind == "tool_args_too_large" and isinstance(d.get("bytes"), int):
                 pad = max(d["bytes"] - len('{"_":""}'), 0)  # same size, same refusal
                 call = dataclasses.replace(call, args={"_": "x" * pad})
-                args_not_logged.add(call.call_id)
+                args_not_logged.add(d["call_id"])
             elif x.kind == "invalid_tool_args":
                 call = dataclasses.replace(call, args={"_": float("nan")})
-                args_not_logged.add(call.call_id)
+                args_not_logged.add(d["call_id"])
             calls[at_] = call
         elif isinstance(x, ev.AnomalyRecorded) and x.kind in TOOL_CALL_ANOMALIES:
             calls.append(FunctionCall(
