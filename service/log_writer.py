@@ -229,8 +229,11 @@ class LogWriter:
         delay = NOTES_RETRY_FIRST_S
         if not self._due.is_set():  # only lazy facts: give an append time to take them
             self._waiting = True
+            # (asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancel that arrives in
+            # the loop turn the event is set, and the task would go on after its owner stopped)
             try:
-                await asyncio.wait_for(self._due.wait(), LAZY_NOTE_WAIT_S)
+                async with asyncio.timeout(LAZY_NOTE_WAIT_S):
+                    await self._due.wait()
             except TimeoutError:
                 pass
             finally:

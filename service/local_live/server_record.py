@@ -46,8 +46,9 @@ class ServerRecord:
             if remaining <= 0:
                 raise TimeoutError(f"condition not met within {timeout}s")
             changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), remaining)
+            try:  # (asyncio.timeout: wait_for on 3.11 can lose a cancel that meets a notice)
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
             except TimeoutError:
                 pass
 
