@@ -11,6 +11,7 @@ the re-run's log reaches its gate, so the re-run meets the same inputs in the sa
 from __future__ import annotations
 
 import json
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,12 @@ LOG_FILE = "log.jsonl"
 TEST_FILE = "test_reproduction.py"
 
 # Values that differ on every run and decide nothing: who ran the call, the server's handle
-# strings (compared by order of appearance), free-text diagnostics.
+# strings (compared by order of appearance), free-text diagnostics; and an observation's
+# count of the events decided on it, which are compared themselves (so a difference is
+# reported at the first event that differs, not at the observation before it).
 _VOLATILE = {"session.opened": ("worker",), "session.worker_attached": ("worker",),
-             "connection.disconnected": ("detail",), "anomaly.recorded": ("detail",)}
+             "connection.disconnected": ("detail",), "anomaly.recorded": ("detail",),
+             "decision.observed": ("events",)}
 _HANDLE_FIELDS = ("handle",)
 
 
@@ -285,12 +289,12 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
             "not_reproduced": b.not_reproduced}
 
 
-_TEST = '''"""Reproduction of call {call} (written by `session-store reproduce`).
+_TEST = string.Template('''"""Reproduction of call $call (written by `session-store reproduce`).
 
 Runs today's DurableGeminiLiveLLMService in a real pipecat pipeline against the local
 Gemini Live server playing what the model sent in the log, with the tools returning what
 the log says they returned, and compares the decisions with the log's, one by one.
-Run: pytest {test_file}   (REPRODUCE_DB=postgresql+asyncpg://... to re-run on PostgreSQL)
+Run: pytest $test_file   (REPRODUCE_DB=postgresql+asyncpg://... to re-run on PostgreSQL)
 """
 
 import os
@@ -305,10 +309,10 @@ HERE = Path(__file__).parent
 
 
 async def test_todays_service_decides_as_the_log(tmp_path):
-    db = os.environ.get("REPRODUCE_DB") or f"sqlite+aiosqlite:///{{tmp_path / 'repro.db'}}"
+    db = os.environ.get("REPRODUCE_DB") or f"sqlite+aiosqlite:///{tmp_path / 'repro.db'}"
     result = await run_reproduction(HERE, db, schema=os.environ.get("REPRODUCE_SCHEMA"))
     assert result.divergence is None, result.divergence.message()
-'''
+''')
 
 
 def write(directory: Path, lines: list[dict[str, Any]], *, redacted: bool = False
@@ -322,7 +326,7 @@ def write(directory: Path, lines: list[dict[str, Any]], *, redacted: bool = Fals
     with open(directory / LOG_FILE, "w", encoding="utf-8") as f:
         for line in lines:
             f.write(json.dumps(line, sort_keys=True) + "\n")
-    (directory / TEST_FILE).write_text(_TEST.format(call=spec["call"], test_file=TEST_FILE),
+    (directory / TEST_FILE).write_text(_TEST.substitute(call=spec["call"], test_file=TEST_FILE),
                                        encoding="utf-8")
     return spec
 

@@ -82,6 +82,6 @@ async def test_a_mutant_service_diverges_at_the_decision_it_changed(tmp_path, mo
     assert any(x["type"] == "tool.call_deferred" for x in result.divergence.expected)
     assert not any(x["type"] == "tool.call_deferred" for x in result.divergence.actual)
     deferred = next(x["version"] for x in deferral.lines if x["type"] == "tool.call_deferred")
-    assert result.divergence.version == deferred
+    assert result.divergence.version == deferred, result.divergence.message()
     assert (f"at v{deferred} the log has tool.call_deferred, today's service "
             f"tool.call_started") in result.divergence.message()
