@@ -1,25 +1,27 @@
 """Tool results as pipecat hands them over (final, intermediate, or a call stopped without
 one): logged with the intent to send them, in one commit, then delivered by the effects.
 
-A result that the log cannot take (the database is down, or the call's task was cancelled
-mid-commit) is never dropped: it goes to the log writer, decided again when logged
-(decide.unless_answered). A result the log cannot store is answered as the call's failure.
+What a result is (the call's outcome, an anomaly, a failure for a value the log cannot
+store) is decided on the log (decide.ResultArrived, ProgressReturned, ToolStopped): this shell
+only observes and performs. A result that the log cannot take (the database is down, or the
+call's task was cancelled mid-commit) is never dropped: it goes to the log writer, decided
+again when logged (`again`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from loguru import logger
 from pipecat.frames.frames import FunctionCallResultFrame
 
 from session_store import events as ev
-from session_store.answers import stopped_failure
-from session_store.decide import ProgressReturned, ResultReturned, ToolStopped
+from session_store.decide import ProgressReturned, ResultArrived, ToolStopped
 from session_store.delivery import SendResult
 from session_store.errors import Fenced
-from session_store.storable import unstorable_anomaly, why_unstorable
+from session_store.storable import Unstorable, preview
 
 from .effects import EffectRunner
 from .log_writer import LogWriter
@@ -41,53 +43,46 @@ class ResultIntake:
         self._effects = effects
 
     async def result(self, frame: FunctionCallResultFrame) -> None:
-        """A tool returned (pipecat's result frame): logged with the intent to send it."""
+        """A tool returned (pipecat's result frame): decided on the log (decide.ResultArrived:
+        the call's outcome, or an anomaly for an unknown id or a second result), with the
+        intent to send it, in one commit."""
         is_final = frame.properties.is_final if frame.properties else True
-        call = self._driver.state.calls.get(frame.tool_call_id)
         if not is_final:
-            await self._intermediate_result(frame, call)
+            await self._intermediate_result(frame)
             return
+        arrived = ResultArrived(frame.tool_call_id, frame.function_name,
+                                value_of(frame.result), run_llm_of(frame))
         try:
-            if call is None:
-                await self._driver.record(ev.AnomalyRecorded(
-                    "result_for_unknown_call", {"call_id": frame.tool_call_id,
-                                                "name": frame.function_name}))
-            elif call.has_outcome:
-                await self._driver.record(ev.AnomalyRecorded(
-                    "second_result", {"call_id": call.call_id, "name": call.name}))
-            else:
-                # The result and the intent to send it (if it can go now): one commit.
-                outcome = self._outcome_of(call, frame.result, scheduling_of(frame, call))
-                async with self._effects.due_lock:
-                    try:
-                        decision = await self._driver.record(*outcome, intend=SEND_RESULTS)
-                    except Fenced:
-                        raise
-                    except asyncio.CancelledError as exc:
-                        # This runs in the call's own task, which the app may cancel
-                        # (cancel_function_calls) while the result commits: the tool ran,
-                        # and its result must not go down with the task.
-                        await self._keep_result(call.call_id, outcome, exc)
-                        raise
-                    except Exception as exc:  # noqa: BLE001 - the log is down: keep the result
-                        await self._keep_result(call.call_id, outcome, exc)
-                        return
-                    await self._effects.deliver(decision.intents)
+            async with self._effects.due_lock:
+                try:
+                    decision = await self._driver.observe(arrived, intend=SEND_RESULTS)
+                except Fenced:
+                    raise
+                except asyncio.CancelledError as exc:
+                    # This runs in the call's own task, which the app may cancel
+                    # (cancel_function_calls) while the result commits: the tool ran, and
+                    # its result must not go down with the task.
+                    await self._keep_result(arrived, exc)
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the log is down: keep the result
+                    await self._keep_result(arrived, exc)
+                    return
+                await self._effects.deliver(decision.intents)
         except Fenced:
             await self._svc.on_fenced()
             return
+        if any(isinstance(e, ev.ToolCallFailed) for e in decision.events):
+            logger.error(f"{self._svc}: call {self._driver.call_id}: the result of "
+                         f"{arrived.call_id} cannot be stored in the log; the call is "
+                         "answered as failed")
         await self._effects.perform_due()
 
     async def stopped(self, call_id: str) -> None:
         """pipecat stopped a running call without a result (its timeout, or the app's
         cancel_function_calls): the model still waits for an answer, so the log records an
-        explicit failure, delivered like any result (decide.stopped_failure)."""
+        explicit failure, delivered like any result, unless Gemini cancelled the call or
+        it is not running (decided on the log: answers.stopped_failure)."""
         stop = ToolStopped(call_id, self._effects.cancelled_on_wire)
-        if self._effects.cancelled(call_id) or not (
-                self._driver.stale or stopped_failure(self._driver.state, call_id, stop.wire_ids)):
-            # Gemini's own cancellation (nothing owed), or a call that is not running. (A
-            # stale state may show what an interrupted commit staged: decide on the log.)
-            return
         try:
             await self._driver.observe(stop)
         except Fenced:
@@ -100,30 +95,13 @@ class ResultIntake:
             return
         await self._effects.perform_due()
 
-    async def _intermediate_result(self, frame: FunctionCallResultFrame, call) -> None:
-        """A tool's intermediate result (`is_final=False`): logged as the call's next part and
-        delivered like any result, where the call is NON_BLOCKING. A blocking call takes one
-        result (the model waits for it): the intermediate one is logged as dropped, never
-        dropped silently."""
-        if call is None or call.mode != "non_blocking" or call.has_outcome:
-            why = ("no such call" if call is None else "the call already has its outcome"
-                   if call.has_outcome else "the call is blocking: the model takes one result")
-            await self._log.log(ev.AnomalyRecorded("intermediate_result_dropped", {
-                "call_id": frame.tool_call_id, "name": frame.function_name, "why": why},
-                self._driver.state.generation))
-            return
-        call_id, scheduling = call.call_id, scheduling_of(frame, call)
-        try:
-            value = jsonable(frame.result)
-            problem = why_unstorable(ev.ToolCallProgress(call_id, 1, value))
-        except (TypeError, ValueError, RecursionError) as exc:
-            problem = f"{type(exc).__name__}: {exc}"[:200]
-        if problem is not None:
-            await self._log.log(unstorable_anomaly(ev.ToolCallProgress.TYPE, {
-                "call_id": call_id, "result": frame.result}, problem,
-                self._driver.state.generation))
-            return
-        progress = ProgressReturned(call_id, value, scheduling)
+    async def _intermediate_result(self, frame: FunctionCallResultFrame) -> None:
+        """A tool's intermediate result (`is_final=False`): the NON_BLOCKING call's next part,
+        delivered like any result; for any other call it is logged as dropped
+        (decide.ProgressReturned)."""
+        progress = ProgressReturned(frame.tool_call_id, value_of(frame.result),
+                                    "WHEN_IDLE" if run_llm_of(frame) else "SILENT",
+                                    frame.function_name)
         try:
             async with self._effects.due_lock:
                 decision = await self._driver.observe(progress, intend=SEND_RESULTS)
@@ -133,57 +111,39 @@ class ResultIntake:
             return
         except Exception as exc:  # noqa: BLE001 - the log is down: kept, logged when it is back
             logger.error(f"{self._svc}: call {self._driver.call_id}: an intermediate result "
-                         f"of {call_id} was not logged ({type(exc).__name__}: {exc}); it is "
-                         "kept")
+                         f"of {progress.call_id} was not logged ({type(exc).__name__}: {exc}); "
+                         "it is kept")
             await self._log.log(progress)
             return
         await self._effects.perform_due()
 
-    def _outcome_of(self, call, result: Any, scheduling: str | None = None) -> list[ev.Event]:
-        """The events that log a tool's result. A result the log cannot store (NaN, a lone
-        surrogate, a cycle, nesting too deep) is answered as the call's failure, with an
-        anomaly holding its start: logged as it was, it failed its append and every retry
-        of it, and the model never got an answer (seen)."""
-        call_id = call.call_id
-        problem: str | None
-        try:
-            value = jsonable(result)
-        except (TypeError, ValueError, RecursionError) as exc:  # a cycle, too deep to encode
-            problem = f"{type(exc).__name__}: {exc}"[:200]
-        else:
-            completed = ev.ToolCallCompleted(call_id, value, scheduling=scheduling)
-            problem = why_unstorable(completed)
-            if problem is None:
-                return [completed]
-        logger.error(f"{self._svc}: call {self._driver.call_id}: the result of {call_id} "
-                     f"cannot be stored in the log ({problem}); the call is answered as failed")
-        failed = ev.ToolCallFailed(call_id, f"the tool's result cannot be stored in the "
-                                            f"call's log ({problem}), so it was not sent")
-        return [unstorable_anomaly(ev.ToolCallCompleted.TYPE,
-                                   {"call_id": call_id, "result": result}, problem,
-                                   self._driver.state.generation), failed]
-
-    async def _keep_result(self, call_id: str, outcome: list[ev.Event],
-                           exc: BaseException) -> None:
+    async def _keep_result(self, arrived: ResultArrived, exc: BaseException) -> None:
         """The log did not take a tool's result (StoreUnavailable: the database is down; or
         the call's task was cancelled mid-commit). The tool ran and the model waits for its
         answer, so the result must not go down with the exception (seen: it did, and the
-        model waited for ever). It is handed to the log writer instead, decided when logged
-        (decide.unless_answered: the failed append may have committed after all); what is
-        due then sends it, never before it is logged. (Handing it over never suspends, so
-        it is done even in a task being cancelled.)"""
-        logger.error(f"{self._svc}: call {self._driver.call_id}: the result of {call_id} was "
-                     f"not logged ({type(exc).__name__}: {exc}); it is kept and logged by the "
-                     "notes task")
-        await self._log.log(ResultReturned(call_id, tuple(outcome)))
+        model waited for ever). It is handed to the log writer instead, decided again when
+        logged (`again`: the failed append may have committed after all); what is due then
+        sends it, never before it is logged. (Handing it over never suspends, so it is done
+        even in a task being cancelled.)"""
+        logger.error(f"{self._svc}: call {self._driver.call_id}: the result of "
+                     f"{arrived.call_id} was not logged ({type(exc).__name__}: {exc}); it is "
+                     "kept and logged by the notes task")
+        await self._log.log(dataclasses.replace(arrived, again=True))
 
 
-def scheduling_of(frame: FunctionCallResultFrame, call) -> str | None:
-    """How a NON_BLOCKING call's result is taken (pipecat's rule: WHEN_IDLE when the model
-    should answer it, SILENT when it should only take it in); None for a blocking call."""
-    if call is None or call.mode != "non_blocking":
-        return None
+def value_of(result: Any) -> Any:
+    """A tool's value as JSON, or what stands for one that cannot be made JSON (a cycle,
+    nesting too deep): whether the log can store it is decided on the log."""
+    try:
+        return jsonable(result)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return Unstorable(f"{type(exc).__name__}: {exc}"[:200], preview(result))
+
+
+def run_llm_of(frame: FunctionCallResultFrame) -> bool:
+    """Does the result ask the model to answer it (pipecat's rule; for a NON_BLOCKING call
+    WHEN_IDLE rather than SILENT)?"""
     run_llm = frame.properties.run_llm if frame.properties else None
     if run_llm is None:
         run_llm = frame.run_llm if frame.run_llm is not None else True
-    return "WHEN_IDLE" if run_llm else "SILENT"
+    return bool(run_llm)

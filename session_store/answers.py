@@ -6,10 +6,12 @@ ResultReturned, ProgressReturned), on the state as it is when they are logged.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from . import events as ev
 from .state import SessionState
+from .storable import Unstorable, clean, unstorable_anomaly, why_unstorable
 
 
 def cancelled_on_wire(state: SessionState, call_id: str, wire_ids) -> bool:
@@ -59,10 +61,62 @@ def unless_answered(state: SessionState, call_id: str, outcome: list[ev.Event]
     return [] if call is None or call.has_outcome else list(outcome)
 
 
-def next_progress(state: SessionState, call_id: str, value: Any, scheduling: str | None
-                  ) -> list[ev.Event]:
-    """An intermediate result as the call's next part, unless the call has its outcome."""
+def arrived_result(state: SessionState, call_id: str, name: str | None, value: Any,
+                   run_llm: bool = True, again: bool = False) -> list[ev.Event]:
+    """A tool's final result: the call's outcome. A result for no call the log knows, or
+    for a call that has its outcome, is an anomaly, unless it is handed over `again` (the
+    append that failed may have committed after all: then it is nothing). A value the log
+    cannot store (NaN, a lone surrogate, a cycle) answers the call as failed, with an
+    anomaly holding its start: logged as it was, it failed its append and every retry of
+    it, and the model never got an answer (seen)."""
     call = state.calls.get(call_id)
     if call is None or call.has_outcome:
-        return []
-    return [ev.ToolCallProgress(call_id, len(call.progress) + 1, value, scheduling)]
+        if again:
+            return []
+        kind = "result_for_unknown_call" if call is None else "second_result"
+        return [ev.AnomalyRecorded(kind, {"call_id": clean(call_id), "name": _name(
+            call.name if call is not None else name)}, state.generation)]
+    scheduling = (("WHEN_IDLE" if run_llm else "SILENT") if call.mode == "non_blocking"
+                  else None)
+    problem = unstorable(value, lambda: ev.ToolCallCompleted(call_id, value,
+                                                             scheduling=scheduling))
+    if problem is None:
+        return [ev.ToolCallCompleted(call_id, value, scheduling=scheduling)]
+    return [_unstorable(ev.ToolCallCompleted.TYPE, call_id, value, problem, state),
+            ev.ToolCallFailed(call_id, f"the tool's result cannot be stored in the call's "
+                                       f"log ({problem}), so it was not sent")]
+
+
+def next_progress(state: SessionState, call_id: str, value: Any, scheduling: str | None,
+                  name: str | None = None) -> list[ev.Event]:
+    """An intermediate result as the NON_BLOCKING call's next part. A blocking call takes
+    one result (the model waits for it), a call with its outcome takes no more, and one the
+    log does not know takes nothing: the intermediate result is logged as dropped, never
+    dropped silently; so is one the log cannot store."""
+    call = state.calls.get(call_id)
+    if call is None or call.mode != "non_blocking" or call.has_outcome:
+        why = ("no such call" if call is None else "the call already has its outcome"
+               if call.has_outcome else "the call is blocking: the model takes one result")
+        return [ev.AnomalyRecorded("intermediate_result_dropped", {
+            "call_id": clean(call_id), "name": _name(name), "why": why}, state.generation)]
+    part = len(call.progress) + 1
+    problem = unstorable(value, lambda: ev.ToolCallProgress(call_id, part, value, scheduling))
+    if problem is not None:
+        return [_unstorable(ev.ToolCallProgress.TYPE, call_id, value, problem, state)]
+    return [ev.ToolCallProgress(call_id, part, value, scheduling)]
+
+
+def unstorable(value: Any, event: Callable[[], ev.Event]) -> str | None:
+    """Why the event `event()` makes of a tool's `value` cannot be stored (None: it can)."""
+    return value.problem if isinstance(value, Unstorable) else why_unstorable(event())
+
+
+def _unstorable(etype: str, call_id: str, value: Any, problem: str,
+                state: SessionState) -> ev.AnomalyRecorded:
+    start = value.start if isinstance(value, Unstorable) else value
+    return unstorable_anomaly(etype, {"call_id": call_id, "result": start}, problem,
+                              state.generation)
+
+
+def _name(name: Any) -> str | None:
+    return clean(name) if isinstance(name, str) else None

@@ -17,7 +17,7 @@ from .lineage import in_model
 from .models import call_mode
 from .policy import Policy
 from .state import CONTEXT_KEYS, CallState, SessionState
-from .answers import next_progress, stopped_failure, unless_answered
+from .answers import arrived_result, next_progress, stopped_failure, unless_answered
 from .outcomes import CheckAnswer, answer_events
 from .storable import bounded, clean, is_text, preview, storable_args
 
@@ -130,8 +130,22 @@ class ToolStopped:
 
 
 @dataclass(frozen=True)
+class ResultArrived:
+    """A tool's final result as pipecat hands it over (`name`: the function's, as pipecat
+    says). `run_llm`: the result asks the model to answer it (pipecat's rule), which makes
+    a NON_BLOCKING call's result WHEN_IDLE rather than SILENT. `again`: handed over again
+    after its own append failed (that append may have committed after all)."""
+    call_id: str
+    name: str | None
+    value: Any = None
+    run_llm: bool = True
+    again: bool = False
+
+
+@dataclass(frozen=True)
 class ResultReturned:
-    """A tool's outcome, handed over again after its own append failed."""
+    """A tool's outcome, handed over again after its own append failed (logs before
+    ResultArrived: read back and replayed, no longer made)."""
     call_id: str
     outcome: tuple[ev.Event, ...]
 
@@ -145,16 +159,18 @@ class OutcomeAnswered:
 
 @dataclass(frozen=True)
 class ProgressReturned:
-    """A NON_BLOCKING call's intermediate result."""
+    """A tool's intermediate result (pipecat's `is_final=False`): the NON_BLOCKING call's
+    next part, or dropped (logged) for any other call. `value` may be `Unstorable`."""
     call_id: str
     value: Any
     scheduling: str | None
+    name: str | None = None
 
 
 Observation = (ToolCallsArrived | SpeechStarted | SpeechStopped | InterruptionObserved
                | SettingsUpdate | CancellationArrived | GoAway | ServerMessageRejected
                | InteractionStatusObserved | SessionReady | SessionLeft | ToolStopped
-               | ResultReturned | ProgressReturned | OutcomeAnswered)
+               | ResultReturned | ResultArrived | ProgressReturned | OutcomeAnswered)
 
 #: Rejected server messages after which this session's state may differ from the model's (the
 #: message may have been a toolCall, a handle, a goAway ...): the session is replaced, by the
@@ -169,8 +185,10 @@ NO_NAME_ERROR = "the function call had no name: nothing was run"
 def decide(state: SessionState, obs: Observation, policy: Policy,
            now_us: int | None = None) -> list[ev.Event]:
     """The events that record `obs` and what was decided about it, recorded at `now_us`."""
-    if state.closed:
-        return []  # the call is over: late signals (audio still draining) change nothing
+    if state.closed and not isinstance(obs, ResultArrived):
+        # The call is over: late signals (audio still draining) change nothing. A tool that
+        # was running at the hang-up still logs its outcome (never sent: nobody is on it).
+        return []
     match obs:
         case ToolCallsArrived():
             return _decide_tool_calls(state, obs, policy)
@@ -215,8 +233,11 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
             return stopped_failure(state, obs.call_id, obs.wire_ids)
         case ResultReturned():
             return unless_answered(state, obs.call_id, list(obs.outcome))
+        case ResultArrived():
+            return arrived_result(state, obs.call_id, obs.name, obs.value, obs.run_llm,
+                                  obs.again)
         case ProgressReturned():
-            return next_progress(state, obs.call_id, obs.value, obs.scheduling)
+            return next_progress(state, obs.call_id, obs.value, obs.scheduling, obs.name)
         case OutcomeAnswered():
             return answer_events(state, obs.call_id, obs.answer, policy)
         case ServerMessageRejected():

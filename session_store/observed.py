@@ -19,18 +19,18 @@ from . import events as ev
 from .answers import wire_ids_naming
 from .decide import (CancellationArrived, FunctionCall, GoAway, InteractionStatusObserved,
                      InterruptionObserved, Observation, OutcomeAnswered, ProgressReturned,
-                     ResultReturned, ServerMessageRejected, SessionLeft, SessionReady,
+                     ResultArrived, ResultReturned, ServerMessageRejected, SessionLeft, SessionReady,
                      SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,
                      ToolStopped)
 from .outcomes import CannotTell, Done, NotDone
 from .state import SessionState
-from .storable import storable_args, why_unstorable
+from .storable import Unstorable, storable_args, why_unstorable
 
 #: Every kind of observation, by the name `decision.observed` logs it under.
 OBSERVATION_KINDS: dict[str, type] = {cls.__name__: cls for cls in (
     ToolCallsArrived, SpeechStarted, SpeechStopped, InterruptionObserved, SettingsUpdate,
     CancellationArrived, GoAway, ServerMessageRejected, InteractionStatusObserved,
-    SessionReady, SessionLeft, ToolStopped, ResultReturned, ProgressReturned,
+    SessionReady, SessionLeft, ToolStopped, ResultReturned, ResultArrived, ProgressReturned,
     OutcomeAnswered)}
 
 _ANSWERS = {"done": Done, "not_done": NotDone, "cannot_tell": CannotTell}
@@ -75,9 +75,12 @@ def observation_record(obs: Observation, decided: Sequence[ev.Event],
             data["outcome"] = [None if ref(f"outcome.{k}", e, type(e), None)
                                else {"type": e.TYPE, "data": e.to_data()}
                                for k, e in enumerate(obs.outcome)]
+        case ResultArrived():
+            if not ref("value", obs.value, ev.ToolCallCompleted, "result"):
+                _value_not_kept(obs, decided, data)
         case ProgressReturned():
-            if ref("value", obs.value, ev.ToolCallProgress, "result"):
-                data["value"] = None
+            if not ref("value", obs.value, ev.ToolCallProgress, "result"):
+                _value_not_kept(obs, decided, data)
         case OutcomeAnswered():
             data["answer"] = _answer(obs.answer, ref)
         case ServerMessageRejected():
@@ -93,6 +96,18 @@ def observation_record(obs: Observation, decided: Sequence[ev.Event],
     if problem is not None:  # (text that is not valid Unicode from a hostile server)
         record = ev.ObservationRecorded(kind, {}, len(decided), {}, problem)
     return record
+
+
+def _value_not_kept(obs: ResultArrived | ProgressReturned, decided: Sequence[ev.Event],
+                    data: dict[str, Any]) -> None:
+    """A tool's value that is not the call's next part: one the log cannot store (kept as
+    the problem only: read back, an `Unstorable` leads to the same decision), or one whose
+    call did not take it (an anomaly: the value decides nothing, it is not kept)."""
+    data["value"] = None
+    anomaly = next((e for e in decided if isinstance(e, ev.AnomalyRecorded)
+                    and e.kind == "unstorable_event"), None)
+    if anomaly is not None:
+        data["unstorable"] = anomaly.detail["error"]
 
 
 def _drop_referenced(data: dict[str, Any], refs: dict[str, list[Any]]) -> None:
@@ -173,6 +188,9 @@ def observation_of(record: ev.ObservationRecorded,
                     x if isinstance(x, ev.Event) else ev.decode(x["type"], ev.catalogue()[x["type"]].SCHEMA,
                                                       x["data"])
                     for x in data["outcome"])
+            case "ResultArrived" | "ProgressReturned":
+                if "unstorable" in data:
+                    data["value"] = Unstorable(data.pop("unstorable"))
             case "OutcomeAnswered":
                 answer = dict(data["answer"])
                 data["answer"] = _ANSWERS[answer.pop("answer")](**answer)

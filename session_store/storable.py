@@ -7,9 +7,20 @@ from __future__ import annotations
 import json
 import math
 import reprlib
+from dataclasses import dataclass
 from typing import Any
 
 from . import events as ev
+
+
+@dataclass(frozen=True)
+class Unstorable:
+    """A tool's value the shell could not even make JSON of (a cycle, nesting too deep):
+    `problem` says why, `start` shows its beginning. Read back from the log, it also stands
+    for a value that was JSON but not storable (NaN, a lone surrogate), which the log never
+    keeps: the decision on it is the same."""
+    problem: str
+    start: str = ""
 
 
 def storable_args(args: Any) -> tuple[dict[str, Any], int | None]:

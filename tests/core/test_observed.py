@@ -8,7 +8,8 @@ import json
 from session_store import events as ev
 from session_store.decide import (CancellationArrived, FunctionCall, GoAway,
                                   InteractionStatusObserved, InterruptionObserved,
-                                  OutcomeAnswered, ProgressReturned, ResultReturned,
+                                  OutcomeAnswered, ProgressReturned, ResultArrived,
+                                  ResultReturned,
                                   ServerMessageRejected, SessionLeft, SessionReady,
                                   SettingsUpdate, SpeechStarted, SpeechStopped,
                                   ToolCallsArrived, ToolStopped, decide)
@@ -68,6 +69,7 @@ CASES = [
     (RUNNING, ResultReturned("c1", (ev.ToolCallCompleted("c1", {"rows": SECRET_ARGS}),))),
     ([CONNECTED, ev.ToolCallRequested("c1", "track", {}, 1, "non_blocking"),
       ev.ToolCallStarted("c1", 1, "s:c1", 1)], ProgressReturned("c1", {"at": "depot"}, "SILENT")),
+    (RUNNING, ResultArrived("c1", "lookup", {"rows": SECRET_ARGS})),
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", Done({"rows": [1, 2]}))),
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", CannotTell("timed out"))),
 ]
@@ -144,3 +146,29 @@ def test_the_fold_ignores_it():
     without = state_of(CONNECTED, *decided)
     assert with_it.bot_speaking and without.bot_speaking
     assert with_it.calls == without.calls and with_it.generation == without.generation
+
+
+def test_a_result_value_the_log_does_not_keep_reads_back_to_the_same_decision():
+    """A value the log cannot store is kept as its problem only; a value its call did not take
+    (an unknown id, a second result, a dropped intermediate result) is not kept at all."""
+    from session_store.storable import Unstorable
+    nb = [CONNECTED, ev.ToolCallRequested("c2", "track", {}, 1, "non_blocking"),
+          ev.ToolCallStarted("c2", 1, "s:c2", 1)]
+    done = RUNNING + [ev.ToolCallCompleted("c1", {"ok": 1})]
+    for before, obs in (
+            (RUNNING, ResultArrived("c1", "lookup", {"v": float("nan"), "n": SECRET_ARGS})),
+            (RUNNING, ResultArrived("c1", "lookup", Unstorable("RecursionError: deep", "[["))),
+            (RUNNING, ResultArrived("zz", "lookup", {"rows": SECRET_ARGS})),
+            (done, ResultArrived("c1", "lookup", {"rows": SECRET_ARGS})),
+            (RUNNING, ProgressReturned("c1", {"rows": SECRET_ARGS}, "SILENT", "lookup")),
+            (nb, ProgressReturned("c2", {"v": float("nan")}, "SILENT", "track"))):
+        state = state_of(*before)
+        text, back, decided = logged(state, obs)
+        assert "A-77" not in text, text
+        rebuilt, _ = observation_of(back, decided)
+        # (as replay compares them: an anomaly by its kind, its details are diagnostics)
+        assert as_replayed(decide(state, rebuilt, Policy())) == as_replayed(decided), obs
+
+
+def as_replayed(events: list[ev.Event]) -> list:
+    return [e.kind if isinstance(e, ev.AnomalyRecorded) else e for e in events]

@@ -8,8 +8,9 @@ from __future__ import annotations
 from session_store import events as ev
 from session_store.answers import (STOPPED_ERROR, cancelled_on_wire, next_progress,
                                    stopped_failure, unless_answered)
-from session_store.decide import SessionLeft, SessionReady, decide
+from session_store.decide import ResultArrived, SessionLeft, SessionReady, decide
 from session_store.policy import Policy
+from session_store.storable import Unstorable
 from session_store.withholding import HandleGate, Incoming
 
 from .helpers import Log, opened
@@ -96,14 +97,86 @@ def test_a_kept_result_is_logged_unless_the_call_was_answered_meanwhile():
 
 
 def test_intermediate_results_are_numbered_in_order_until_the_outcome():
-    log = running("c1")
+    log = Log()
+    log.add(opened(), ev.Connected(1), ev.ToolCallRequested("c1", "track", {}, 1, "non_blocking"),
+            ev.ToolCallStarted("c1", 1, "c1", 1))
     first = next_progress(log.state(), "c1", {"p": 1}, "SILENT")
     assert first == [ev.ToolCallProgress("c1", 1, {"p": 1}, "SILENT")]
     log.add(*first)
     assert next_progress(log.state(), "c1", {"p": 2}, None) == [
         ev.ToolCallProgress("c1", 2, {"p": 2}, None)]
     log.add(ev.ToolCallCompleted("c1", {"done": True}))
-    assert next_progress(log.state(), "c1", {"p": 3}, None) == []
+    assert dropped(next_progress(log.state(), "c1", {"p": 3}, None)) == \
+        "the call already has its outcome"
+
+
+def dropped(events: list[ev.Event]) -> str:
+    [anomaly] = events
+    assert isinstance(anomaly, ev.AnomalyRecorded)
+    assert anomaly.kind == "intermediate_result_dropped"
+    return anomaly.detail["why"]
+
+
+def test_an_intermediate_result_of_a_blocking_or_unknown_call_is_logged_as_dropped():
+    state = running("c1").state()
+    assert dropped(next_progress(state, "c1", {"p": 1}, "SILENT", "lookup")) == \
+        "the call is blocking: the model takes one result"
+    assert dropped(next_progress(state, "zz", {"p": 1}, "SILENT", "lookup")) == "no such call"
+
+
+def test_an_intermediate_result_the_log_cannot_store_is_an_anomaly_not_a_part():
+    log = Log()
+    log.add(opened(), ev.Connected(1), ev.ToolCallRequested("c1", "track", {}, 1, "non_blocking"),
+            ev.ToolCallStarted("c1", 1, "c1", 1))
+    [anomaly] = next_progress(log.state(), "c1", {"p": float("nan")}, "SILENT")
+    assert isinstance(anomaly, ev.AnomalyRecorded) and anomaly.kind == "unstorable_event"
+    assert anomaly.detail["type"] == ev.ToolCallProgress.TYPE
+
+
+def test_a_result_is_the_calls_outcome_with_the_scheduling_its_mode_takes():
+    log = running("c1")
+    log.add(ev.ToolCallRequested("c2", "track", {}, 1, "non_blocking"),
+            ev.ToolCallStarted("c2", 1, "c2", 1))
+    state = log.state()
+    assert decide(state, ResultArrived("c1", "lookup", {"ok": 1}, run_llm=False), ALL) == [
+        ev.ToolCallCompleted("c1", {"ok": 1})]
+    assert decide(state, ResultArrived("c2", "track", {"ok": 2}, run_llm=False), ALL) == [
+        ev.ToolCallCompleted("c2", {"ok": 2}, scheduling="SILENT")]
+    assert decide(state, ResultArrived("c2", "track", {"ok": 2}), ALL) == [
+        ev.ToolCallCompleted("c2", {"ok": 2}, scheduling="WHEN_IDLE")]
+
+
+def test_a_result_for_no_known_call_or_a_second_one_is_an_anomaly():
+    log = running("c1")
+    log.add(ev.ToolCallCompleted("c1", {"ok": 1}))
+    state = log.state()
+    [unknown] = decide(state, ResultArrived("zz", "lookup", {"ok": 1}), ALL)
+    [second] = decide(state, ResultArrived("c1", "lookup", {"ok": 2}), ALL)
+    assert (unknown.kind, unknown.detail) == ("result_for_unknown_call",
+                                              {"call_id": "zz", "name": "lookup"})
+    assert (second.kind, second.detail) == ("second_result", {"call_id": "c1", "name": "lookup"})
+
+
+def test_a_result_handed_over_again_is_nothing_once_the_call_has_it():
+    log = running("c1")
+    kept = ResultArrived("c1", "lookup", {"ok": 1}, again=True)
+    assert decide(log.state(), kept, ALL) == [ev.ToolCallCompleted("c1", {"ok": 1})]
+    log.add(ev.ToolCallCompleted("c1", {"ok": 1}))  # the failed append committed after all
+    assert decide(log.state(), kept, ALL) == []
+    assert decide(log.state(), ResultArrived("zz", "x", 1, again=True), ALL) == []
+
+
+def test_a_result_the_log_cannot_store_answers_the_call_as_failed():
+    state = running("c1", "c2").state()
+    for call_id, value in (("c1", {"v": float("nan")}),
+                           ("c2", Unstorable("RecursionError: too deep", "[[[["))):
+        anomaly, failed = decide(state, ResultArrived(call_id, "lookup", value), ALL)
+        assert isinstance(anomaly, ev.AnomalyRecorded) and anomaly.kind == "unstorable_event"
+        assert isinstance(failed, ev.ToolCallFailed) and failed.call_id == call_id
+        assert "cannot be stored" in failed.error
+    [_, failed] = decide(state, ResultArrived("c2", "lookup", Unstorable("RecursionError: x")),
+                         ALL)
+    assert "RecursionError: x" in failed.error
 
 
 # --------------------------------------------------------------------------- sessions
@@ -124,3 +197,10 @@ def test_leaving_a_session_while_the_transport_plays_keeps_the_bot_speaking():
         ev.Disconnected(1, "go_away"), ev.BotStartedSpeaking(1, "transport")]
     log.add(ev.Disconnected(1, "error"))
     assert decide(log.state(), SessionLeft(1, "error"), ALL) == []  # nothing live to leave
+
+
+def test_a_result_after_the_hang_up_is_still_the_calls_outcome():
+    log = running("c1")
+    log.add(ev.SessionClosed("hangup"))
+    assert decide(log.state(), ResultArrived("c1", "lookup", {"ok": 1}), ALL) == [
+        ev.ToolCallCompleted("c1", {"ok": 1})]

@@ -362,7 +362,7 @@ class Redactor:
         if kind == "SessionReady" and isinstance(o.get("handle"), str) and cfg.handles:
             o["handle"] = self.fingerprint(o["handle"])
             masked.append("data.data.handle")
-        elif kind == "ProgressReturned" and "value" in o:
+        elif kind in ("ProgressReturned", "ResultArrived") and "value" in o:
             o["value"] = self._walk(o["value"], "data.data.value", masked,
                                     all_leaves=cfg.tool_results == "all", pii=True)
         elif kind == "OutcomeAnswered" and isinstance(o.get("answer"), dict):
