@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from session_store import Policy, SessionState, choose_resumption, decide, due, load_state
 from session_store import events as ev
 from session_store.checks import check_count
-from session_store.decide import Observation
+from session_store.decide import HandshakeFailed, Observation, handshake_verdict
 from session_store.delivery import Effect
 from session_store.errors import CallClosed, ConcurrencyConflict, Fenced, StreamDamaged
 from session_store.events import canonical_json
@@ -389,9 +389,15 @@ class CallDriver:
 
     def resumption_handle(self, requested: str | None = None) -> str | None:
         """The handle a new session resumes from: `requested` (chosen before) unless the server
-        has refused it since, else the newest the log allows. A refusal noted and not logged
-        yet (the log is down) counts already: the server's answer stands either way."""
-        refused = {n.handle for n in self._notes if isinstance(n, ev.HandleRefused)}
+        has refused it since, else the newest the log allows. A failed handshake noted and not
+        logged yet (the log is down) counts already: the server's answer stands either way."""
+        refused: set[str] = set()
+        earlier: dict[str, int] = {}
+        for n in self._notes:  # the failed handshakes noted, as decide will rule on them
+            if isinstance(n, HandshakeFailed) and n.handle:
+                if handshake_verdict(self.state, n.handle, n.refused, earlier.get(n.handle, 0))[1]:
+                    refused.add(n.handle)
+                earlier[n.handle] = earlier.get(n.handle, 0) + 1
         known = self.state.handles.get(requested) if requested is not None else None
         if requested is not None and requested not in refused and not (known and known.refused):
             return requested

@@ -1,8 +1,9 @@
 """The link to Gemini Live: which handle a new session resumes from, reconnects (one at a
 time, in a task of their own, never from inside the receive loop), handshakes that fail
-(a handle passed over only on evidence) and failures in a row retried for a window before
+(a handle passed over only on evidence, decided on the log) and failures in a row retried for a window before
 the service is given up. pipecat's connection hooks stay in the service, which hands them
-here; what goes to the log is decided on it (decide.SessionReady, decide.SessionLeft)."""
+here; what goes to the log is decided on it (decide.SessionReady, SessionLeft,
+HandshakeFailed)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,12 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from google.genai import errors as genai_errors
 from pipecat.services.google.gemini_live.llm import MAX_CONSECUTIVE_FAILURES
 
 from session_store import events as ev
-from session_store.decide import RESYNC_KINDS, SessionLeft, SessionReady
+from session_store.decide import RESYNC_KINDS, HandshakeFailed, SessionLeft, SessionReady
 
 from .log_writer import LogWriter, When
 from .port import ServicePort
@@ -35,10 +35,6 @@ PACED_REASONS = RESYNC_KINDS | {"error"}
 #: dropped connection; a timeout; an HTTP failure before the setup was even sent) says nothing
 #: about the handle: the next try resumes from it again.
 REFUSING_CLOSE_CODES = frozenset({1007, 1008})
-#: Transient handshake failures in a row with one handle before it is passed over anyway (a
-#: server that fails on it every time may be unable to restore it). pipecat gives the service
-#: up at its third failure in a row: two leave a try for an older handle or a fresh session.
-HANDLE_ATTEMPTS = 2
 #: How long connection failures in a row are retried before the service is given up.
 #: pipecat gives up at its third failure in a row (about a second of backoff here): a Gemini
 #: blip of a few seconds ended the call, its results undelivered.
@@ -67,7 +63,6 @@ class Link:
         self._flush_transcript = flush_transcript
         self._window_s = window_s
         self.connecting_handle: str | None = None
-        self._handle_failures: dict[str, int] = {}  # handshake failures in a row, per handle
         self._failing_since: float | None = None  # the first of the failures in a row
         self._failures_in_row = 0  # (the backoff's; pipecat's own count is kept short)
         self._task: asyncio.Task | None = None
@@ -83,25 +78,11 @@ class Link:
         return handle
 
     async def handshake_failed(self, exc: Exception) -> None:
-        """Only a refusal says the handle is bad. A transient failure (a 1011, a dropped
-        connection) retries it: an older handle, or a fresh session, lacks what the
-        conversation gained since (spoken turns are not sent again)."""
-        handle = self.connecting_handle
-        state = self._driver.state
-        detail: dict[str, Any] = {"handle": handle, "error": str(exc)[:500]}
-        facts: list[ev.Event] = []
-        if handle:
-            refused = handshake_refused(exc)
-            failures = self._handle_failures.get(handle, 0) + 1
-            self._handle_failures[handle] = failures
-            passed_over = refused or failures >= HANDLE_ATTEMPTS
-            if passed_over:  # for good, by whichever worker picks the next handle
-                known = state.handles.get(handle)
-                facts.append(ev.HandleRefused(known.generation if known else 0, handle,
-                                              "refused" if refused else "failing", failures))
-            detail.update(handle_refused=refused, failures=failures, passed_over=passed_over)
-        await self._log.log(ev.AnomalyRecorded("handshake_failed", detail, state.generation),
-                            *facts, when=When.KEPT)
+        """Logged, and decided on the log (decide.HandshakeFailed): whether the handle is
+        passed over, for whichever worker picks the next one, counts the failures in a row
+        the log holds."""
+        await self._log.log(HandshakeFailed(self.connecting_handle, handshake_refused(exc),
+                                            str(exc)[:500]), when=When.KEPT)
         if await self._svc._handle_connection_error(exc):
             await asyncio.sleep(min(
                 HANDSHAKE_BACKOFF_S * 2 ** max(self._failures_in_row - 1, 0),
@@ -132,7 +113,6 @@ class Link:
     async def session_ready(self) -> bool:
         """Log the new session before its first message is read (a log that is down holds it
         here, its messages waiting on the socket). False: fenced, or the call is ending."""
-        self._handle_failures.clear()  # a handshake went through: no longer in a row
         svc = self._svc
         prompt = str(svc._system_instruction_from_init or "")
         return await self._log.log(SessionReady(

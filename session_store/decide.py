@@ -121,6 +121,17 @@ class SessionLeft:
 
 
 @dataclass(frozen=True)
+class HandshakeFailed:
+    """A session's setup failed before setupComplete, resuming from `handle` (None: fresh).
+    `refused`: the server refused the setup as such (a close code that says so, see
+    service.link.REFUSING_CLOSE_CODES); anything else says nothing about the handle.
+    `error`: what failed, bounded by the shell."""
+    handle: str | None
+    refused: bool
+    error: str
+
+
+@dataclass(frozen=True)
 class ToolStopped:
     """pipecat stopped a running call without a result (its timeout, or the app).
     `wire_ids`: the ids the server's cancellations named as they came off the wire, logged
@@ -169,7 +180,8 @@ class ProgressReturned:
 
 Observation = (ToolCallsArrived | SpeechStarted | SpeechStopped | InterruptionObserved
                | SettingsUpdate | CancellationArrived | GoAway | ServerMessageRejected
-               | InteractionStatusObserved | SessionReady | SessionLeft | ToolStopped
+               | InteractionStatusObserved | SessionReady | SessionLeft | HandshakeFailed
+               | ToolStopped
                | ResultReturned | ResultArrived | ProgressReturned | OutcomeAnswered)
 
 #: Rejected server messages after which this session's state may differ from the model's (the
@@ -180,6 +192,11 @@ RESYNC_KINDS = frozenset({"malformed_message", "server_error_message",
                           "message_handling_failed"})
 
 NO_NAME_ERROR = "the function call had no name: nothing was run"
+
+#: Transient handshake failures in a row with one handle before it is passed over anyway (a
+#: server that fails on it every time may be unable to restore it). pipecat gives the service
+#: up at its third failure in a row: two leave a try for an older handle or a fresh session.
+HANDLE_ATTEMPTS = 2
 
 
 def decide(state: SessionState, obs: Observation, policy: Policy,
@@ -229,6 +246,8 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
             if not state.connected:
                 return []
             return [ev.Disconnected(obs.generation, obs.reason), *_still_playing(obs)]
+        case HandshakeFailed():
+            return _decide_handshake(state, obs)
         case ToolStopped():
             return stopped_failure(state, obs.call_id, obs.wire_ids)
         case ResultReturned():
@@ -248,6 +267,30 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
                 out.append(ev.ReconnectRequested(obs.kind))
             return out
     raise TypeError(f"unknown observation {obs!r}")
+
+
+def handshake_verdict(state: SessionState, handle: str, refused: bool, earlier: int = 0
+                      ) -> tuple[int, bool]:
+    """A failed handshake resuming from `handle`: its failures in a row (those the log folded,
+    `earlier` ones not logged yet, and this one), and whether the handle is passed over. Only
+    a refusal says the handle is bad; a transient failure (a 1011, a dropped connection)
+    retries it, up to HANDLE_ATTEMPTS: an older handle, or a fresh session, lacks what the
+    conversation gained since (spoken turns are not sent again)."""
+    failures = state.handshake_failures.get(handle, 0) + earlier + 1
+    return failures, refused or failures >= HANDLE_ATTEMPTS
+
+
+def _decide_handshake(state: SessionState, obs: HandshakeFailed) -> list[ev.Event]:
+    detail: dict[str, Any] = {"handle": obs.handle, "error": obs.error}
+    facts: list[ev.Event] = []
+    if obs.handle:
+        failures, passed_over = handshake_verdict(state, obs.handle, obs.refused)
+        if passed_over:  # for good, by whichever worker picks the next handle
+            known = state.handles.get(obs.handle)
+            facts.append(ev.HandleRefused(known.generation if known else 0, obs.handle,
+                                          "refused" if obs.refused else "failing", failures))
+        detail.update(handle_refused=obs.refused, failures=failures, passed_over=passed_over)
+    return [ev.AnomalyRecorded("handshake_failed", detail, state.generation), *facts]
 
 
 def _still_playing(obs: SessionReady | SessionLeft) -> list[ev.Event]:

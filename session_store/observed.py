@@ -17,7 +17,8 @@ from typing import Any
 
 from . import events as ev
 from .answers import wire_ids_naming
-from .decide import (CancellationArrived, FunctionCall, GoAway, InteractionStatusObserved,
+from .decide import (CancellationArrived, FunctionCall, GoAway, HandshakeFailed,
+                     InteractionStatusObserved,
                      InterruptionObserved, Observation, OutcomeAnswered, ProgressReturned,
                      ResultArrived, ResultReturned, ServerMessageRejected, SessionLeft, SessionReady,
                      SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,
@@ -30,7 +31,7 @@ from .storable import Unstorable, storable_args, why_unstorable
 OBSERVATION_KINDS: dict[str, type] = {cls.__name__: cls for cls in (
     ToolCallsArrived, SpeechStarted, SpeechStopped, InterruptionObserved, SettingsUpdate,
     CancellationArrived, GoAway, ServerMessageRejected, InteractionStatusObserved,
-    SessionReady, SessionLeft, ToolStopped, ResultReturned, ResultArrived, ProgressReturned,
+    SessionReady, SessionLeft, HandshakeFailed, ToolStopped, ResultReturned, ResultArrived, ProgressReturned,
     OutcomeAnswered)}
 
 _ANSWERS = {"done": Done, "not_done": NotDone, "cannot_tell": CannotTell}

@@ -19,7 +19,7 @@ from .records import RecordedEvent, recorded_at_problem
 from .state import (CONTEXT_KEYS, CallState, Cover, Generation, Handle, HistoryNeeded, Progress,
                     Send, SessionState)
 
-PROJECTION_VERSION = 9
+PROJECTION_VERSION = 10
 
 
 def _apply(s: SessionState, rec: RecordedEvent) -> None:
@@ -70,6 +70,7 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
                 s.reconnect_pending, s.reconnect_keys = None, []
             s.go_away_deadline_us = None
             s.bot_speaking = False
+            s.handshake_failures.clear()  # a handshake went through: no longer in a row
         case ev.Disconnected():
             if e.generation == s.generation:
                 s.connected, s.bot_speaking = False, False
@@ -173,6 +174,11 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             _add_message(s, e, rec.version)
         case ev.AnomalyRecorded():
             s.anomalies += 1
+            # A failed handshake is logged as this anomaly (decide.HandshakeFailed): its
+            # handle's failures in a row decide when it is passed over.
+            handle = e.detail.get("handle") if isinstance(e.detail, dict) else None
+            if e.kind == "handshake_failed" and isinstance(handle, str) and handle:
+                s.handshake_failures[handle] = s.handshake_failures.get(handle, 0) + 1
 
 
 def _add_message(s: SessionState, e: ev.ConversationMessage, version: int) -> None:

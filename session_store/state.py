@@ -144,6 +144,9 @@ class SessionState:
     generations: dict[int, Generation] = field(default_factory=dict)
     handles: dict[str, Handle] = field(default_factory=dict)
     newest_handle: str | None = None
+    # Handshakes that failed in a row, per handle they resumed from (the `handshake_failed`
+    # anomalies since the last Connected): every worker counts them alike (HANDLE_ATTEMPTS).
+    handshake_failures: dict[str, int] = field(default_factory=dict)
     reconnect_pending: str | None = None
     reconnect_keys: list[str] = field(default_factory=list)
     # A reconnect asked for while no session was up (between a Disconnected and the next

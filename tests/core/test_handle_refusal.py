@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from session_store import events as ev
 from session_store.compaction import compact
+from session_store.decide import HANDLE_ATTEMPTS, HandshakeFailed, decide, handshake_verdict
 from session_store.delivery import choose_resumption
 from session_store.policy import Policy
 from session_store.projection import from_snapshot, to_snapshot
@@ -47,3 +48,62 @@ def test_compaction_keeps_the_older_handle_a_refusal_leaves_choosable():
     small = from_snapshot(to_snapshot(compact(full)))
     assert choose_resumption(small, ALL, log.now_us) == choose_resumption(full, ALL,
                                                                           log.now_us) == "h1"
+
+
+# --------------------------------------------------------------------------- failed handshakes
+
+def failed(log: Log, handle: str | None, refused: bool = False) -> list[ev.Event]:
+    """decide on a failed handshake, its events added to the log."""
+    decided = decide(log.state(), HandshakeFailed(handle, refused, "1011 internal"), ALL)
+    log.add(*decided)
+    return decided
+
+
+def test_a_refusal_passes_its_handle_over_at_once():
+    log = two_handles()
+    log.add(ev.Disconnected(1, "error"))
+    anomaly, refusal = failed(log, "h2", refused=True)
+    assert isinstance(anomaly, ev.AnomalyRecorded) and anomaly.kind == "handshake_failed"
+    assert anomaly.detail == {"handle": "h2", "error": "1011 internal", "handle_refused": True,
+                              "failures": 1, "passed_over": True}
+    assert refusal == ev.HandleRefused(1, "h2", "refused", 1)
+    assert choose_resumption(log.state(), ALL, log.now_us) == "h1"
+
+
+def test_transient_failures_pass_a_handle_over_only_after_handle_attempts_in_a_row():
+    log = two_handles()
+    log.add(ev.Disconnected(1, "error"))
+    [first] = failed(log, "h2")
+    assert first.detail["passed_over"] is False and log.state().handshake_failures == {"h2": 1}
+    *_, refusal = failed(log, "h2")
+    assert HANDLE_ATTEMPTS == 2 and refusal == ev.HandleRefused(1, "h2", "failing", 2)
+
+
+def test_a_handshake_that_went_through_ends_the_failures_in_a_row():
+    log = two_handles()
+    log.add(ev.Disconnected(1, "error"))
+    failed(log, "h2")
+    log.add(ev.Connected(2, "h2"), ev.Disconnected(2, "error"))
+    assert log.state().handshake_failures == {}
+    [again] = failed(log, "h2")
+    assert again.detail["failures"] == 1 and not again.detail["passed_over"]
+
+
+def test_a_new_worker_counts_the_failures_its_predecessor_logged():
+    log = two_handles()
+    log.add(ev.Disconnected(1, "error"))
+    failed(log, "h2")
+    log.add(ev.WorkerAttached("w2", 2, "crash"))
+    s = from_snapshot(to_snapshot(log.state()))  # (a snapshot keeps them too)
+    assert s.handshake_failures == {"h2": 1}
+    assert handshake_verdict(s, "h2", refused=False) == (2, True)
+    *_, refusal = failed(log, "h2")
+    assert refusal == ev.HandleRefused(1, "h2", "failing", 2)
+
+
+def test_a_fresh_sessions_failed_handshake_passes_nothing_over():
+    log = two_handles()
+    log.add(ev.Disconnected(1, "error"))
+    [anomaly] = failed(log, None)
+    assert anomaly.detail == {"handle": None, "error": "1011 internal"}
+    assert log.state().handshake_failures == {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from session_store import events as ev
-from session_store.decide import (CancellationArrived, FunctionCall, GoAway,
+from session_store.decide import (CancellationArrived, FunctionCall, GoAway, HandshakeFailed,
                                   InteractionStatusObserved, InterruptionObserved,
                                   OutcomeAnswered, ProgressReturned, ResultArrived,
                                   ResultReturned,
@@ -66,6 +66,8 @@ CASES = [
     ([ev.HandleIssued(1, "h1")], SessionReady(2, "h1", "cd" * 32)),
     ([CONNECTED], SessionLeft(1, "go_away", transport_playing=True)),
     (RUNNING, ToolStopped("c1", frozenset())),
+    ([CONNECTED, ev.HandleIssued(1, "h1"), ev.Disconnected(1, "error")],
+     HandshakeFailed("h1", False, "1011 internal")),
     (RUNNING, ResultReturned("c1", (ev.ToolCallCompleted("c1", {"rows": SECRET_ARGS}),))),
     ([CONNECTED, ev.ToolCallRequested("c1", "track", {}, 1, "non_blocking"),
       ev.ToolCallStarted("c1", 1, "s:c1", 1)], ProgressReturned("c1", {"at": "depot"}, "SILENT")),

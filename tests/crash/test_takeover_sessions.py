@@ -24,7 +24,7 @@ from pipecat.processors.aggregators.llm_response_universal import LLMContextAggr
 from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 from service.driver import now_us
-from service.link import HANDLE_ATTEMPTS
+from session_store.decide import HANDLE_ATTEMPTS
 from service.gemini_live import DurableGeminiLiveLLMService
 from service.local_live import LocalLiveServer, Script
 from rig.testing.pipeline import MODEL, PlaybackOutput, run_worker, tools_schema

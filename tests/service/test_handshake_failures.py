@@ -15,7 +15,8 @@ import itertools
 
 import pytest
 
-from service.link import HANDLE_ATTEMPTS, HANDSHAKE_BACKOFF_MAX_S, HANDSHAKE_BACKOFF_S
+from service.link import HANDSHAKE_BACKOFF_MAX_S, HANDSHAKE_BACKOFF_S
+from session_store.decide import HANDLE_ATTEMPTS
 from service.local_live import (DROP_SETUP, HANDLE_REFUSED, Audio, Call, Close,
                                 OutputTranscript, Script, ToolCall, TurnComplete,
                                 WaitToolResponse)

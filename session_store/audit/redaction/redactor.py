@@ -359,7 +359,8 @@ class Redactor:
         self._full_observation(o, masked)
         o.pop("observation")
         cfg = self.config
-        if kind == "SessionReady" and isinstance(o.get("handle"), str) and cfg.handles:
+        if (kind in ("SessionReady", "HandshakeFailed") and isinstance(o.get("handle"), str)
+                and cfg.handles):
             o["handle"] = self.fingerprint(o["handle"])
             masked.append("data.data.handle")
         elif kind in ("ProgressReturned", "ResultArrived") and "value" in o:

@@ -1,0 +1,96 @@
+"""Decisions that used to be made in the service's shell — what an arriving result is (an
+unknown id, a second result, a value the log cannot store, an intermediate result dropped)
+and whether a failed handshake passes its handle over — are observations decided on the log
+by the driver, on both databases: a worker that takes over folds what they decided, and
+`replay` decides each again (its coverage counts them)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from service.driver import CallDriver
+from session_store import Policy, load_state
+from session_store import events as ev
+from session_store.audit import replay
+from session_store.audit.replay import logged_decisions
+from session_store.decide import (FunctionCall, HandshakeFailed, ProgressReturned,
+                                  ResultArrived, SessionReady, ToolCallsArrived)
+from session_store.delivery import StartCall
+from session_store.storable import Unstorable
+
+NEW_KINDS = {"ResultArrived", "ProgressReturned", "HandshakeFailed"}
+
+
+async def test_shell_decisions_are_logged_replayed_and_seen_by_the_next_worker(store):
+    policy = Policy(defer="none")
+    first = CallDriver(store, "call-s", policy, worker_id="w1")
+    await first.attach(model="m", tools=["lookup", "track"], settings={})
+    await first.observe(SessionReady(1, None, "ab" * 32))
+    await first.record(ev.HandleIssued(1, "h1", None))
+    await first.observe(ToolCallsArrived((FunctionCall("c1", "lookup", {"id": 1}),
+                                          FunctionCall("c2", "lookup", {"id": 2}),
+                                          FunctionCall("c3", "lookup", {"id": 3})), 1),
+                        intend=frozenset({StartCall}))
+    assert {c.status for c in first.state.calls.values()} == {"started"}
+    await first.observe(ResultArrived("c1", "lookup", {"ok": 1}))
+    await first.observe(ResultArrived("c1", "lookup", {"ok": "again"}))  # a second result
+    await first.observe(ResultArrived("zz", "lookup", {"ok": 0}))  # no such call
+    await first.observe(ResultArrived("c2", "lookup", {"v": float("nan")}))
+    await first.observe(ResultArrived("c3", "lookup", Unstorable("RecursionError: deep")))
+    await first.observe(ProgressReturned("c1", {"p": 1}, "SILENT", "lookup"))  # dropped
+    await first.record(ev.Disconnected(1, "error"))
+    await first.observe(HandshakeFailed("h1", False, "1011 internal error"))
+
+    calls = first.state.calls
+    assert (calls["c1"].status, calls["c2"].status, calls["c3"].status) == \
+        ("completed", "failed", "failed")
+    assert not first.state.handles["h1"].refused and first.state.handshake_failures == {"h1": 1}
+
+    # The next worker counts the failure its predecessor logged: one more passes h1 over.
+    second = CallDriver(store, "call-s", policy, worker_id="w2")
+    await second.attach(model="m", tools=["lookup", "track"], settings={})
+    assert second.state.handshake_failures == {"h1": 1}
+    decision = await second.observe(HandshakeFailed("h1", False, "1011 internal error"))
+    assert ev.HandleRefused(1, "h1", "failing", 2) in decision.events
+    assert second.resumption_handle("h1") is None  # fresh, seeded
+
+    records = await store.read("call-s")
+    stored = await load_state(store, "call-s", use_snapshot=False)
+    assert stored.handles["h1"].refused
+    anomalies = [r.data["kind"] for r in records if r.type == "anomaly.recorded"]
+    assert anomalies.count("second_result") == anomalies.count("result_for_unknown_call") == 1
+    assert anomalies.count("unstorable_event") == 2
+    assert anomalies.count("intermediate_result_dropped") == 1
+    assert anomalies.count("handshake_failed") == 2
+
+    report = replay(records, policy)
+    decisions = list(logged_decisions(records))
+    n = len(decisions)
+    assert report.ok, report.to_json()
+    assert report.coverage == f"{n} of {n} decisions replayed" and not report.reconstructed
+    kinds = [d.kind for d in decisions]
+    assert NEW_KINDS <= set(kinds), kinds
+    assert kinds.count("ResultArrived") == 5 and kinds.count("HandshakeFailed") == 2
+
+
+async def test_a_changed_rule_for_handshakes_shows_in_replay(store):
+    """Replay is not vacuous for the new kinds: a log whose handshake decision differs from
+    today's (here: a refusal that did not pass its handle over) diverges."""
+    policy = Policy()
+    driver = CallDriver(store, "call-t", policy, worker_id="w1")
+    await driver.attach(model="m", tools=["lookup"], settings={})
+    await driver.observe(SessionReady(1, None, "ab" * 32))
+    await driver.record(ev.HandleIssued(1, "h1", None), ev.Disconnected(1, "error"))
+    await driver.observe(HandshakeFailed("h1", True, "1008 not found"))
+    records = await store.read("call-t")
+    at = next(i for i, r in enumerate(records) if r.type == "connection.handle_refused")
+    # Drop the refusal and the decision's count of events with it: the log now says the
+    # refused handle was kept.
+    observed = records[at - 2]
+    assert observed.type == "decision.observed"
+    assert '"events":2' in observed.data_json
+    forged = [*records[:at - 2], dataclasses.replace(
+        observed, data_json=observed.data_json.replace('"events":2', '"events":1')),
+        records[at - 1]]
+    report = replay(forged, policy)
+    assert not report.ok and report.divergences[0].kind == "decide", report.to_json()
