@@ -20,8 +20,9 @@ from ..storage.schema import events
 from .jsontext import escape_unsafe
 from .models import Entry, Timeline, dump, entry_json, timeline_json
 from .queries.base import engine_of
-from .queries.reading import iter_records
-from .timeline import Entry as TimelineEntry, Prior, TimelineBuilder, WholeCall
+from .queries.reading import iter_records, whole_values_of
+from .timeline import (Entry as TimelineEntry, Prior, TimelineBuilder, WholeCall,
+                       values_from_final)
 from .timeline.entries import Timeline as TimelineFacts
 
 _HOLE = "\x00entries\x00"  # where the entries go, in the document around them
@@ -64,6 +65,9 @@ async def write_timeline_json(raw_write: Callable[[str], Any], store, call_id: s
             held = entry
     if held is not None and keep(held):
         put(held)
+    if whole is not None and held is not None:  # (the facts may be a fold of previews)
+        whole = await whole_values_of(store, call_id, whole,
+                                      values_from_final(builder.tl, whole.state))
     tl = builder.finish(whole, redactor.redact_state)
     tail_text = _document(tl, summary, [])
     write(("\n  ]" if written else "]") + tail_text[tail_text.index('"entries": []') + 13:]

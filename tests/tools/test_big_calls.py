@@ -298,3 +298,80 @@ async def test_state_and_timeline_memory_is_bounded_by_the_largest_event(migrate
             assert f"versions 1–{n + 3}" in text and f"user: {n - 1}xxxxxx" in text, text
             assert 'c1: lookup({"q": "small"}) requested' in text, text
     assert max(grown.values()) < bound, {k: v / MB for k, v in grown.items()}
+
+
+def _folded(monkeypatch) -> list[tuple[str, int]]:
+    """The type and stored size of every event the readers fold into a state, from now on."""
+    sizes: list[tuple[str, int]] = []
+    real = reading.fold_into
+
+    def fold_into(state, recs):
+        sizes.extend((r.type, len(r.data_json)) for r in recs)
+        return real(state, recs)
+
+    monkeypatch.setattr(reading, "fold_into", fold_into)
+    return sizes
+
+
+def reissued_big_values() -> list:
+    """1 MB messages around a tool call asked for with a 1 MB argument (v6), asked again
+    on a new connection and re-issued (v11-12), answered with a 1 MB result (v13; the
+    re-issued id takes it from the original) and sent (v14-15)."""
+    big = "y" * MB
+    timed = big_call(3)[:-1]
+    timed += [(600, ev.ToolCallRequested("c1", "lookup", {"note": big}, 1)),
+              (610, ev.ToolCallStarted("c1", 1, "k1", 1)),
+              (620, ev.ConversationMessage("model", "z" * MB, 1)),
+              (630, ev.Disconnected(1, "error", "connection reset")),
+              (640, ev.Connected(2)),
+              (650, ev.ToolCallRequested("c2", "lookup", {"note": big}, 2)),
+              (650, ev.ToolCallReissued("c2", "c1")),
+              (700, ev.ToolCallCompleted("c1", {"text": big + "!"})),
+              (710, ev.ToolResultSending("c2", 2, "tool_response")),
+              (720, ev.ToolResultSent("c2", 2, "tool_response")),
+              (730, ev.ConversationMessage("user", "thanks", 1))]
+    return timed
+
+
+@pytest.mark.parametrize("window", [None, ("8", None), ("5", "3"), ("6", "2"),
+                                    ("14", None)])
+async def test_the_facts_of_timeline_json_are_folded_from_previews(migrated, monkeypatch,
+                                                                   window):
+    """`timeline --json` of a call of 1 MB values: the whole call's facts come from a fold
+    of previews (it folded the whole call: its final state held the conversation, 303 MB
+    for a 100 MB call); only the values the document shows whole from the final state (a
+    call asked for before the window, or answered after it) are folded whole, from their
+    own events. The document is the one built from the whole events' facts."""
+    await write_call(migrated, "big", reissued_big_values())
+    store = await migrated.open(read_only=True)
+    try:
+        head = await store.stream_version("big")
+        first = int(window[0]) if window else 1
+        last = min(head, first + int(window[1]) - 1) if window and window[1] else head
+        recs = await store.read("big", from_version=first, to_version=last)
+        prior, whole, _ = await window_facts(store, "big", first, last, head)
+        summary = await call_summary(store, "big", T0)
+    finally:
+        await store.close()
+    redactor = Redactor(RedactionConfig())
+    expected = build_timeline(redactor.redact_records(recs), call_id="big",
+                              t0_us=summary.started_at_us, prior=prior, whole=whole,
+                              redact_state=redactor.redact_state).to_json(None)
+    folded = _folded(monkeypatch)
+    args = ["--from", window[0]] + (["--limit", window[1]] if window[1] else []) \
+        if window else []
+    r = await acli("timeline", "big", "--json", *args, backend=migrated)
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert {**got, "summary": None} == {**expected, "summary": None}
+    for c in got["tool_calls"]:  # whole, from the events or from the final state
+        assert len(c["args"]["note"]) == MB, c["tool_call_id"]
+        if c["result"] is not None:
+            assert len(c["result"]["text"]) == MB + 1, c["tool_call_id"]
+    whole_folds = sorted(t for t, n in folded if n > 100_000)
+    # Nothing of the conversation whole; of the tool events, only those whose values the
+    # document takes from the final state (c1's or c2's request, c1's result).
+    assert set(whole_folds) <= {"tool.call_requested", "tool.call_completed"}, whole_folds
+    assert len(whole_folds) <= 3, whole_folds
+    if not window:
+        assert whole_folds == []
