@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 
+import httpx
 import pytest
 from rich.console import Console
 
@@ -375,3 +376,68 @@ async def test_the_facts_of_timeline_json_are_folded_from_previews(migrated, mon
     assert len(whole_folds) <= 3, whole_folds
     if not window:
         assert whole_folds == []
+
+
+def inspected_call() -> list:
+    """Values of 1 MB with a secret and a phone number across the inspector's cut (2000),
+    and a 200 KB message (too long to scan for personal data: masked whole)."""
+    from .helpers import SECRET
+
+    def across(c: str) -> str:
+        return "a " * 995 + SECRET + " call +49 30 12345678 " + c * MB
+
+    return [(0, ev.SessionOpened("gemini-live", ["lookup"], "w1", 1)), (0, ev.Connected(1)),
+            (10, ev.ConversationMessage("user", across("u"), 1)),
+            (20, ev.ToolCallRequested("c1", "lookup", {"note": across("n"), "q": "x"}, 1)),
+            (30, ev.ToolCallStarted("c1", 1, "k1", 1)),
+            (40, ev.ConversationMessage("model", "m" * 200_000, 1)),
+            (50, ev.ToolCallCompleted("c1", {"text": across("r")})),
+            (60, ev.ConversationMessage("user", "short", 1))]
+
+
+async def test_the_state_inspector_folds_previews_and_shows_what_it_showed(migrated,
+                                                                           monkeypatch):
+    """The viewer's state inspector (GET /api/state) of a call of 1 MB values: the state is
+    a fold of previews and the event a preview, so no value is folded or scrubbed whole
+    (it folded the whole state and scrubbed every value, then cut them: 11 s and 360 MB on
+    a 100 MB call); what it shows, redacted or not, is what it showed; ?full=1 is whole."""
+    from session_store.audit import export_line, state_view
+    from session_store.audit.fmt import clip_strings
+    from session_store.web.call_pages import INSPECTOR_STRING_MAX
+
+    from .conftest import running_viewer
+    from .test_web import href_of
+
+    await write_call(migrated, "big", inspected_call())
+    store = await migrated.open(read_only=True)
+    expected = {}
+    try:  # what the inspector showed: the whole state and event, redacted, then cut
+        for redact in (False, True):
+            config = RedactionConfig()
+            redactor = Redactor(config.with_enabled() if redact else config)
+            for at in range(1, 9):
+                s = await reading.state_at(store, "big", at)
+                rec = (await store.read("big", from_version=at, to_version=at))[0]
+                view = {**redactor.redact_state(state_view(s, "big", max_items=100)),
+                        "event": export_line(rec, redactor)}
+                expected[redact, at] = clip_strings(view, INSPECTOR_STRING_MAX)
+    finally:
+        await store.close()
+    folded = _folded(monkeypatch)
+    scrubbed: list[int] = []
+    real_scrub = redactor_module.Redactor.scrub_text
+    monkeypatch.setattr(redactor_module.Redactor, "scrub_text",
+                        lambda self, text: scrubbed.append(len(text)) or real_scrub(self, text))
+    with running_viewer(migrated) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            for (redact, at), want in expected.items():
+                r = await http.get(href_of("api/state", "big"),
+                                   params={"at": at, **({"redact": "1"} if redact else {})})
+                assert r.status_code == 200, r.text
+                assert r.json() == json.loads(json.dumps(want)), (redact, at)
+                assert "SECRET" not in r.text and (not redact or "12345678" not in r.text)
+            assert max(n for _, n in folded) < 100_000
+            assert max(scrubbed) < 100_000
+            full = (await http.get(href_of("api/state", "big"),
+                                   params={"at": 7, "full": "1"})).json()
+            assert len(full["tool_calls"][0]["result"]["text"]) > MB

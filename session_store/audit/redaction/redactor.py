@@ -19,6 +19,7 @@ from typing import Any
 from ...errors import CorruptEvent, EventDecodeError
 from ...events import canonical_json, catalogue
 from ...records import RecordedEvent
+from ..fmt import stored_length
 from ..pii import SCAN_MAX, PiiScanner
 from .config import RedactionConfig
 from .rules import (
@@ -128,10 +129,11 @@ class Redactor:
 
     def mask_pii(self, text: str) -> str:
         """Personal data in a free text masked ("[REDACTED:phone]"); a text too long to
-        scan is masked whole. Unchanged when full redaction or the scan is off."""
+        scan is masked whole, and so is a preview of one (a fold of previews shows what the
+        whole value shows). Unchanged when full redaction or the scan is off."""
         if self._pii is None or not text:
             return text
-        if len(text) > SCAN_MAX:
+        if stored_length(text) > SCAN_MAX:
             return MASK
         return self._pii.mask(text, call_regions=self._regions)[0]
 
