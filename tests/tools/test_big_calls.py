@@ -441,3 +441,27 @@ async def test_the_state_inspector_folds_previews_and_shows_what_it_showed(migra
             full = (await http.get(href_of("api/state", "big"),
                                    params={"at": 7, "full": "1"})).json()
             assert len(full["tool_calls"][0]["result"]["text"]) > MB
+
+
+async def test_state_json_is_written_a_piece_at_a_time(migrated, monkeypatch):
+    """`state --json` of a call with two 10 MB values: the text goes out a piece at a time
+    (each value alone), never the whole document as one string (it wrote it whole: the
+    state, its text and the pieces it was joined from, 446 MB for a 100 MB call); the text
+    is the one it wrote."""
+    import typer.testing
+
+    from session_store.audit.jsontext import dumps
+
+    await write_call(migrated, "big-1", ten_megabyte_call())
+    writes: list[int] = []
+    real_write = typer.testing._NamedTextIOWrapper.write
+
+    def write(self, text):
+        writes.append(len(text))
+        return real_write(self, text)
+
+    monkeypatch.setattr(typer.testing._NamedTextIOWrapper, "write", write)  # (the CLI's stdout)
+    r = await acli("state", "big-1", "--json", backend=migrated)
+    assert r.exit_code == 0, r.output[-2000:]
+    assert r.output == dumps(json.loads(r.output), indent=2) + "\n"
+    assert sum(writes) == len(r.output) and max(writes) < 10_000_000 + 1000, writes

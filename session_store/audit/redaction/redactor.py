@@ -401,7 +401,7 @@ class Redactor:
     def redact_state(self, state_json: dict[str, Any]) -> dict[str, Any]:
         """Redact a state view (`export.state_view`, `models.State`) or a part of one."""
         masked: list[str] = []
-        s = json.loads(json.dumps(state_json))  # deep copy, JSON types only
+        s = _json_copy(state_json)
         cfg = self.config
         call = s.get("call")
         self._regions = self.learn_regions(call, s) if isinstance(call, str) else ()
@@ -455,3 +455,15 @@ class Redactor:
         for g in s.get("generations") or ():
             if isinstance(g, dict) and g.get("handle"):
                 g["handle"] = self.fingerprint(g["handle"])
+
+
+def _json_copy(value: Any) -> Any:
+    """`json.loads(json.dumps(value))` without the text: containers copied (redaction
+    changes them in place), strings and numbers shared (a state's 10 MB transcripts were
+    written out and read back, twice the call in memory)."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else json.loads(json.dumps([{k: 0}]))[0].popitem()[0]:
+                _json_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_copy(v) for v in value]
+    return value
