@@ -1,7 +1,8 @@
 """Big calls: `timeline --json` and `export` stream (written as read, a chunk of events in
-memory, not the call), `state` and `timeline` (text) and the viewer's pages read and fold
-previews (memory bounded by the largest event), and `state` does not scrub values its text
-does not show.
+memory, not the call), `state` and `timeline` (text and --json: the facts) and the viewer's
+pages and state inspector read and fold previews (memory bounded by the largest event),
+`state` does not scrub values its text does not show, and `--json` text is written a piece
+at a time.
 
 Time to first byte and peak memory for a 100 MB call are measured in bench/big_calls.py.
 """

@@ -462,7 +462,7 @@ def _json_copy(value: Any) -> Any:
     changes them in place), strings and numbers shared (a state's 10 MB transcripts were
     written out and read back, twice the call in memory)."""
     if isinstance(value, dict):
-        return {k if isinstance(k, str) else json.loads(json.dumps([{k: 0}]))[0].popitem()[0]:
+        return {k if isinstance(k, str) else next(iter(json.loads(json.dumps({k: 0})))):
                 _json_copy(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_json_copy(v) for v in value]
