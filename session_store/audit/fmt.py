@@ -13,12 +13,15 @@ Three rules every human-readable output follows:
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: What a one-line summary shows of a value (characters).
 PREVIEW = 100
+#: What a preview of a record keeps of each string (`preview_record`, characters).
+PREVIEW_LIMIT = 2000
 
 
 def iso(at_us: int | None) -> str | None:
@@ -116,12 +119,29 @@ def clip(value: Any, limit: int = PREVIEW) -> str:
     return "".join(out.parts)
 
 
+#: How `clip_strings` ends a string it cut: the characters left out.
+_CUT = re.compile(r"… \(([0-9,]+) more characters\)\Z")
+
+
+def stored_length(text: str) -> int:
+    """The length of the string `text` is a preview of (`clip_strings`); its own length if
+    it is none."""
+    cut = _CUT.search(text)
+    return len(text) if cut is None else cut.start() + int(cut[1].replace(",", ""))
+
+
 def clip_strings(value: Any, limit: int = 2000) -> Any:
     """The same JSON value with every string longer than `limit` cut to its preview (a
-    viewer that shows a state must not ship ten megabytes of one transcript)."""
+    viewer that shows a state must not ship ten megabytes of one transcript). A preview cut
+    again keeps the count of the characters its stored value leaves out (a fold of previews
+    shown at a shorter limit), and one already that short stays as it is."""
     if isinstance(value, str):
-        return value if len(value) <= limit else (
-            value[:limit] + f"… ({len(value) - limit:,} more characters)")
+        if len(value) <= limit:
+            return value
+        cut = _CUT.search(value)
+        if cut is not None and cut.start() <= limit:
+            return value
+        return value[:limit] + f"… ({stored_length(value) - limit:,} more characters)"
     if isinstance(value, dict):
         return {k: clip_strings(v, limit) for k, v in value.items()}
     if isinstance(value, list):
@@ -129,7 +149,7 @@ def clip_strings(value: Any, limit: int = 2000) -> Any:
     return value
 
 
-def preview_record(rec, limit: int = 2000):
+def preview_record(rec, limit: int = PREVIEW_LIMIT):
     """The record with every string value longer than `limit` cut (a RecordedEvent, for a
     view that shows previews: one parse of the payload, then redaction and formatting work
     on what can be shown, not on ten megabytes). Unchanged when short or not JSON."""

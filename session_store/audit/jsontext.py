@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 # C1 controls, and the Unicode format characters that move or hide text (bidi embeddings,
@@ -28,3 +29,22 @@ def escape_unsafe(text: str) -> str:
 def dumps(obj: Any, **kwargs: Any) -> str:
     """`json.dumps(obj, ensure_ascii=False, **kwargs)`, safe to print."""
     return escape_unsafe(json.dumps(obj, ensure_ascii=False, **kwargs))
+
+
+def write_json(write: Callable[[str], Any], obj: Any, *, indent: int | None = None,
+               piece: int = 1 << 16) -> None:
+    """`write(dumps(obj, indent=indent))`, written in pieces of about `piece` characters
+    (and each string whole): the text is never held whole (a state of a 100 MB call was
+    held as a 100 MB string, and as the list of pieces it was joined from)."""
+    parts: list[str] = []
+    size = 0
+    for chunk in json.JSONEncoder(ensure_ascii=False, indent=indent).iterencode(obj):
+        if size + len(chunk) >= piece:  # (escapes are of one character each)
+            write(escape_unsafe("".join(parts)))
+            parts, size = [], 0
+            if len(chunk) >= piece:  # a long string alone, never copied into a join
+                write(escape_unsafe(chunk))
+                continue
+        parts.append(chunk)
+        size += len(chunk)
+    write(escape_unsafe("".join(parts)))

@@ -10,18 +10,18 @@ the ones `json.dumps(timeline_json(...), indent=2)` would have written.
 from __future__ import annotations
 
 import json
-import textwrap
 from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
 
 from ..storage.schema import events
-from .jsontext import escape_unsafe
+from .jsontext import escape_unsafe, write_json
 from .models import Entry, Timeline, dump, entry_json, timeline_json
 from .queries.base import engine_of
-from .queries.reading import iter_records
-from .timeline import Entry as TimelineEntry, Prior, TimelineBuilder, WholeCall
+from .queries.reading import iter_records, whole_values_of
+from .timeline import (Entry as TimelineEntry, Prior, TimelineBuilder, WholeCall,
+                       values_from_final)
 from .timeline.entries import Timeline as TimelineFacts
 
 _HOLE = "\x00entries\x00"  # where the entries go, in the document around them
@@ -51,8 +51,11 @@ async def write_timeline_json(raw_write: Callable[[str], Any], store, call_id: s
         nonlocal written
         if limit is not None and written >= limit:
             return
-        text = json.dumps(dump(Entry, entry_json(entry)), indent=2, ensure_ascii=False)
-        write(("\n" if not written else ",\n") + textwrap.indent(text, "    "))
+        # Indented by 4 as the document nests it: newlines in JSON text are only between
+        # its tokens (a string's are escaped), and a 10 MB value goes out alone, uncopied.
+        write(("\n" if not written else ",\n") + "    ")
+        write_json(lambda text: raw_write(text.replace("\n", "\n    ")),
+                   dump(Entry, entry_json(entry)), indent=2)
         written += 1
 
     async for chunk in iter_records(store, call_id, from_version=first, to_version=last):
@@ -64,6 +67,9 @@ async def write_timeline_json(raw_write: Callable[[str], Any], store, call_id: s
             held = entry
     if held is not None and keep(held):
         put(held)
+    if whole is not None and held is not None:  # (the facts may be a fold of previews)
+        whole = await whole_values_of(store, call_id, whole,
+                                      values_from_final(builder.tl, whole.state))
     tl = builder.finish(whole, redactor.redact_state)
     tail_text = _document(tl, summary, [])
     write(("\n  ]" if written else "]") + tail_text[tail_text.index('"entries": []') + 13:]

@@ -152,9 +152,10 @@ def redactor_for(redact: bool, keys: str | None, config: str | None):
 
 
 def print_json(obj: Any) -> None:
-    from ..audit.jsontext import dumps
+    from ..audit.jsontext import write_json
 
-    sys.stdout.write(dumps(obj, indent=2) + "\n")
+    write_json(sys.stdout.write, obj, indent=2)
+    sys.stdout.write("\n")
 
 
 def json_line(obj: Any) -> str:

@@ -83,12 +83,13 @@ def timeline(call: str,
         # With a filter the limit counts what is listed: read on to the end, cut after.
         to = head if limit is None or lanes or types else min(head, start + max(limit, 1) - 1)
         # --json streams the window: its tool calls are found without holding its events.
-        # The text shows previews of values: the window and the states are read as previews.
+        # The text shows previews of values: the window is read as previews. The facts are
+        # folds of previews either way (--json takes the values it shows whole from the
+        # events: `whole_values_of`).
         recs = [] if as_json else await read_previews(store, call, start, to)
         prior, whole, note = await window_facts(store, call, start, to, head,
                                                 tool_calls=None if as_json
-                                                else tool_calls_in(recs),
-                                                previews=not as_json)
+                                                else tool_calls_in(recs), previews=True)
         if note is not None and as_json:
             recs = await store.read(call, from_version=start, to_version=to)
         summary = await call_summary(store, call, now_us())

@@ -1,7 +1,8 @@
 """Big calls: `timeline --json` and `export` stream (written as read, a chunk of events in
-memory, not the call), `state` and `timeline` (text) and the viewer's pages read and fold
-previews (memory bounded by the largest event), and `state` does not scrub values its text
-does not show.
+memory, not the call), `state` and `timeline` (text and --json: the facts) and the viewer's
+pages and state inspector read and fold previews (memory bounded by the largest event),
+`state` does not scrub values its text does not show, and `--json` text is written a piece
+at a time.
 
 Time to first byte and peak memory for a 100 MB call are measured in bench/big_calls.py.
 """
@@ -15,6 +16,7 @@ import os
 import subprocess
 import sys
 
+import httpx
 import pytest
 from rich.console import Console
 
@@ -298,3 +300,169 @@ async def test_state_and_timeline_memory_is_bounded_by_the_largest_event(migrate
             assert f"versions 1–{n + 3}" in text and f"user: {n - 1}xxxxxx" in text, text
             assert 'c1: lookup({"q": "small"}) requested' in text, text
     assert max(grown.values()) < bound, {k: v / MB for k, v in grown.items()}
+
+
+def _folded(monkeypatch) -> list[tuple[str, int]]:
+    """The type and stored size of every event the readers fold into a state, from now on."""
+    sizes: list[tuple[str, int]] = []
+    real = reading.fold_into
+
+    def fold_into(state, recs):
+        sizes.extend((r.type, len(r.data_json)) for r in recs)
+        return real(state, recs)
+
+    monkeypatch.setattr(reading, "fold_into", fold_into)
+    return sizes
+
+
+def reissued_big_values() -> list:
+    """1 MB messages around a tool call asked for with a 1 MB argument (v6), asked again
+    on a new connection and re-issued (v11-12), answered with a 1 MB result (v13; the
+    re-issued id takes it from the original) and sent (v14-15)."""
+    big = "y" * MB
+    timed = big_call(3)[:-1]
+    timed += [(600, ev.ToolCallRequested("c1", "lookup", {"note": big}, 1)),
+              (610, ev.ToolCallStarted("c1", 1, "k1", 1)),
+              (620, ev.ConversationMessage("model", "z" * MB, 1)),
+              (630, ev.Disconnected(1, "error", "connection reset")),
+              (640, ev.Connected(2)),
+              (650, ev.ToolCallRequested("c2", "lookup", {"note": big}, 2)),
+              (650, ev.ToolCallReissued("c2", "c1")),
+              (700, ev.ToolCallCompleted("c1", {"text": big + "!"})),
+              (710, ev.ToolResultSending("c2", 2, "tool_response")),
+              (720, ev.ToolResultSent("c2", 2, "tool_response")),
+              (730, ev.ConversationMessage("user", "thanks", 1))]
+    return timed
+
+
+@pytest.mark.parametrize("window", [None, ("8", None), ("5", "3"), ("6", "2"),
+                                    ("14", None)])
+async def test_the_facts_of_timeline_json_are_folded_from_previews(migrated, monkeypatch,
+                                                                   window):
+    """`timeline --json` of a call of 1 MB values: the whole call's facts come from a fold
+    of previews (it folded the whole call: its final state held the conversation, 303 MB
+    for a 100 MB call); only the values the document shows whole from the final state (a
+    call asked for before the window, or answered after it) are folded whole, from their
+    own events. The document is the one built from the whole events' facts."""
+    await write_call(migrated, "big", reissued_big_values())
+    store = await migrated.open(read_only=True)
+    try:
+        head = await store.stream_version("big")
+        first = int(window[0]) if window else 1
+        last = min(head, first + int(window[1]) - 1) if window and window[1] else head
+        recs = await store.read("big", from_version=first, to_version=last)
+        prior, whole, _ = await window_facts(store, "big", first, last, head)
+        summary = await call_summary(store, "big", T0)
+    finally:
+        await store.close()
+    redactor = Redactor(RedactionConfig())
+    expected = build_timeline(redactor.redact_records(recs), call_id="big",
+                              t0_us=summary.started_at_us, prior=prior, whole=whole,
+                              redact_state=redactor.redact_state).to_json(None)
+    folded = _folded(monkeypatch)
+    args = ["--from", window[0]] + (["--limit", window[1]] if window[1] else []) \
+        if window else []
+    r = await acli("timeline", "big", "--json", *args, backend=migrated)
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert {**got, "summary": None} == {**expected, "summary": None}
+    for c in got["tool_calls"]:  # whole, from the events or from the final state
+        assert len(c["args"]["note"]) == MB, c["tool_call_id"]
+        if c["result"] is not None:
+            assert len(c["result"]["text"]) == MB + 1, c["tool_call_id"]
+    whole_folds = sorted(t for t, n in folded if n > 100_000)
+    # Nothing of the conversation whole; of the tool events, only those whose values the
+    # document takes from the final state (c1's or c2's request, c1's result).
+    assert set(whole_folds) <= {"tool.call_requested", "tool.call_completed"}, whole_folds
+    assert len(whole_folds) <= 3, whole_folds
+    if not window:
+        assert whole_folds == []
+
+
+def inspected_call() -> list:
+    """Values of 1 MB with a secret and a phone number across the inspector's cut (2000),
+    and a 200 KB message (too long to scan for personal data: masked whole)."""
+    from .helpers import SECRET
+
+    def across(c: str) -> str:
+        return "a " * 995 + SECRET + " call +49 30 12345678 " + c * MB
+
+    return [(0, ev.SessionOpened("gemini-live", ["lookup"], "w1", 1)), (0, ev.Connected(1)),
+            (10, ev.ConversationMessage("user", across("u"), 1)),
+            (20, ev.ToolCallRequested("c1", "lookup", {"note": across("n"), "q": "x"}, 1)),
+            (30, ev.ToolCallStarted("c1", 1, "k1", 1)),
+            (40, ev.ConversationMessage("model", "m" * 200_000, 1)),
+            (50, ev.ToolCallCompleted("c1", {"text": across("r")})),
+            (60, ev.ConversationMessage("user", "short", 1))]
+
+
+async def test_the_state_inspector_folds_previews_and_shows_what_it_showed(migrated,
+                                                                           monkeypatch):
+    """The viewer's state inspector (GET /api/state) of a call of 1 MB values: the state is
+    a fold of previews and the event a preview, so no value is folded or scrubbed whole
+    (it folded the whole state and scrubbed every value, then cut them: 11 s and 360 MB on
+    a 100 MB call); what it shows, redacted or not, is what it showed; ?full=1 is whole."""
+    from session_store.audit import export_line, state_view
+    from session_store.audit.fmt import clip_strings
+    from session_store.web.call_pages import INSPECTOR_STRING_MAX
+
+    from .conftest import running_viewer
+    from .test_web import href_of
+
+    await write_call(migrated, "big", inspected_call())
+    store = await migrated.open(read_only=True)
+    expected = {}
+    try:  # what the inspector showed: the whole state and event, redacted, then cut
+        for redact in (False, True):
+            config = RedactionConfig()
+            redactor = Redactor(config.with_enabled() if redact else config)
+            for at in range(1, 9):
+                s = await reading.state_at(store, "big", at)
+                rec = (await store.read("big", from_version=at, to_version=at))[0]
+                view = {**redactor.redact_state(state_view(s, "big", max_items=100)),
+                        "event": export_line(rec, redactor)}
+                expected[redact, at] = clip_strings(view, INSPECTOR_STRING_MAX)
+    finally:
+        await store.close()
+    folded = _folded(monkeypatch)
+    scrubbed: list[int] = []
+    real_scrub = redactor_module.Redactor.scrub_text
+    monkeypatch.setattr(redactor_module.Redactor, "scrub_text",
+                        lambda self, text: scrubbed.append(len(text)) or real_scrub(self, text))
+    with running_viewer(migrated) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            for (redact, at), want in expected.items():
+                r = await http.get(href_of("api/state", "big"),
+                                   params={"at": at, **({"redact": "1"} if redact else {})})
+                assert r.status_code == 200, r.text
+                assert r.json() == json.loads(json.dumps(want)), (redact, at)
+                assert "SECRET" not in r.text and (not redact or "12345678" not in r.text)
+            assert max(n for _, n in folded) < 100_000
+            assert max(scrubbed) < 100_000
+            full = (await http.get(href_of("api/state", "big"),
+                                   params={"at": 7, "full": "1"})).json()
+            assert len(full["tool_calls"][0]["result"]["text"]) > MB
+
+
+async def test_state_json_is_written_a_piece_at_a_time(migrated, monkeypatch):
+    """`state --json` of a call with two 10 MB values: the text goes out a piece at a time
+    (each value alone), never the whole document as one string (it wrote it whole: the
+    state, its text and the pieces it was joined from, 446 MB for a 100 MB call); the text
+    is the one it wrote."""
+    import typer.testing
+
+    from session_store.audit.jsontext import dumps
+
+    await write_call(migrated, "big-1", ten_megabyte_call())
+    writes: list[int] = []
+    real_write = typer.testing._NamedTextIOWrapper.write
+
+    def write(self, text):
+        writes.append(len(text))
+        return real_write(self, text)
+
+    monkeypatch.setattr(typer.testing._NamedTextIOWrapper, "write", write)  # (the CLI's stdout)
+    r = await acli("state", "big-1", "--json", backend=migrated)
+    assert r.exit_code == 0, r.output[-2000:]
+    assert r.output == dumps(json.loads(r.output), indent=2) + "\n"
+    assert sum(writes) == len(r.output) and max(writes) < 10_000_000 + 1000, writes

@@ -19,8 +19,8 @@ from ...projection import fold_into
 from ...records import RecordedEvent
 from ...storage.schema import events, streams, valid_stream_id
 from ...state import SessionState
-from ..fmt import preview_record
-from ..timeline import EVIDENCE_TYPES, LANES, Evidence, lane_of
+from ..fmt import PREVIEW_LIMIT, preview_record, stored_length
+from ..timeline import EVIDENCE_TYPES, LANES, Evidence, WholeCall, lane_of, tool_calls_in
 from .base import EVENT_COLUMNS, SCAN_CHUNK, engine_of, payload_dict
 
 
@@ -138,6 +138,8 @@ class StateCache:
     every: int = 10_000
     #: Keeps states folded from previews (`state_at(previews=True)`), never whole ones.
     previews: bool = False
+    #: The previews' cut (`fmt.preview_record`), for folds of previews.
+    preview_limit: int = PREVIEW_LIMIT
     max_calls: int = 16
     #: States kept per call besides the checkpoints (the windows last looked at).
     max_extra: int = 8
@@ -193,7 +195,9 @@ async def state_of_read(store, call_id: str, at: int, cache: StateCache | None =
 async def state_at(store, call_id: str, at: int | None = None,
                    cache: StateCache | None = None, *,
                    after: SessionState | None = None,
-                   remember: bool = False, previews: bool = False) -> SessionState | None:
+                   remember: bool = False, previews: bool = False,
+                   preview_limit: int = PREVIEW_LIMIT,
+                   whole_calls: frozenset[str] = frozenset()) -> SessionState | None:
     """The projection after version `at` (default: the newest); None if the call is unknown.
     The caller's own copy (it may fold more events into it).
 
@@ -204,9 +208,20 @@ async def state_at(store, call_id: str, at: int | None = None,
     `previews`: the fold of the events' previews (`fmt.preview_record`: long strings cut),
     for a view that shows no value whole: its memory is bounded by the largest event, not by
     the call's conversation. Such states and whole ones never share a cache (nor `after`).
+    `preview_limit`: the previews' cut (`fmt.preview_record`). `whole_calls`: the tool events
+    of these calls are folded whole (their arguments, results and errors are whole in the
+    state; `whole_values_of`), with no cache.
     """
-    if cache is not None and cache.previews != previews:
+    if cache is not None and (cache.previews != previews or whole_calls or (
+            previews and cache.preview_limit != preview_limit)):
         raise ValueError("a state cache keeps either folds of previews or whole states")
+
+    def lean(rec: RecordedEvent) -> RecordedEvent:
+        if (whole_calls and len(rec.data_json) > 4 * preview_limit
+                and rec.type.startswith("tool.") and tool_calls_in([rec]) & whole_calls):
+            return rec
+        return preview_record(rec, preview_limit)
+
     head = await store.stream_version(call_id) if valid_stream_id(call_id) else 0
     if head == 0:
         return None
@@ -228,7 +243,7 @@ async def state_at(store, call_id: str, at: int | None = None,
         hi = min(target, (state.version // every + 1) * every)
         got = state.version
         async for recs in iter_records(store, call_id, from_version=got + 1, to_version=hi):
-            fold_into(state, [preview_record(r) for r in recs] if previews else recs)
+            fold_into(state, [lean(r) for r in recs] if previews else recs)
             got = recs[-1].version
         if got != hi:
             # The head row promises events up to `target` that are not stored: showing the
@@ -241,6 +256,41 @@ async def state_at(store, call_id: str, at: int | None = None,
     if remember and cache is not None and state.version % every and start is not cached:
         cache.put(call_id, state)
     return state
+
+
+async def whole_values_of(store, call_id: str, whole: WholeCall,
+                          call_ids: set[str]) -> WholeCall:
+    """`whole` (the facts of a call, its state a fold of previews) with the arguments,
+    results and errors of `call_ids` whole, for a timeline that shows them whole (`timeline
+    --json`): the same facts when none of them was cut, else the call folded again with the
+    tool events of these calls (and of the calls they take their outcome from) whole, the
+    rest as previews. Memory: those values and the largest event, not the call."""
+    s, ids = whole.state, set()
+    todo = [cid for cid in call_ids if cid in s.calls]
+    while todo:  # a re-issued call takes its outcome from the call it re-asks for
+        cid = todo.pop()
+        c = s.calls.get(cid)
+        if cid in ids or c is None:
+            continue
+        ids.add(cid)
+        todo += [x for x in (c.reissue_of, c.reused_from) if x]
+    if not any(_was_cut(v) for cid in ids
+               for v in (s.calls[cid].args, s.calls[cid].result, s.calls[cid].error)):
+        return whole
+    state = await state_of_read(store, call_id, s.version, previews=True,
+                                whole_calls=frozenset(ids))
+    return WholeCall(state, whole.evidence, whole.deferred)
+
+
+def _was_cut(value) -> bool:
+    """A value holding a preview of a string (`fmt.clip_strings`)."""
+    if isinstance(value, str):
+        return stored_length(value) != len(value)
+    if isinstance(value, dict):
+        return any(_was_cut(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_was_cut(v) for v in value)
+    return False
 
 
 async def window_facts(store, call_id: str, first: int, last: int, head: int,

@@ -19,6 +19,7 @@ from typing import Any
 from ...errors import CorruptEvent, EventDecodeError
 from ...events import canonical_json, catalogue
 from ...records import RecordedEvent
+from ..fmt import stored_length
 from ..pii import SCAN_MAX, PiiScanner
 from .config import RedactionConfig
 from .rules import (
@@ -128,10 +129,11 @@ class Redactor:
 
     def mask_pii(self, text: str) -> str:
         """Personal data in a free text masked ("[REDACTED:phone]"); a text too long to
-        scan is masked whole. Unchanged when full redaction or the scan is off."""
+        scan is masked whole, and so is a preview of one (a fold of previews shows what the
+        whole value shows). Unchanged when full redaction or the scan is off."""
         if self._pii is None or not text:
             return text
-        if len(text) > SCAN_MAX:
+        if stored_length(text) > SCAN_MAX:
             return MASK
         return self._pii.mask(text, call_regions=self._regions)[0]
 
@@ -400,7 +402,7 @@ class Redactor:
     def redact_state(self, state_json: dict[str, Any]) -> dict[str, Any]:
         """Redact a state view (`export.state_view`, `models.State`) or a part of one."""
         masked: list[str] = []
-        s = json.loads(json.dumps(state_json))  # deep copy, JSON types only
+        s = _json_copy(state_json)
         cfg = self.config
         call = s.get("call")
         self._regions = self.learn_regions(call, s) if isinstance(call, str) else ()
@@ -454,3 +456,15 @@ class Redactor:
         for g in s.get("generations") or ():
             if isinstance(g, dict) and g.get("handle"):
                 g["handle"] = self.fingerprint(g["handle"])
+
+
+def _json_copy(value: Any) -> Any:
+    """`json.loads(json.dumps(value))` without the text: containers copied (redaction
+    changes them in place), strings and numbers shared (a state's 10 MB transcripts were
+    written out and read back, twice the call in memory)."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else next(iter(json.loads(json.dumps({k: 0})))):
+                _json_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_copy(v) for v in value]
+    return value

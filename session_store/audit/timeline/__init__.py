@@ -11,7 +11,8 @@ evidence.py: what a window needs of the rest of the call. draft.py: the timeline
 built, as the summaries see it; builder.py: the builder.
 """
 
-from .builder import TimelineBuilder, build_timeline, tool_calls_in, unreadable_call
+from .builder import (TimelineBuilder, build_timeline, tool_calls_in, unreadable_call,
+                      values_from_final)
 from .entries import (LANES, LETTING_GO, PLANNED_REASONS, Entry, Reconnect, Send,
                       SpeechSegment, Takeover, Timeline, ToolCallView)
 from .evidence import (EPISODE_TYPES, EVIDENCE_TYPES, Evidence, Prior, WholeCall,
@@ -21,4 +22,5 @@ from .kinds import KINDS, Kind, lane_of
 __all__ = ["LANES", "KINDS", "Kind", "lane_of", "build_timeline", "Timeline", "Entry", "Send",
            "ToolCallView", "SpeechSegment", "Reconnect", "Takeover", "Prior", "WholeCall",
            "Evidence", "TimelineBuilder", "EVIDENCE_TYPES", "EPISODE_TYPES", "PLANNED_REASONS",
-           "LETTING_GO", "confirmed_sends", "tool_calls_in", "unreadable_call"]
+           "LETTING_GO", "confirmed_sends", "tool_calls_in", "unreadable_call",
+           "values_from_final"]

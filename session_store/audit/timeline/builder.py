@@ -180,6 +180,7 @@ def _from_final(tl: Timeline, whole: WholeCall, redact_state) -> None:
     s, evidence = whole.state, whole.evidence
     lineage = lineage_cutoffs(s)
     content: dict[str, dict[str, Any]] = {}
+    valued = values_from_final(tl, s)
     for cid, view in tl.tool_calls.items():
         c = s.calls.get(cid)
         if c is None:
@@ -200,7 +201,7 @@ def _from_final(tl: Timeline, whole: WholeCall, redact_state) -> None:
             view.finished_at_us = c.finished_at_us
             if view.run_ms is None and c.started_at_us is not None and not c.reused_from:
                 view.run_ms = ms(c.started_at_us, c.finished_at_us)
-        if view.clipped or view.outcome and view.finished_version is None:
+        if cid in valued:
             content[cid] = {"args": c.args, "result": c.result, "error": c.error}
         by_version = {x.version: x for x in view.sends}
         sends = []
@@ -226,6 +227,14 @@ def _from_final(tl: Timeline, whole: WholeCall, redact_state) -> None:
                 view.args = values.get("args")
             if view.outcome and view.result is None and view.error is None:
                 view.result, view.error = values.get("result"), values.get("error")
+
+
+def values_from_final(tl: Timeline, s: SessionState) -> set[str]:
+    """The tool calls listed whose arguments, result and error `finish` takes from the
+    final state `s`: those asked for before the window, and those ended after it."""
+    return {cid for cid, view in tl.tool_calls.items() if (c := s.calls.get(cid)) is not None
+            and (view.clipped or c.status in ("completed", "failed", "cancelled")
+                 and view.finished_version is None)}
 
 
 def _in_model(s: SessionState, lineage, c: CallState, evidence: Evidence | None):
