@@ -130,6 +130,42 @@ def stored_length(text: str) -> int:
     return len(text) if cut is None else cut.start() + int(cut[1].replace(",", ""))
 
 
+#: How far back a preview may end before its limit to end between words (see `_preview_end`).
+_WORD_BACKOFF = 1000
+
+
+def _preview_end(text: str, limit: int) -> int:
+    """Where a preview of `text` cut at `limit` ends: before the word the cut goes through,
+    and, when the text goes on with a word holding digits, before the words with digits
+    just before it. Redaction reads previews: the start of a key or of a phone number
+    matches no pattern, so a preview must not end inside one ("… +49 30 |1234…"). At
+    `limit` if that would drop more than `_WORD_BACKOFF` characters (a long blob)."""
+    def word_start(at: int) -> int:
+        while at > 0 and not text[at - 1].isspace():
+            at -= 1
+        return at
+
+    end = limit if text[limit - 1].isspace() or text[limit].isspace() else word_start(limit)
+    after = end
+    while after < len(text) and text[after].isspace():
+        after += 1
+    nxt = after
+    while nxt < len(text) and not text[nxt].isspace() and nxt - after < _WORD_BACKOFF:
+        nxt += 1
+    if any(c.isdigit() for c in text[after:nxt]):  # a number goes on past the end
+        while True:
+            gap = end
+            while gap > 0 and text[gap - 1].isspace():
+                gap -= 1
+            start = word_start(gap)
+            if start == gap or not any(c.isdigit() for c in text[start:gap]):
+                break
+            end = start
+            if limit - end > _WORD_BACKOFF:
+                break
+    return limit if limit - end > _WORD_BACKOFF else end
+
+
 def clip_strings(value: Any, limit: int = 2000) -> Any:
     """The same JSON value with every string longer than `limit` cut to its preview (a
     viewer that shows a state must not ship ten megabytes of one transcript). A preview cut
@@ -141,7 +177,8 @@ def clip_strings(value: Any, limit: int = 2000) -> Any:
         cut = _CUT.search(value)
         if cut is not None and cut.start() <= limit:
             return value
-        return value[:limit] + f"… ({stored_length(value) - limit:,} more characters)"
+        end = _preview_end(value, limit)
+        return value[:end] + f"… ({stored_length(value) - end:,} more characters)"
     if isinstance(value, dict):
         return {k: clip_strings(v, limit) for k, v in value.items()}
     if isinstance(value, list):

@@ -260,8 +260,20 @@ class LogReads:
         seconds (while it cannot listen: every second, plus the time its attempt to listen
         again takes, at most the connect timeout).
         A read the database does not answer raises StoreUnavailable: follow again from the
-        position (or version) of the last event you got.
+        position (or version) of the last event you got. Closing the store ends it.
         """
+        try:
+            async for ev in self._follow(from_position, stream_id, after_version, batch_size):
+                yield ev
+        except StoreClosed:
+            if not self._closed:
+                raise
+            # The close came while a read was under way (after the loop's check): it ends
+            # the follower as a close between reads does.
+
+    async def _follow(self, from_position: int, stream_id: str | None,
+                      after_version: int | None, batch_size: int
+                      ) -> AsyncIterator[RecordedEvent]:
         if stream_id is None:
             if after_version is not None:
                 raise ValueError("after_version is a version of one stream: give stream_id")

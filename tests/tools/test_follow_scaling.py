@@ -92,6 +92,36 @@ async def test_closing_the_store_ends_its_followers(store):
     assert len(ends) == 6
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("of_one_call", [False, True])
+async def test_a_close_during_a_followers_read_ends_it(store, monkeypatch, of_one_call):
+    """The close comes while a follower's read is under way (past its loop's check for a
+    closed store; a slow LISTEN set-up under load made it so): the follower ends, as with
+    a close between reads, instead of raising StoreClosed."""
+    closed = asyncio.Event()
+    name = "read" if of_one_call else "read_all"
+    real = getattr(store, name)
+
+    async def read_after_the_close(*args, **kwargs):
+        await closed.wait()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(store, name, read_after_the_close)
+    got = []
+
+    async def follow():
+        kwargs = {"stream_id": "c1", "after_version": 0} if of_one_call else {}
+        async for e in store.subscribe(**kwargs):
+            got.append(e)
+
+    task = asyncio.create_task(follow())
+    await asyncio.sleep(0.2)
+    await store.close()
+    closed.set()
+    await asyncio.wait_for(task, 5)  # ended, not raised
+    assert got == []
+
+
 @pytest.mark.timeout(120)
 async def test_two_hundred_followers_share_one_listen_connection(backend, migrated):
     """200 followers of 50 calls and 20 of the whole log, on PostgreSQL: the store holds
