@@ -79,12 +79,22 @@ def comparable(lines: list[dict[str, Any]], *, ignore_prompt_hash: bool = False
         for key in _HANDLE_FIELDS:
             if isinstance(data.get(key), str):
                 data[key] = handles.setdefault(data[key], f"handle#{len(handles) + 1}")
-        if isinstance(data.get("time_left_s"), (int, float)):  # measured on arrival
-            data["time_left_s"] = round(data["time_left_s"], 1)
+        _round_time_left(data)
+        if line["type"] == "decision.observed" and isinstance(data.get("data"), dict):
+            # The observation as read: when it was read is the re-run's clock, and a
+            # goAway's time left is measured then (decide counts the deadline from it).
+            seen = {k: v for k, v in data["data"].items() if k != "read_at_us"}
+            _round_time_left(seen)
+            data["data"] = seen
         if ignore_prompt_hash:
             data.pop("system_instruction_sha256", None)
         out.append({"type": line["type"], "data": data})
     return out
+
+
+def _round_time_left(data: dict[str, Any]) -> None:
+    if isinstance(data.get("time_left_s"), (int, float)):  # measured on arrival
+        data["time_left_s"] = round(data["time_left_s"], 1)
 
 
 @dataclass(frozen=True)
@@ -139,6 +149,8 @@ class _Builder:
     connections: list[dict[str, Any]] = field(default_factory=list)
     by_generation: dict[int, dict[str, Any]] = field(default_factory=dict)
     not_reproduced: list[str] = field(default_factory=list)
+    # generation -> (the last version of its goAway's commit, that goAway's gate)
+    go_away: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def step(self, generation: int, gate: int, name: str, **args: Any) -> None:
         conn = self.by_generation.get(generation)
@@ -146,6 +158,12 @@ class _Builder:
             self.not_reproduced.append(f"{name} on generation {generation}, which the log "
                                        f"never connected")
             return
+        after, go_away_gate = self.go_away.get(generation, (None, None))
+        if gate == after and go_away_gate is not None:
+            # What the model sent right behind a goAway was on the socket before the goAway
+            # was committed (the service's reconnect, decided after that commit, found the
+            # bot speaking again): it goes out with the goAway, not after its commit.
+            gate = go_away_gate
         conn["steps"].append({"at": gate, "step": name, "args": args})
 
 
@@ -170,14 +188,17 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
     generation = 0
     checked_done: set[str] = set()
     turn_ended: set[int] = set()
+    audio_on: set[int] = set()  # generations the model has sent audio on
+    speaking = False  # the bot speaks, as the log has it
     prev_last, prev_gate, after_connect = 0, 0, False
     for group in decisions(lines):
         gate = prev_last
-        # A result logged right after a new session connected came in while it connected
-        # (the service held it until then): it is released once that connection's setup
-        # has arrived, and the server takes a moment before it completes the setup.
+        # A result logged right after a new session connected, before its seed, came in
+        # while the session's start was being committed: it waited for that commit, and
+        # the seed for it. It is released while the re-run commits that start (released
+        # after it, the seed, decided at once, always goes first).
         result_gate = prev_gate if after_connect else gate
-        during = {"during_setup": len(b.connections) - 1} if after_connect else {}
+        during = {"during_commit": True} if after_connect else {}
         calls: list[dict[str, Any]] = []
         for line in group.lines:
             t, d, v = line["type"], line["data"], line["version"]
@@ -204,27 +225,42 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 user_turns.append({"role": "user", "content": d["text"]})
             elif t == "conversation.message" and d["role"] == "assistant":
                 # The service logs the model's words when its turn completes: the turn
-                # ends here (the bot goes on playing its audio until its stop's gate).
+                # ends here (the bot goes on playing its audio until its stop's gate). A
+                # turn whose audio came while the bot was still speaking logged no start
+                # of its own (it decided nothing), yet it had audio: without it the
+                # transport plays one turn fewer than the service counts, and the bot's
+                # speech ends on the silence timeout instead of the transport's stop.
+                if speaking and (gen in turn_ended or gen not in audio_on):
+                    b.step(gen, gate, "Audio", chunks=1)
+                    audio_on.add(gen)
                 b.step(gen, gate, "OutputTranscript", text=d["text"])
                 b.step(gen, gate, "TurnComplete")
                 turn_ended.add(gen)
             elif t == "conversation.message":
                 b.step(gen, gate, "InputTranscript", text=d["text"])
-            elif t == "speech.bot_started" and d.get("source") == "model":
-                b.step(gen, gate, "Audio", chunks=1)
-                turn_ended.discard(gen)
+            elif t == "speech.bot_started":
+                speaking = True
+                if d.get("source") == "model":
+                    b.step(gen, gate, "Audio", chunks=1)
+                    audio_on.add(gen)
+                    turn_ended.discard(gen)
             elif t == "speech.bot_stopped" and d.get("source") == "transport":
+                speaking = False
                 if gen not in turn_ended:
                     b.step(gen, gate, "TurnComplete")
                 playback.append({"from": gate, "until": v})
             elif t == "speech.bot_stopped" and d.get("source") == "turn_complete":
+                speaking = False
                 b.step(gen, gate, "TurnComplete")
+            elif t == "speech.bot_stopped":
+                speaking = False
             elif t == "speech.interrupted":
                 b.step(gen, gate, "Interrupted")
             elif t == "model.interaction_status" and d.get("source") == "server":
                 b.step(gen, gate, "InteractionStatus", status=d["status"])
             elif t == "connection.go_away":
                 b.step(gen, gate, "GoAway", time_left=d["time_left_s"], close_code=None)
+                b.go_away[gen] = (group.last, gate)
             elif t in ("connection.handle_issued", "connection.handle_withheld"):
                 b.step(gen, gate, "ResumptionUpdate", resumable=True)
             elif t == "tool.call_requested":
@@ -248,9 +284,6 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 checks[d["call_id"]] = {"answer": d["answer"], "detail": d.get("detail", "")}
                 if d["answer"] == "done":
                     checked_done.add(d["call_id"])
-            elif t in ("tool.call_completed", "tool.call_progress", "tool.call_failed") \
-                    and during and d["call_id"] in tools:
-                b.connections[during["during_setup"]]["setup_delay"] = 0.3
             if t == "tool.call_completed" and d.get("reused_from") is None:
                 if d["call_id"] in checked_done:
                     checked_done.discard(d["call_id"])

@@ -45,3 +45,12 @@ def test_each_stimulus_waits_for_the_commit_before_its_effect():
     spec = build(LOG)
     steps = [(s["step"], s["at"]) for s in spec["connections"][0]["steps"]]
     assert steps == [("Audio", 2), ("ToolCall", 2), ("ResumptionUpdate", 5)]
+
+
+def test_an_observation_is_compared_without_the_time_it_was_read():
+    def go_away(at_us: int, left: float) -> list[dict]:
+        return LOG[:2] + [line(3, 50, "decision.observed", kind="GoAway", refs={},
+                               withheld="", data={"generation": 1, "time_left_s": left,
+                                                  "read_at_us": at_us})]
+    assert first_divergence(go_away(1, 8.0), go_away(999, 7.99997)) is None
+    assert first_divergence(go_away(1, 8.0), go_away(1, 5.0)).version == 3
