@@ -205,9 +205,12 @@ def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.
     store.append = append_logged
 
 
-async def _app(spec, task: PipelineWorker, progress: _Progress) -> None:
-    """What the app did: start the pipeline (every worker), its settings changes and its
-    hang-up, each at its gate."""
+async def _app(spec, worker, task: PipelineWorker, progress: _Progress) -> None:
+    """What the app did: start the pipeline (every worker; a worker that took over and did
+    nothing before its session, while that session's start commits), its settings changes
+    and its hang-up, each at its gate."""
+    if worker.get("start_at") is not None:
+        await progress.during_commit(worker["start_at"])
     await task.queue_frames([LLMRunFrame()])
     for change in spec["settings_changes"]:
         if progress.version > change["at"]:
@@ -245,7 +248,7 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
                 _mortal(store, progress, worker["last_version"], dead)
                 task = await _worker(spec, store, progress, server, runs)
                 run = asyncio.create_task(run_worker(task))
-                app = asyncio.create_task(_app(spec, task, progress))
+                app = asyncio.create_task(_app(spec, worker, task, progress))
                 until = worker["last_version"]
                 quiet_since = loop.time()
                 while not run.done():

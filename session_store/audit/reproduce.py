@@ -173,7 +173,9 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
         raise ValueError("the log does not start with session.opened: not a whole call")
     b = _Builder(lines)
     opened = lines[0]["data"]
-    workers: list[dict[str, Any]] = [{"epoch": opened.get("epoch", 1), "last_version": None}]
+    workers: list[dict[str, Any]] = [{"epoch": opened.get("epoch", 1), "last_version": None,
+                                      "start_at": None}]
+    first_act = False  # a worker took over and has not acted yet
     user_turns: list[dict[str, str]] = []
     settings_changes: list[dict[str, Any]] = []
     playback: list[dict[str, int]] = []
@@ -203,6 +205,15 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
         for line in group.lines:
             t, d, v = line["type"], line["data"], line["version"]
             gen = d.get("generation", generation)
+            if first_act and t == "connection.connected":
+                # The new worker did nothing before its session was up: the app's first
+                # context reached it while the session's start was being committed (earlier,
+                # its seed would have found no session and started what was due at once;
+                # later, the session would have sent what was due with that start). It is
+                # released while the re-run commits the session's start.
+                workers[-1]["start_at"] = gate
+            if first_act and t.startswith(("tool.", "conversation.", "connection.connected")):
+                first_act = False
             if t == "connection.connected":
                 generation = d["generation"]
                 conn = {"generation": generation, "refuse": None, "steps": []}
@@ -220,7 +231,9 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 end_at = gate if end_at is None else end_at
             elif t == "session.worker_attached":
                 workers[-1]["last_version"] = v - 1
-                workers.append({"epoch": d["epoch"], "last_version": None})
+                workers.append({"epoch": d["epoch"], "last_version": None,
+                                "start_at": None})
+                first_act = True
             elif t == "conversation.message" and d["role"] == "user" and gen == 0:
                 user_turns.append({"role": "user", "content": d["text"]})
             elif t == "conversation.message" and d["role"] == "assistant":

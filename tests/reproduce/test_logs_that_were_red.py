@@ -12,6 +12,11 @@
 - prompt_change_result_during_connect: a tool's result logged between a new session's
   start and its seed arrived while that start was being committed; released after the
   commit, the seed (decided right after it, in the same task) always went first.
+- phone_bot_moved_call (examples/phone_bot/fleet.py, its worker SIGKILLed mid-call): the
+  new worker's first context reached it while its session's start was being committed,
+  so its seed found no session and started the deferred call alone, the sends after the
+  seed. Sent when the re-run's worker started, the context started the call before the
+  session; sent after the session's start, the call went out with the sends.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ def _lines(name: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("name", ["go_away", "prompt_change_turn_while_speaking",
-                                  "prompt_change_result_during_connect"])
+                                  "prompt_change_result_during_connect",
+                                  "phone_bot_moved_call"])
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 async def test_a_log_that_was_red_reproduces_green(tmp_path, name, db):
     write(tmp_path / "repro", _lines(name))
@@ -59,3 +65,27 @@ def test_the_cause_of_each_red_is_in_the_reproduction():
     runs = build(_lines("prompt_change_result_during_connect"))["tool_runs"]
     (outcome,) = runs["lookup_order-1"][0]["outcomes"]
     assert outcome["during_commit"] is True and outcome["at"] == 20  # the start's commit
+
+    workers = build(_lines("phone_bot_moved_call"))["workers"]
+    attached = next(x["version"] for x in _lines("phone_bot_moved_call")
+                    if x["type"] == "session.worker_attached")
+    # the new worker's context goes in while its session's start (right after) commits
+    assert [w["start_at"] for w in workers] == [None, attached]
+
+
+@pytest.mark.parametrize("name", ["go_away", "phone_bot_moved_call"])
+async def test_a_mutant_diverges_at_the_first_deferral_of_the_log(tmp_path, monkeypatch, name):
+    """Tools no longer deferred while the bot speaks: the re-run of a log that is green on
+    today's code names the log's first deferral, and nothing before it."""
+    from session_store.policy import Policy
+
+    lines = _lines(name)
+    deferred = next(x["version"] for x in lines if x["type"] == "tool.call_deferred")
+    write(tmp_path / "repro", lines)
+    monkeypatch.setattr(Policy, "defers", lambda self, name, mode="blocking": False)
+    result = await run_reproduction(tmp_path / "repro",
+                                    f"sqlite+aiosqlite:///{tmp_path / 'mutant.db'}")
+    assert result.divergence is not None
+    assert result.divergence.version == deferred, result.divergence.message()
+    assert (f"at v{deferred} the log has tool.call_deferred, today's service "
+            f"tool.call_started") in result.divergence.message()
