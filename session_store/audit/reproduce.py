@@ -35,7 +35,9 @@ _HANDLE_FIELDS = ("handle",)
 
 @dataclass(frozen=True)
 class Decision:
-    """One commit's group of events: the unit the re-run is compared in."""
+    """A run of the log's events the re-run is compared in: one logged decision (its
+    `decision.observed` and the events decided on it), or the rest of a commit (what the
+    service decided itself: intents, outcomes)."""
 
     first: int
     last: int
@@ -43,15 +45,24 @@ class Decision:
 
     @property
     def observation(self) -> str:
-        """What the decision was taken on, as far as the group shows it."""
+        """What the decision was taken on, as far as the log shows it."""
         head = self.lines[0]
-        gen = head["data"].get("generation")
+        data = head["data"]
+        if head["type"] == "decision.observed":
+            seen = data.get("data") or {}
+            ids = [c.get("call_id") for c in seen.get("calls", ()) if isinstance(c, dict)]
+            ids += [seen["call_id"]] if isinstance(seen.get("call_id"), str) else []
+            ids += [i for i in seen.get("call_ids", ()) if isinstance(i, str)]
+            gen = seen.get("generation")
+            return (str(data.get("kind")) + "".join(f" {i}" for i in ids)
+                    + (f" (generation {gen})" if gen is not None else ""))
+        gen = data.get("generation")
         return head["type"] + (f" (generation {gen})" if gen is not None else "")
 
 
-def decisions(lines: list[dict[str, Any]]) -> list[Decision]:
-    """The log's decisions: runs of version-contiguous events committed together (one
-    recorded_at_us). The one place that says what a decision is."""
+def commits(lines: list[dict[str, Any]]) -> list[Decision]:
+    """The log's commits: runs of version-contiguous events committed together (one
+    recorded_at_us). The unit a reproduction's stimuli are gated on."""
     out: list[Decision] = []
     run: list[dict[str, Any]] = []
     for line in lines:
@@ -62,6 +73,33 @@ def decisions(lines: list[dict[str, Any]]) -> list[Decision]:
         run.append(line)
     if run:
         out.append(Decision(run[0]["version"], run[-1]["version"], tuple(run)))
+    return out
+
+
+def decisions(lines: list[dict[str, Any]]) -> list[Decision]:
+    """The log's decisions, the unit a divergence is reported in: each commit split at its
+    logged observations (`decision.observed` with the events decided on it); what else the
+    commit holds stays one group. A log written before `decision.observed` is compared by
+    commit. The one place that says what a decision is."""
+    out: list[Decision] = []
+    for commit in commits(lines):
+        rest: list[dict[str, Any]] = []
+        i, group = 0, commit.lines
+        while i < len(group):
+            line = group[i]
+            if line["type"] != "decision.observed":
+                rest.append(line)
+                i += 1
+                continue
+            if rest:
+                out.append(Decision(rest[0]["version"], rest[-1]["version"], tuple(rest)))
+                rest = []
+            count = line["data"].get("events")
+            span = group[i:i + 1 + (count if isinstance(count, int) and count >= 0 else 0)]
+            out.append(Decision(span[0]["version"], span[-1]["version"], tuple(span)))
+            i += len(span)
+        if rest:
+            out.append(Decision(rest[0]["version"], rest[-1]["version"], tuple(rest)))
     return out
 
 
@@ -193,7 +231,7 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
     audio_on: set[int] = set()  # generations the model has sent audio on
     speaking = False  # the bot speaks, as the log has it
     prev_last, prev_gate, after_connect = 0, 0, False
-    for group in decisions(lines):
+    for group in commits(lines):
         gate = prev_last
         # A result logged right after a new session connected, before its seed, came in
         # while the session's start was being committed: it waited for that commit, and
