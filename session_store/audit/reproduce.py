@@ -31,6 +31,10 @@ _VOLATILE = {"session.opened": ("worker",), "session.worker_attached": ("worker"
              "connection.disconnected": ("detail",), "anomaly.recorded": ("detail",),
              "decision.observed": ("events",)}
 _HANDLE_FIELDS = ("handle",)
+# What a worker that took over does once the app's context reached it (what is due: calls
+# to start, results and turns to send) or once its session is up.
+_ACTS = ("tool.call_started", "tool.result_sending", "conversation.sending",
+         "settings.context_sending", "connection.connected")
 
 
 @dataclass(frozen=True)
@@ -244,13 +248,14 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
             t, d, v = line["type"], line["data"], line["version"]
             gen = d.get("generation", generation)
             if first_act and t == "connection.connected":
-                # The new worker did nothing before its session was up: the app's first
-                # context reached it while the session's start was being committed (earlier,
-                # its seed would have found no session and started what was due at once;
-                # later, the session would have sent what was due with that start). It is
-                # released while the re-run commits the session's start.
+                # The new worker started and sent nothing before its session was up (what
+                # it settles on attaching, in-doubt calls, does not wait for the app): the
+                # app's first context reached it while the session's start was being
+                # committed (earlier, its seed would have found no session and started what
+                # was due at once; later, the session would have sent what was due with
+                # that start). It is released while the re-run commits the session's start.
                 workers[-1]["start_at"] = gate
-            if first_act and t.startswith(("tool.", "conversation.", "connection.connected")):
+            if first_act and t in _ACTS:
                 first_act = False
             if t == "connection.connected":
                 generation = d["generation"]

@@ -17,6 +17,12 @@
   so its seed found no session and started the deferred call alone, the sends after the
   seed. Sent when the re-run's worker started, the context started the call before the
   session; sent after the session's start, the call went out with the sends.
+- phone_bot_refund_checked / phone_bot_refund_rerun: the killed worker died inside
+  refund_order; the new worker's outcome check (run when it attaches, before any context)
+  said done / not done. The rule above must not count what a worker settles on attaching
+  as acting: the first red fleet run was a not-done refund re-run before the session where
+  the log has it after. (In the checked-in rerun log the race went the other way: re-run
+  before the session, context at once.)
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ def _lines(name: str) -> list[dict]:
 
 @pytest.mark.parametrize("name", ["go_away", "prompt_change_turn_while_speaking",
                                   "prompt_change_result_during_connect",
-                                  "phone_bot_moved_call"])
+                                  "phone_bot_moved_call", "phone_bot_refund_checked",
+                                  "phone_bot_refund_rerun"])
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 async def test_a_log_that_was_red_reproduces_green(tmp_path, name, db):
     write(tmp_path / "repro", _lines(name))
@@ -89,3 +96,9 @@ async def test_a_mutant_diverges_at_the_first_deferral_of_the_log(tmp_path, monk
     assert result.divergence.version == deferred, result.divergence.message()
     assert (f"at v{deferred} the log has tool.call_deferred, today's service "
             f"tool.call_started") in result.divergence.message()
+
+    checked = _lines("phone_bot_refund_checked")
+    attached = next(x["version"] for x in checked if x["type"] == "session.worker_attached")
+    assert any(x["type"] == "tool.outcome_checked" and x["version"] > attached for x in checked)
+    # the outcome check settled on attaching does not count: the context waits for the session
+    assert [w["start_at"] for w in build(checked)["workers"]] == [None, attached + 3]
