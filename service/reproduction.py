@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ class Result:
 class _Progress:
     """The re-run's log version, and who waits for it."""
 
-    def __init__(self, on_version):
+    def __init__(self, on_version: Callable[[int], None]) -> None:
         self.version = 0
         self.appending = -1  # the version an append under way starts from
         self._during: dict[int, int] = {}  # stimuli waiting for the commit from a version
