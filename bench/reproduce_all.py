@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,6 +56,10 @@ async def rerun(call: str, label: str, url: str, schema: str | None, dbs: Databa
           f"{verdict}", flush=True)
     if result.divergence is not None:
         print("    " + result.divergence.message().replace("\n", "\n    "), flush=True)
+        # A red re-run is often a race of the call itself: keep its log to find which.
+        kept = Path("reproduce-red") / call
+        shutil.copytree(out, kept, dirs_exist_ok=True)
+        print(f"    kept: {kept} (re-run it with: pytest {kept})", flush=True)
     return result.divergence is None
 
 
