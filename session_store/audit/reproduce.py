@@ -243,7 +243,7 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
         # after it, the seed, decided at once, always goes first).
         result_gate = prev_gate if after_connect else gate
         during = {"during_commit": True} if after_connect else {}
-        calls: list[dict[str, Any]] = []
+        calls: dict[int, list[dict[str, Any]]] = {}  # generation -> this commit's toolCall
         for line in group.lines:
             t, d, v = line["type"], line["data"], line["version"]
             gen = d.get("generation", generation)
@@ -322,8 +322,13 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
             elif t == "tool.call_requested":
                 names[d["call_id"]] = d["name"]
                 modes[d["name"]] = d.get("declared") or modes.get(d["name"], "BLOCKING")
-                calls.append({"id": d["call_id"], "name": d["name"], "args": d["args"],
-                              "generation": gen})
+                if gen not in calls:
+                    # One toolCall per generation and commit (parallel calls come in one),
+                    # sent where its first call is in the commit: a fact logged after it
+                    # (a resumption handle) came in after it.
+                    calls[gen] = []
+                    b.step(gen, gate, "ToolCall", calls=calls[gen])
+                calls[gen].append({"id": d["call_id"], "name": d["name"], "args": d["args"]})
             elif t == "tool.call_cancelled" and d["reason"] == "server":
                 b.step(generation, gate, "CancelToolCalls", ids=[d["call_id"]])
             elif t == "settings.changed":
@@ -357,12 +362,6 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
             elif t == "anomaly.recorded":
                 b.not_reproduced.append(f"v{v}: anomaly {d.get('kind')} (the log keeps its "
                                         f"kind, not the message that caused it)")
-        by_gen: dict[int, list[dict[str, Any]]] = {}
-        for c in calls:
-            by_gen.setdefault(c["generation"], []).append(
-                {"id": c["id"], "name": c["name"], "args": c["args"]})
-        for gen, batch in by_gen.items():
-            b.step(gen, gate, "ToolCall", calls=batch)
         prev_last, prev_gate = group.last, gate
         after_connect = group.lines[-1]["type"] == "connection.connected"
     settings = opened.get("settings", {})

@@ -80,3 +80,17 @@ def test_a_commit_is_split_at_its_logged_observations():
     # the stimuli are still gated on commits: the toolCall goes out after v2
     steps = build(log)["connections"][0]["steps"]
     assert ("ToolCall", 2) in [(s["step"], s["at"]) for s in steps]
+
+
+def test_a_tool_call_is_sent_where_the_commit_has_it():
+    """A handle logged after a toolCall in one commit came in after it (seen: the re-run's
+    server sent the handle first, and the service logged it before the toolCall)."""
+    log = LOG[:3] + [line(4, 30, "tool.call_requested", call_id="a", name="t", args={},
+                          generation=1),
+                     line(5, 30, "connection.handle_issued", generation=1, handle="h-1"),
+                     line(6, 30, "tool.call_requested", call_id="b", name="t", args={},
+                          generation=1)]
+    steps = [(s["step"], s["at"]) for s in build(log)["connections"][0]["steps"]]
+    assert steps == [("Audio", 2), ("ToolCall", 2), ("ResumptionUpdate", 2)]
+    call = build(log)["connections"][0]["steps"][1]
+    assert [c["id"] for c in call["args"]["calls"]] == ["a", "b"]  # one toolCall, both calls
