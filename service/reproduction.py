@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,9 @@ from session_store.errors import Fenced
 # No new event for this long: the re-run is stuck (it waits for a decision the log has and
 # today's code does not take); it stops and the comparison names the decision.
 STALL_S = 10.0
+# How long an append waits for a stimulus released while it is under way to be handed to
+# the service (a few loop turns of plain Python: the tool's callback to the log's lock).
+HANDOVER_S = 0.05
 _SETTINGS = ("model", "system_instruction", "voice", "language")
 
 
@@ -48,10 +52,32 @@ class Result:
 class _Progress:
     """The re-run's log version, and who waits for it."""
 
-    def __init__(self, on_version):
+    def __init__(self, on_version: Callable[[int], None]) -> None:
         self.version = 0
+        self.appending = -1  # the version an append under way starts from
+        self._during: dict[int, int] = {}  # stimuli waiting for the commit from a version
         self._changed = asyncio.Condition()
         self._on_version = on_version
+
+    async def begin_append(self, before: int) -> None:
+        """An append from version `before` begins: stimuli that arrived while it was under
+        way in the call are released now, and reach the service before it returns."""
+        async with self._changed:
+            self.appending = max(self.appending, before)
+            waiting = self._during.get(before, 0)
+            self._changed.notify_all()
+        if waiting:
+            await asyncio.sleep(HANDOVER_S)
+
+    async def during_commit(self, before: int) -> None:
+        """Until the append from version `before` begins (at once if the log is past it)."""
+        async with self._changed:
+            self._during[before] = self._during.get(before, 0) + 1
+            try:
+                await self._changed.wait_for(lambda: self.appending >= before
+                                             or self.version > before)
+            finally:
+                self._during[before] -= 1
 
     async def advance(self, version: int) -> None:
         async with self._changed:
@@ -103,11 +129,10 @@ def _script(conn: dict[str, Any]) -> kit.Script:
         if s["step"] == "ToolCall":
             args["calls"] = [kit.Call(c["id"], c["name"], c["args"]) for c in args["calls"]]
         steps.append(getattr(kit, s["step"])(**args))
-    return kit.Script(steps, reply=(), resumption_after_turn=False,
-                      setup_delay=conn.get("setup_delay", 0.0))
+    return kit.Script(steps, reply=(), resumption_after_turn=False)
 
 
-def _tool(spec, progress: _Progress, server, runs: dict[str, int], name: str):
+def _tool(spec, progress: _Progress, runs: dict[str, int], name: str):
     async def handler(params) -> None:
         call_id = params.tool_call_id
         run = runs.get(call_id, 0)
@@ -117,9 +142,10 @@ def _tool(spec, progress: _Progress, server, runs: dict[str, int], name: str):
         if not outcomes:  # the log has no outcome of this run (its worker died first)
             await asyncio.Future()
         for out in outcomes:
-            await progress.reached(out["at"])
-            if "during_setup" in out:
-                await server.wait_for_connection(out["during_setup"], timeout=STALL_S)
+            if out.get("during_commit"):
+                await progress.during_commit(out["at"])
+            else:
+                await progress.reached(out["at"])
             if out["kind"] == "progress":
                 await params.result_callback(out["value"], properties=FunctionCallResultProperties(
                     is_final=False, run_llm=False))
@@ -150,7 +176,7 @@ async def _worker(spec, store, progress: _Progress, server, runs) -> PipelineWor
         tools=tools_schema(spec["tools"]), store=store, call_id=spec["call"],
         policy=Policy(idempotent=frozenset(spec["idempotent"])))
     for name in spec["tools"]:
-        llm.register_function(name, _tool(spec, progress, server, runs, name),
+        llm.register_function(name, _tool(spec, progress, runs, name),
                               cancel_on_interruption=spec["tool_modes"].get(name)
                               != "NON_BLOCKING")
     for name in spec["checked"]:
@@ -172,6 +198,7 @@ def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.
         if last_version is not None and expected_version >= last_version:
             await dead.wait()
             raise Fenced(stream_id, None, 0)
+        await progress.begin_append(expected_version)
         version = await append(stream_id, events, expected_version, **kw)
         await progress.advance(version)
         return version
@@ -179,9 +206,12 @@ def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.
     store.append = append_logged
 
 
-async def _app(spec, task: PipelineWorker, progress: _Progress) -> None:
-    """What the app did: start the pipeline (every worker), its settings changes and its
-    hang-up, each at its gate."""
+async def _app(spec, worker, task: PipelineWorker, progress: _Progress) -> None:
+    """What the app did: start the pipeline (every worker; a worker that took over and did
+    nothing before its session, while that session's start commits), its settings changes
+    and its hang-up, each at its gate."""
+    if worker.get("start_at") is not None:
+        await progress.during_commit(worker["start_at"])
     await task.queue_frames([LLMRunFrame()])
     for change in spec["settings_changes"]:
         if progress.version > change["at"]:
@@ -219,7 +249,7 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
                 _mortal(store, progress, worker["last_version"], dead)
                 task = await _worker(spec, store, progress, server, runs)
                 run = asyncio.create_task(run_worker(task))
-                app = asyncio.create_task(_app(spec, task, progress))
+                app = asyncio.create_task(_app(spec, worker, task, progress))
                 until = worker["last_version"]
                 quiet_since = loop.time()
                 while not run.done():

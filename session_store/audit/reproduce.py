@@ -31,11 +31,17 @@ _VOLATILE = {"session.opened": ("worker",), "session.worker_attached": ("worker"
              "connection.disconnected": ("detail",), "anomaly.recorded": ("detail",),
              "decision.observed": ("events",)}
 _HANDLE_FIELDS = ("handle",)
+# What a worker that took over does once the app's context reached it (what is due: calls
+# to start, results and turns to send) or once its session is up.
+_ACTS = ("tool.call_started", "tool.result_sending", "conversation.sending",
+         "settings.context_sending", "connection.connected")
 
 
 @dataclass(frozen=True)
 class Decision:
-    """One commit's group of events: the unit the re-run is compared in."""
+    """A run of the log's events the re-run is compared in: one logged decision (its
+    `decision.observed` and the events decided on it), or the rest of a commit (what the
+    service decided itself: intents, outcomes)."""
 
     first: int
     last: int
@@ -43,15 +49,24 @@ class Decision:
 
     @property
     def observation(self) -> str:
-        """What the decision was taken on, as far as the group shows it."""
+        """What the decision was taken on, as far as the log shows it."""
         head = self.lines[0]
-        gen = head["data"].get("generation")
+        data = head["data"]
+        if head["type"] == "decision.observed":
+            seen = data.get("data") or {}
+            ids = [c.get("call_id") for c in seen.get("calls", ()) if isinstance(c, dict)]
+            ids += [seen["call_id"]] if isinstance(seen.get("call_id"), str) else []
+            ids += [i for i in seen.get("call_ids", ()) if isinstance(i, str)]
+            gen = seen.get("generation")
+            return (str(data.get("kind")) + "".join(f" {i}" for i in ids)
+                    + (f" (generation {gen})" if gen is not None else ""))
+        gen = data.get("generation")
         return head["type"] + (f" (generation {gen})" if gen is not None else "")
 
 
-def decisions(lines: list[dict[str, Any]]) -> list[Decision]:
-    """The log's decisions: runs of version-contiguous events committed together (one
-    recorded_at_us). The one place that says what a decision is."""
+def commits(lines: list[dict[str, Any]]) -> list[Decision]:
+    """The log's commits: runs of version-contiguous events committed together (one
+    recorded_at_us). The unit a reproduction's stimuli are gated on."""
     out: list[Decision] = []
     run: list[dict[str, Any]] = []
     for line in lines:
@@ -62,6 +77,33 @@ def decisions(lines: list[dict[str, Any]]) -> list[Decision]:
         run.append(line)
     if run:
         out.append(Decision(run[0]["version"], run[-1]["version"], tuple(run)))
+    return out
+
+
+def decisions(lines: list[dict[str, Any]]) -> list[Decision]:
+    """The log's decisions, the unit a divergence is reported in: each commit split at its
+    logged observations (`decision.observed` with the events decided on it); what else the
+    commit holds stays one group. A log written before `decision.observed` is compared by
+    commit. The one place that says what a decision is."""
+    out: list[Decision] = []
+    for commit in commits(lines):
+        rest: list[dict[str, Any]] = []
+        i, group = 0, commit.lines
+        while i < len(group):
+            line = group[i]
+            if line["type"] != "decision.observed":
+                rest.append(line)
+                i += 1
+                continue
+            if rest:
+                out.append(Decision(rest[0]["version"], rest[-1]["version"], tuple(rest)))
+                rest = []
+            count = line["data"].get("events")
+            span = group[i:i + 1 + (count if isinstance(count, int) and count >= 0 else 0)]
+            out.append(Decision(span[0]["version"], span[-1]["version"], tuple(span)))
+            i += len(span)
+        if rest:
+            out.append(Decision(rest[0]["version"], rest[-1]["version"], tuple(rest)))
     return out
 
 
@@ -79,12 +121,22 @@ def comparable(lines: list[dict[str, Any]], *, ignore_prompt_hash: bool = False
         for key in _HANDLE_FIELDS:
             if isinstance(data.get(key), str):
                 data[key] = handles.setdefault(data[key], f"handle#{len(handles) + 1}")
-        if isinstance(data.get("time_left_s"), (int, float)):  # measured on arrival
-            data["time_left_s"] = round(data["time_left_s"], 1)
+        _round_time_left(data)
+        if line["type"] == "decision.observed" and isinstance(data.get("data"), dict):
+            # The observation as read: when it was read is the re-run's clock, and a
+            # goAway's time left is measured then (decide counts the deadline from it).
+            seen = {k: v for k, v in data["data"].items() if k != "read_at_us"}
+            _round_time_left(seen)
+            data["data"] = seen
         if ignore_prompt_hash:
             data.pop("system_instruction_sha256", None)
         out.append({"type": line["type"], "data": data})
     return out
+
+
+def _round_time_left(data: dict[str, Any]) -> None:
+    if isinstance(data.get("time_left_s"), (int, float)):  # measured on arrival
+        data["time_left_s"] = round(data["time_left_s"], 1)
 
 
 @dataclass(frozen=True)
@@ -139,6 +191,8 @@ class _Builder:
     connections: list[dict[str, Any]] = field(default_factory=list)
     by_generation: dict[int, dict[str, Any]] = field(default_factory=dict)
     not_reproduced: list[str] = field(default_factory=list)
+    # generation -> (the last version of its goAway's commit, that goAway's gate)
+    go_away: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def step(self, generation: int, gate: int, name: str, **args: Any) -> None:
         conn = self.by_generation.get(generation)
@@ -146,6 +200,12 @@ class _Builder:
             self.not_reproduced.append(f"{name} on generation {generation}, which the log "
                                        f"never connected")
             return
+        after, go_away_gate = self.go_away.get(generation, (None, None))
+        if gate == after and go_away_gate is not None:
+            # What the model sent right behind a goAway was on the socket before the goAway
+            # was committed (the service's reconnect, decided after that commit, found the
+            # bot speaking again): it goes out with the goAway, not after its commit.
+            gate = go_away_gate
         conn["steps"].append({"at": gate, "step": name, "args": args})
 
 
@@ -155,7 +215,9 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
         raise ValueError("the log does not start with session.opened: not a whole call")
     b = _Builder(lines)
     opened = lines[0]["data"]
-    workers: list[dict[str, Any]] = [{"epoch": opened.get("epoch", 1), "last_version": None}]
+    workers: list[dict[str, Any]] = [{"epoch": opened.get("epoch", 1), "last_version": None,
+                                      "start_at": None}]
+    first_act = False  # a worker took over and has not acted yet
     user_turns: list[dict[str, str]] = []
     settings_changes: list[dict[str, Any]] = []
     playback: list[dict[str, int]] = []
@@ -170,18 +232,31 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
     generation = 0
     checked_done: set[str] = set()
     turn_ended: set[int] = set()
+    audio_on: set[int] = set()  # generations the model has sent audio on
+    speaking = False  # the bot speaks, as the log has it
     prev_last, prev_gate, after_connect = 0, 0, False
-    for group in decisions(lines):
+    for group in commits(lines):
         gate = prev_last
-        # A result logged right after a new session connected came in while it connected
-        # (the service held it until then): it is released once that connection's setup
-        # has arrived, and the server takes a moment before it completes the setup.
+        # A result logged right after a new session connected, before its seed, came in
+        # while the session's start was being committed: it waited for that commit, and
+        # the seed for it. It is released while the re-run commits that start (released
+        # after it, the seed, decided at once, always goes first).
         result_gate = prev_gate if after_connect else gate
-        during = {"during_setup": len(b.connections) - 1} if after_connect else {}
-        calls: list[dict[str, Any]] = []
+        during = {"during_commit": True} if after_connect else {}
+        calls: dict[int, list[dict[str, Any]]] = {}  # generation -> this commit's toolCall
         for line in group.lines:
             t, d, v = line["type"], line["data"], line["version"]
             gen = d.get("generation", generation)
+            if first_act and t == "connection.connected":
+                # The new worker started and sent nothing before its session was up (what
+                # it settles on attaching, in-doubt calls, does not wait for the app): the
+                # app's first context reached it while the session's start was being
+                # committed (earlier, its seed would have found no session and started what
+                # was due at once; later, the session would have sent what was due with
+                # that start). It is released while the re-run commits the session's start.
+                workers[-1]["start_at"] = gate
+            if first_act and t in _ACTS:
+                first_act = False
             if t == "connection.connected":
                 generation = d["generation"]
                 conn = {"generation": generation, "refuse": None, "steps": []}
@@ -199,39 +274,61 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 end_at = gate if end_at is None else end_at
             elif t == "session.worker_attached":
                 workers[-1]["last_version"] = v - 1
-                workers.append({"epoch": d["epoch"], "last_version": None})
+                workers.append({"epoch": d["epoch"], "last_version": None,
+                                "start_at": None})
+                first_act = True
             elif t == "conversation.message" and d["role"] == "user" and gen == 0:
                 user_turns.append({"role": "user", "content": d["text"]})
             elif t == "conversation.message" and d["role"] == "assistant":
                 # The service logs the model's words when its turn completes: the turn
-                # ends here (the bot goes on playing its audio until its stop's gate).
+                # ends here (the bot goes on playing its audio until its stop's gate). A
+                # turn whose audio came while the bot was still speaking logged no start
+                # of its own (it decided nothing), yet it had audio: without it the
+                # transport plays one turn fewer than the service counts, and the bot's
+                # speech ends on the silence timeout instead of the transport's stop.
+                if speaking and (gen in turn_ended or gen not in audio_on):
+                    b.step(gen, gate, "Audio", chunks=1)
+                    audio_on.add(gen)
                 b.step(gen, gate, "OutputTranscript", text=d["text"])
                 b.step(gen, gate, "TurnComplete")
                 turn_ended.add(gen)
             elif t == "conversation.message":
                 b.step(gen, gate, "InputTranscript", text=d["text"])
-            elif t == "speech.bot_started" and d.get("source") == "model":
-                b.step(gen, gate, "Audio", chunks=1)
-                turn_ended.discard(gen)
+            elif t == "speech.bot_started":
+                speaking = True
+                if d.get("source") == "model":
+                    b.step(gen, gate, "Audio", chunks=1)
+                    audio_on.add(gen)
+                    turn_ended.discard(gen)
             elif t == "speech.bot_stopped" and d.get("source") == "transport":
+                speaking = False
                 if gen not in turn_ended:
                     b.step(gen, gate, "TurnComplete")
                 playback.append({"from": gate, "until": v})
             elif t == "speech.bot_stopped" and d.get("source") == "turn_complete":
+                speaking = False
                 b.step(gen, gate, "TurnComplete")
+            elif t == "speech.bot_stopped":
+                speaking = False
             elif t == "speech.interrupted":
                 b.step(gen, gate, "Interrupted")
             elif t == "model.interaction_status" and d.get("source") == "server":
                 b.step(gen, gate, "InteractionStatus", status=d["status"])
             elif t == "connection.go_away":
                 b.step(gen, gate, "GoAway", time_left=d["time_left_s"], close_code=None)
+                b.go_away[gen] = (group.last, gate)
             elif t in ("connection.handle_issued", "connection.handle_withheld"):
                 b.step(gen, gate, "ResumptionUpdate", resumable=True)
             elif t == "tool.call_requested":
                 names[d["call_id"]] = d["name"]
                 modes[d["name"]] = d.get("declared") or modes.get(d["name"], "BLOCKING")
-                calls.append({"id": d["call_id"], "name": d["name"], "args": d["args"],
-                              "generation": gen})
+                if gen not in calls:
+                    # One toolCall per generation and commit (parallel calls come in one),
+                    # sent where its first call is in the commit: a fact logged after it
+                    # (a resumption handle) came in after it.
+                    calls[gen] = []
+                    b.step(gen, gate, "ToolCall", calls=calls[gen])
+                calls[gen].append({"id": d["call_id"], "name": d["name"], "args": d["args"]})
             elif t == "tool.call_cancelled" and d["reason"] == "server":
                 b.step(generation, gate, "CancelToolCalls", ids=[d["call_id"]])
             elif t == "settings.changed":
@@ -248,9 +345,6 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 checks[d["call_id"]] = {"answer": d["answer"], "detail": d.get("detail", "")}
                 if d["answer"] == "done":
                     checked_done.add(d["call_id"])
-            elif t in ("tool.call_completed", "tool.call_progress", "tool.call_failed") \
-                    and during and d["call_id"] in tools:
-                b.connections[during["during_setup"]]["setup_delay"] = 0.3
             if t == "tool.call_completed" and d.get("reused_from") is None:
                 if d["call_id"] in checked_done:
                     checked_done.discard(d["call_id"])
@@ -268,12 +362,6 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
             elif t == "anomaly.recorded":
                 b.not_reproduced.append(f"v{v}: anomaly {d.get('kind')} (the log keeps its "
                                         f"kind, not the message that caused it)")
-        by_gen: dict[int, list[dict[str, Any]]] = {}
-        for c in calls:
-            by_gen.setdefault(c["generation"], []).append(
-                {"id": c["id"], "name": c["name"], "args": c["args"]})
-        for gen, batch in by_gen.items():
-            b.step(gen, gate, "ToolCall", calls=batch)
         prev_last, prev_gate = group.last, gate
         after_connect = group.lines[-1]["type"] == "connection.connected"
     settings = opened.get("settings", {})

@@ -45,3 +45,52 @@ def test_each_stimulus_waits_for_the_commit_before_its_effect():
     spec = build(LOG)
     steps = [(s["step"], s["at"]) for s in spec["connections"][0]["steps"]]
     assert steps == [("Audio", 2), ("ToolCall", 2), ("ResumptionUpdate", 5)]
+
+
+def test_an_observation_is_compared_without_the_time_it_was_read():
+    def go_away(at_us: int, left: float) -> list[dict]:
+        return LOG[:2] + [line(3, 50, "decision.observed", kind="GoAway", refs={},
+                               withheld="", data={"generation": 1, "time_left_s": left,
+                                                  "read_at_us": at_us})]
+    assert first_divergence(go_away(1, 8.0), go_away(999, 7.99997)) is None
+    assert first_divergence(go_away(1, 8.0), go_away(1, 5.0)).version == 3
+
+
+def test_a_commit_is_split_at_its_logged_observations():
+    def observed(v: int, kind: str, events: int, **data) -> dict:
+        return line(v, 30, "decision.observed", kind=kind, events=events, refs={},
+                    withheld="", data=data)
+    log = LOG[:2] + [observed(3, "SpeechStarted", 1, generation=1),
+                     line(4, 30, "speech.bot_started", generation=1, source="model"),
+                     line(5, 30, "conversation.message", generation=1, role="assistant",
+                          text="hi", late=False),
+                     observed(6, "ToolCallsArrived", 2, generation=1,
+                              calls=[{"call_id": "a", "name": "t"}]),
+                     line(7, 30, "tool.call_requested", call_id="a", name="t", args={},
+                          generation=1),
+                     line(8, 30, "tool.call_deferred", call_id="a")]
+    assert [(d.first, d.last) for d in decisions(log)] == [(1, 1), (2, 2), (3, 4), (5, 5),
+                                                           (6, 8)]
+    rerun = log[:7] + [line(8, 30, "tool.call_started", call_id="a", attempt=1,
+                            idempotency_key="c:a", epoch=1)]
+    d = first_divergence(log, rerun)
+    assert (d.decision.first, d.decision.last, d.version) == (6, 8, 8)
+    assert d.message().startswith("first divergence at decision v6–8 (ToolCallsArrived a "
+                                  "(generation 1)): at v8 the log has tool.call_deferred")
+    # the stimuli are still gated on commits: the toolCall goes out after v2
+    steps = build(log)["connections"][0]["steps"]
+    assert ("ToolCall", 2) in [(s["step"], s["at"]) for s in steps]
+
+
+def test_a_tool_call_is_sent_where_the_commit_has_it():
+    """A handle logged after a toolCall in one commit came in after it (seen: the re-run's
+    server sent the handle first, and the service logged it before the toolCall)."""
+    log = LOG[:3] + [line(4, 30, "tool.call_requested", call_id="a", name="t", args={},
+                          generation=1),
+                     line(5, 30, "connection.handle_issued", generation=1, handle="h-1"),
+                     line(6, 30, "tool.call_requested", call_id="b", name="t", args={},
+                          generation=1)]
+    steps = [(s["step"], s["at"]) for s in build(log)["connections"][0]["steps"]]
+    assert steps == [("Audio", 2), ("ToolCall", 2), ("ResumptionUpdate", 2)]
+    call = build(log)["connections"][0]["steps"][1]
+    assert [c["id"] for c in call["args"]["calls"]] == ["a", "b"]  # one toolCall, both calls

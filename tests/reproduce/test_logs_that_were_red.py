@@ -1,0 +1,104 @@
+"""Real crash-harness logs that once re-ran red, checked in, re-run against today's service
+(a second or two each). Each one was red for a mis-reproduction, not a service defect:
+
+- go_away: the model's next turn came right behind the goAway, on the socket before the
+  goAway was committed, so the reconnect (decided after that commit) found the bot
+  speaking again and waited; sent only after the commit, it let the re-run reconnect at
+  once. (Its logged observation also carries the time it was read: not compared.)
+- prompt_change_turn_while_speaking: a second model turn whose audio came while the bot
+  still spoke logged no start of its own; re-run without audio, the service counted one
+  turn more than the transport played, and the bot's speech ended on the silence
+  timeout (`timeout`) where the log has the transport's stop.
+- prompt_change_result_during_connect: a tool's result logged between a new session's
+  start and its seed arrived while that start was being committed; released after the
+  commit, the seed (decided right after it, in the same task) always went first.
+- phone_bot_moved_call (examples/phone_bot/fleet.py, its worker SIGKILLed mid-call): the
+  new worker's first context reached it while its session's start was being committed,
+  so its seed found no session and started the deferred call alone, the sends after the
+  seed. Sent when the re-run's worker started, the context started the call before the
+  session; sent after the session's start, the call went out with the sends.
+- phone_bot_refund_checked / phone_bot_refund_rerun: the killed worker died inside
+  refund_order; the new worker's outcome check (run when it attaches, before any context)
+  said done / not done. The rule above must not count what a worker settles on attaching
+  as acting: the first red fleet run was a not-done refund re-run before the session where
+  the log has it after. (In the checked-in rerun log the race went the other way: re-run
+  before the session, context at once.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from service.reproduction import run_reproduction
+from session_store.audit.reproduce import build, write
+from tests.conftest import empty_database
+
+pytestmark = pytest.mark.timeout(120)
+LOGS = Path(__file__).parent / "logs"
+
+
+def _lines(name: str) -> list[dict]:
+    with open(LOGS / f"{name}.jsonl", encoding="utf-8") as f:
+        return [json.loads(x) for x in f if x.strip()]
+
+
+@pytest.mark.parametrize("name", ["go_away", "prompt_change_turn_while_speaking",
+                                  "prompt_change_result_during_connect",
+                                  "phone_bot_moved_call", "phone_bot_refund_checked",
+                                  "phone_bot_refund_rerun"])
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+async def test_a_log_that_was_red_reproduces_green(tmp_path, name, db):
+    write(tmp_path / "repro", _lines(name))
+    async with empty_database(db, tmp_path) as rerun:
+        result = await run_reproduction(tmp_path / "repro", rerun.url,
+                                        schema=rerun.options.get("schema"))
+    assert result.divergence is None, result.divergence.message()
+    assert not result.violations
+
+
+def test_the_cause_of_each_red_is_in_the_reproduction():
+    go_away = build(_lines("go_away"))["connections"][0]["steps"]
+    at = next(i for i, s in enumerate(go_away) if s["step"] == "GoAway")
+    assert go_away[at + 1]["step"] == "Audio" and go_away[at + 1]["at"] == go_away[at]["at"]
+
+    turns = build(_lines("prompt_change_turn_while_speaking"))["connections"][1]["steps"]
+    names = [s["step"] for s in turns]
+    # both turns of the second session have audio (only the first logged a start)
+    assert names.count("Audio") == names.count("OutputTranscript") == 3, names
+
+    runs = build(_lines("prompt_change_result_during_connect"))["tool_runs"]
+    (outcome,) = runs["lookup_order-1"][0]["outcomes"]
+    assert outcome["during_commit"] is True and outcome["at"] == 20  # the start's commit
+
+    workers = build(_lines("phone_bot_moved_call"))["workers"]
+    attached = next(x["version"] for x in _lines("phone_bot_moved_call")
+                    if x["type"] == "session.worker_attached")
+    # the new worker's context goes in while its session's start (right after) commits
+    assert [w["start_at"] for w in workers] == [None, attached]
+
+
+@pytest.mark.parametrize("name", ["go_away", "phone_bot_moved_call"])
+async def test_a_mutant_diverges_at_the_first_deferral_of_the_log(tmp_path, monkeypatch, name):
+    """Tools no longer deferred while the bot speaks: the re-run of a log that is green on
+    today's code names the log's first deferral, and nothing before it."""
+    from session_store.policy import Policy
+
+    lines = _lines(name)
+    deferred = next(x["version"] for x in lines if x["type"] == "tool.call_deferred")
+    write(tmp_path / "repro", lines)
+    monkeypatch.setattr(Policy, "defers", lambda self, name, mode="blocking": False)
+    result = await run_reproduction(tmp_path / "repro",
+                                    f"sqlite+aiosqlite:///{tmp_path / 'mutant.db'}")
+    assert result.divergence is not None
+    assert result.divergence.version == deferred, result.divergence.message()
+    assert (f"at v{deferred} the log has tool.call_deferred, today's service "
+            f"tool.call_started") in result.divergence.message()
+
+    checked = _lines("phone_bot_refund_checked")
+    attached = next(x["version"] for x in checked if x["type"] == "session.worker_attached")
+    assert any(x["type"] == "tool.outcome_checked" and x["version"] > attached for x in checked)
+    # the outcome check settled on attaching does not count: the context waits for the session
+    assert [w["start_at"] for w in build(checked)["workers"]] == [None, attached + 3]
