@@ -30,8 +30,10 @@ from service.headless_pipeline import PlaybackOutput, run_worker, tools_schema
 from session_store import Policy, open_store
 from session_store.audit import Redactor, export_line
 from session_store.audit.redaction.config import RedactionConfig
-from session_store.audit.reproduce import Divergence, first_divergence, read
+from session_store.audit.reproduce import (Divergence, first_divergence, observed_kinds, read,
+                                           unlogged_observation)
 from session_store.errors import Fenced
+from session_store.events import ObservationRecorded
 
 # No new event for this long: the re-run is stuck (it waits for a decision the log has and
 # today's code does not take); it stops and the comparison names the decision.
@@ -50,10 +52,13 @@ class Result:
 
 
 class _Progress:
-    """The re-run's log version, and who waits for it."""
+    """The re-run's log version, as the log numbers it (its observations of kinds the log
+    never holds not counted: `as_logged`), and who waits for it."""
 
-    def __init__(self, on_version: Callable[[int], None]) -> None:
+    def __init__(self, on_version: Callable[[int], None], logged: frozenset[str]) -> None:
         self.version = 0
+        self.logged = logged
+        self.unlogged = 0  # the re-run's observations not counted so far
         self.appending = -1  # the version an append under way starts from
         self._during: dict[int, int] = {}  # stimuli waiting for the commit from a version
         self._changed = asyncio.Condition()
@@ -195,12 +200,16 @@ def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.
     append = store.append
 
     async def append_logged(stream_id, events, expected_version, **kw):
-        if last_version is not None and expected_version >= last_version:
+        at = expected_version - progress.unlogged  # where the log was
+        if last_version is not None and at >= last_version:
             await dead.wait()
             raise Fenced(stream_id, None, 0)
-        await progress.begin_append(expected_version)
+        await progress.begin_append(at)
         version = await append(stream_id, events, expected_version, **kw)
-        await progress.advance(version)
+        progress.unlogged += sum(
+            1 for e in events if isinstance(e, ObservationRecorded)
+            and unlogged_observation("decision.observed", e.kind, progress.logged))
+        await progress.advance(version - progress.unlogged)
         return version
 
     store.append = append_logged
@@ -238,7 +247,7 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
     loop = asyncio.get_running_loop()
     scripts = [_script(c) for c in spec["connections"]]
     async with kit.LocalLiveServer(scripts) as server:
-        progress = _Progress(lambda v: server.signal(f"v{v}"))
+        progress = _Progress(lambda v: server.signal(f"v{v}"), observed_kinds(expected))
         server.signal("v0")
         stores = []
         try:

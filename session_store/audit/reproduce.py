@@ -10,6 +10,7 @@ the re-run's log reaches its gate, so the re-run meets the same inputs in the sa
 
 from __future__ import annotations
 
+import bisect
 import json
 import string
 from dataclasses import dataclass, field
@@ -158,12 +159,54 @@ class Divergence:
                 f"  actual:   {json.dumps(self.actual, sort_keys=True)}")
 
 
+# Events that name a version of their own log: renumbered with the re-run's (`as_logged`).
+_VERSION_FIELDS = {"conversation.sending": "through", "conversation.sent": "through",
+                   "settings.context_sending": "version", "settings.context_sent": "version"}
+
+
+def observed_kinds(lines: list[dict[str, Any]]) -> frozenset[str]:
+    """The kinds of observation the log holds (`decision.observed`)."""
+    return frozenset(line["data"].get("kind") for line in lines
+                     if line["type"] == "decision.observed")
+
+
+def unlogged_observation(event_type: str, kind: Any, logged: frozenset[str]) -> bool:
+    """An observation today's service logs of a kind the log never holds: a log written
+    before that kind was logged (results, say) reproduces without it."""
+    return event_type == "decision.observed" and kind not in logged
+
+
+def as_logged(actual: list[dict[str, Any]], logged: frozenset[str]) -> list[dict[str, Any]]:
+    """The re-run's lines without its unlogged observations, numbered as the log numbers
+    them: each version, and each version an event names, less the observations before it."""
+    dropped = [line["version"] for line in actual
+               if unlogged_observation(line["type"], line["data"].get("kind"), logged)]
+    if not dropped:
+        return actual
+
+    def shift(version: int) -> int:
+        return version - bisect.bisect_right(dropped, version)
+
+    out = []
+    for line in actual:
+        if unlogged_observation(line["type"], line["data"].get("kind"), logged):
+            continue
+        line = {**line, "version": shift(line["version"])}
+        name = _VERSION_FIELDS.get(line["type"])
+        if name is not None and isinstance(line["data"].get(name), int):
+            line["data"] = {**line["data"], name: shift(line["data"][name])}
+        out.append(line)
+    return out
+
+
 def first_divergence(expected: list[dict[str, Any]], actual: list[dict[str, Any]], *,
                      ignore_prompt_hash: bool = False) -> Divergence | None:
     """The first logged decision whose events the re-run does not log alike, or None.
     Events are compared in order, so a re-run that commits the same events in other
     groupings (timing) agrees; the report names the logged decision holding the first
-    event that differs, with the re-run's events at the same versions."""
+    event that differs, with the re-run's events at the same versions.
+    The re-run is read as the log numbers it (`as_logged`)."""
+    actual = as_logged(actual, observed_kinds(expected))
     want = comparable(expected, ignore_prompt_hash=ignore_prompt_hash)
     got = comparable(actual, ignore_prompt_hash=ignore_prompt_hash)
     at = next((i for i, (a, b) in enumerate(zip(want, got)) if canonical_json(a)
