@@ -107,6 +107,8 @@ class CallOutcome:
     takeover_s: float | None = None
     redirect_s: float | None = None
     start_s: float | None = None  # first stream open -> session.opened (a new call's start)
+    gap_parts: dict[str, float] | None = None  # the audio gap, step by step (GAP_PARTS)
+    gemini_resumed: bool | None = None  # the new Gemini session resumed from a handle
     events: int = 0
     hearing: Hearing | None = None  # what the caller heard (hearing.py)
 
@@ -143,6 +145,9 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
                spread_s: float, db: str) -> dict:
     plan = PhoneCallPlan()
     ledger = workdir / "tool-ledger.jsonl"
+    # The run's own: a kept workdir's ledger from the run before would read as tools run
+    # twice (the calls' order ids repeat from run to run).
+    ledger.unlink(missing_ok=True)
     token = uuid.uuid4().hex
     async with LocalLiveServer(plan.script) as gemini:
         env = {**os.environ, "DATABASE_URL": url, "DATABASE_SCHEMA": schema or "",
@@ -191,6 +196,7 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
             _keep_audio(workdir, phone_calls)
             outcomes = await _judge(phone_calls, kill_record, fleet, gemini, plan, url, schema,
                                     ledger)
+            _keep_sessions(workdir, gemini, phone_calls, kill_record)
             metrics = await fleet_metrics.collect(fleet, metrics_before, url, schema)
         finally:
             await _stop_workers(fleet)
@@ -439,6 +445,56 @@ def _check_takeover(outcome: CallOutcome, call: PhoneCall, kill: Kill, fleet, re
         outcome.gap_s = first_audio - kill.at
     outcome.takeover_s = attach_at - kill.at
     outcome.redirect_s = after[0].opened_at - kill.at
+    conn = next((c for c in view.connections if c.opened_at >= attach_at), None)
+    if first_audio is not None and conn is not None:
+        outcome.gap_parts = gap_parts(kill.at, before[-1], call.webhooks, after[0], attach_at,
+                                      conn)
+        outcome.gemini_resumed = conn.resumed_from is not None
+
+
+#: The audio gap's steps, in order: each is the time from the previous one's end.
+GAP_PARTS = {
+    "closed": "kill -> the caller's side sees the stream close",
+    "webhook": "-> the redirect's webhook answered (TwiML)",
+    "stream": "-> the new stream open",
+    "attach": "-> session.worker_attached (takeover, new epoch)",
+    "connect": "-> the Gemini websocket open",
+    "setup": "-> setupComplete",
+    "input": "-> the session's first input (seed, catch-up or tool result)",
+    "model": "-> the model's first audio",
+    "delivery": "-> the first audio at the caller",
+}
+
+
+def gap_parts(killed_at: float, old, webhooks, new, attached_at: float, conn) -> dict:
+    """One moved call's audio gap cut at the timestamps of the stand-in (stream closed,
+    webhook, new stream, first audio), the log (worker_attached) and the local server
+    (connection, setupComplete, first input, first audio). `input` is 0 when the model spoke
+    before any input came (a resumed session that lacked nothing waits
+    gemini_script.CATCH_UP_WAIT_S for it first: that wait is in `model`)."""
+    hook = next((w for w in webhooks if w.asked_at >= (old.closed_at or killed_at)), None)
+    setup_at = next((m.at for m in conn.sent if isinstance(m.message, dict)
+                     and "setupComplete" in m.message), conn.opened_at)
+    audio_at = next((m.at for m in conn.sent if _is_audio(m.message)), None)
+    input_at = next((m.at for m in conn.received if m.kind in ("client_content", "tool_response")
+                     and m.at >= setup_at), None)
+    if audio_at is not None and (input_at is None or input_at > audio_at):
+        input_at = setup_at
+    marks = [killed_at, old.closed_at, hook.at if hook else None, new.opened_at, attached_at,
+             conn.opened_at, setup_at, input_at, audio_at, new.first_audio_at]
+    parts = {}
+    for name, start, end in zip(GAP_PARTS, marks, marks[1:]):
+        if start is None or end is None:
+            return {}
+        parts[name] = end - start
+    return parts
+
+
+def _is_audio(message) -> bool:
+    content = message.get("serverContent") if isinstance(message, dict) else None
+    turn = content.get("modelTurn") if isinstance(content, dict) else None
+    return isinstance(turn, dict) and any("inlineData" in part
+                                          for part in turn.get("parts") or [])
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -483,6 +539,8 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
                                     "p99": _round(_percentile(attaches, 99))},
         "new_call_start_s": {"p50": _round(_percentile(starts, 50)),
                              "p99": _round(_percentile(starts, 99))},
+        # The audio gap step by step (GAP_PARTS): where the time goes, robust to load.
+        "gap_parts_s": _gap_parts_summary(outcomes),
         # From the callers' audio: utterances heard whole and then again (violations),
         # cut ones said again from the top, silences inside an utterance over 100 ms.
         "heard": _heard_summary(outcomes),
@@ -498,6 +556,12 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
         f"{_s(summary['takeover_after_stream_s']['p99'])}; a new call from its stream to "
         f"session.opened (same run): p50 {_s(summary['new_call_start_s']['p50'])}, p99 "
         f"{_s(summary['new_call_start_s']['p99'])}")
+    parts = summary["gap_parts_s"]
+    if parts["calls"]:
+        say(f"the audio gap step by step ({parts['calls']} moved calls, "
+            f"{parts['resumed']} resumed from a handle), p50 / p99:")
+        for name, what in GAP_PARTS.items():
+            say(f"  {name:9} {_s(parts[name]['p50']):>7} / {_s(parts[name]['p99']):>7}  {what}")
     heard = summary["heard"]
     say(f"heard by the callers: {heard['repeats']} repeated utterances "
         f"({heard['moved_calls']} moved calls), {heard['restarts']} cut utterances said "
@@ -511,6 +575,19 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
     else:
         say("verdict: OK - every call answered and ended once, no tool ran twice unless "
             "idempotent, every call of the killed worker went on on another, fencing held")
+    return summary
+
+
+def _gap_parts_summary(outcomes: list[CallOutcome]) -> dict:
+    cut = [o for o in outcomes if o.gap_parts]
+    summary: dict = {"calls": len(cut), "resumed": sum(bool(o.gemini_resumed) for o in cut)}
+    for name in GAP_PARTS:
+        values = [o.gap_parts[name] for o in cut]
+        summary[name] = {"p50": _round(_percentile(values, 50)),
+                         "p99": _round(_percentile(values, 99))}
+    summary["per_call"] = {o.call_sid: {"resumed": o.gemini_resumed,
+                                        **{k: _round(v) for k, v in o.gap_parts.items()}}
+                           for o in cut}
     return summary
 
 
@@ -541,6 +618,29 @@ def _keep_audio(workdir: Path, calls: list[PhoneCall]) -> None:
                 for at, payload in stream.audio:
                     out.write(json.dumps({"call": call.call_sid, "stream": index, "at": at,
                                           "ulaw": base64.b64encode(payload).decode()}) + "\n")
+
+
+def _keep_sessions(workdir: Path, gemini: LocalLiveServer, calls: list[PhoneCall],
+                   kill: Kill | None) -> None:
+    """The Gemini sessions of each moved call, message by message without the caller's
+    audio (time, direction, kind), for a post-mortem of its audio gap."""
+    if kill is None:
+        return
+    moved = {c.from_number: c.call_sid for c in calls if c.call_sid in kill.affected}
+    sessions = []
+    for conn in gemini.connections:
+        if caller_of(conn) not in moved:
+            continue
+        messages = [(m.at, "in", m.kind, m.body if m.kind in ("client_content", "tool_response")
+                     else None) for m in conn.received if m.kind != "realtime_input"]
+        messages += [(m.at, "out", next(iter(m.message)) if isinstance(m.message, dict)
+                      else "raw", None if _is_audio(m.message) else m.message)
+                     for m in conn.sent]
+        sessions.append({"call": moved[caller_of(conn)], "connection": conn.index,
+                         "opened_at": conn.opened_at, "resumed_from": conn.resumed_from,
+                         "messages": sorted(messages, key=lambda m: m[0])})
+    (workdir / "moved-sessions.json").write_text(json.dumps(
+        {"killed_at": kill.at, "sessions": sessions}, indent=1, default=str))
 
 
 def heard_goodbye(audio: list[tuple[float, bytes]], since: float) -> bool:
