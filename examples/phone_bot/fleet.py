@@ -54,7 +54,8 @@ from session_store import open_store
 from session_store.audit.verify import verify_log
 
 from . import fleet_metrics
-from .gemini_script import TONES, PhoneCallPlan, caller_of, order_of, tool_calls
+from .gemini_script import (CATCH_UP_WAIT_S, TONES, PhoneCallPlan, caller_of, order_of,
+                            tool_calls)
 from .hearing import Hearing, hear, runs_of
 from .telephony import Balancer, PhoneCall
 from .tools import CHECKED, IDEMPOTENT
@@ -109,6 +110,10 @@ class CallOutcome:
     start_s: float | None = None  # first stream open -> session.opened (a new call's start)
     gap_parts: dict[str, float] | None = None  # the audio gap, step by step (GAP_PARTS)
     gemini_resumed: bool | None = None  # the new Gemini session resumed from a handle
+    # It had nothing to answer (no seed, catch-up or result before its first audio): the
+    # stand-in model spoke after waiting gemini_script.CATCH_UP_WAIT_S, for a caller who
+    # says nothing (a real Gemini waits for the caller; `model` is that wait).
+    unprompted: bool = False
     events: int = 0
     hearing: Hearing | None = None  # what the caller heard (hearing.py)
 
@@ -447,8 +452,8 @@ def _check_takeover(outcome: CallOutcome, call: PhoneCall, kill: Kill, fleet, re
     outcome.redirect_s = after[0].opened_at - kill.at
     conn = next((c for c in view.connections if c.opened_at >= attach_at), None)
     if first_audio is not None and conn is not None:
-        outcome.gap_parts = gap_parts(kill.at, before[-1], call.webhooks, after[0], attach_at,
-                                      conn)
+        outcome.gap_parts, outcome.unprompted = gap_parts(kill.at, before[-1], call.webhooks,
+                                                          after[0], attach_at, conn)
         outcome.gemini_resumed = conn.resumed_from is not None
 
 
@@ -466,28 +471,30 @@ GAP_PARTS = {
 }
 
 
-def gap_parts(killed_at: float, old, webhooks, new, attached_at: float, conn) -> dict:
+def gap_parts(killed_at: float, old, webhooks, new, attached_at: float,
+              conn) -> tuple[dict, bool]:
     """One moved call's audio gap cut at the timestamps of the stand-in (stream closed,
     webhook, new stream, first audio), the log (worker_attached) and the local server
-    (connection, setupComplete, first input, first audio). `input` is 0 when the model spoke
-    before any input came (a resumed session that lacked nothing waits
-    gemini_script.CATCH_UP_WAIT_S for it first: that wait is in `model`)."""
+    (connection, setupComplete, first input, first audio); and whether the model spoke
+    before any input came (`input` is then 0: a resumed session that lacked nothing waits
+    gemini_script.CATCH_UP_WAIT_S for input first, and that wait is in `model`)."""
     hook = next((w for w in webhooks if w.asked_at >= (old.closed_at or killed_at)), None)
     setup_at = next((m.at for m in conn.sent if isinstance(m.message, dict)
                      and "setupComplete" in m.message), conn.opened_at)
     audio_at = next((m.at for m in conn.sent if _is_audio(m.message)), None)
     input_at = next((m.at for m in conn.received if m.kind in ("client_content", "tool_response")
                      and m.at >= setup_at), None)
-    if audio_at is not None and (input_at is None or input_at > audio_at):
+    unprompted = audio_at is not None and (input_at is None or input_at > audio_at)
+    if unprompted:
         input_at = setup_at
     marks = [killed_at, old.closed_at, hook.at if hook else None, new.opened_at, attached_at,
              conn.opened_at, setup_at, input_at, audio_at, new.first_audio_at]
     parts = {}
     for name, start, end in zip(GAP_PARTS, marks, marks[1:]):
         if start is None or end is None:
-            return {}
+            return {}, unprompted
         parts[name] = end - start
-    return parts
+    return parts, unprompted
 
 
 def _is_audio(message) -> bool:
@@ -562,6 +569,12 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
             f"{parts['resumed']} resumed from a handle), p50 / p99:")
         for name, what in GAP_PARTS.items():
             say(f"  {name:9} {_s(parts[name]['p50']):>7} / {_s(parts[name]['p99']):>7}  {what}")
+        say(f"  {parts['unprompted']} of them had nothing to answer: the stand-in model spoke "
+            f"after waiting {CATCH_UP_WAIT_S:g} s for a caller who says nothing (in `model`); "
+            f"the audio gap without that wait: p50 {_s(parts['gap_without_wait_s']['p50'])}, "
+            f"p99 {_s(parts['gap_without_wait_s']['p99'])}; where the model had something "
+            f"to answer: p50 {_s(parts['gap_prompted_s']['p50'])}, p99 "
+            f"{_s(parts['gap_prompted_s']['p99'])}")
     heard = summary["heard"]
     say(f"heard by the callers: {heard['repeats']} repeated utterances "
         f"({heard['moved_calls']} moved calls), {heard['restarts']} cut utterances said "
@@ -580,12 +593,22 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
 
 def _gap_parts_summary(outcomes: list[CallOutcome]) -> dict:
     cut = [o for o in outcomes if o.gap_parts]
-    summary: dict = {"calls": len(cut), "resumed": sum(bool(o.gemini_resumed) for o in cut)}
+    summary: dict = {"calls": len(cut), "resumed": sum(bool(o.gemini_resumed) for o in cut),
+                     "unprompted": sum(o.unprompted for o in cut)}
     for name in GAP_PARTS:
         values = [o.gap_parts[name] for o in cut]
         summary[name] = {"p50": _round(_percentile(values, 50)),
                          "p99": _round(_percentile(values, 99))}
+    # The gap where the model had something to say at once, and every gap with the
+    # stand-in's wait for a silent caller taken out (the part that is the fleet's own).
+    spoke = [o.gap_s for o in cut if not o.unprompted and o.gap_s is not None]
+    without = [o.gap_s - (o.gap_parts["model"] if o.unprompted else 0.0)
+               for o in cut if o.gap_s is not None]
+    for key, values in (("gap_prompted_s", spoke), ("gap_without_wait_s", without)):
+        summary[key] = {"p50": _round(_percentile(values, 50)),
+                        "p99": _round(_percentile(values, 99))}
     summary["per_call"] = {o.call_sid: {"resumed": o.gemini_resumed,
+                                        "unprompted": o.unprompted,
                                         **{k: _round(v) for k, v in o.gap_parts.items()}}
                            for o in cut}
     return summary
