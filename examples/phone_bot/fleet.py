@@ -106,6 +106,7 @@ class CallOutcome:
     problems: list[str]
     gap_s: float | None = None
     takeover_s: float | None = None
+    opened_afresh: bool = False  # the dead worker had logged nothing of it: opened, not taken over
     redirect_s: float | None = None
     start_s: float | None = None  # first stream open -> session.opened (a new call's start)
     gap_parts: dict[str, float] | None = None  # the audio gap, step by step (GAP_PARTS)
@@ -420,6 +421,7 @@ def _check_takeover(outcome: CallOutcome, call: PhoneCall, kill: Kill, fleet, re
     # A call the killed worker had logged nothing of yet is opened afresh by the next one.
     logged = any(r.recorded_at_us / 1e6 < kill.at for r in records)
     kind = "session.worker_attached" if logged else "session.opened"
+    outcome.opened_afresh = not logged
     attached = [r for r in records if r.type == kind and r.recorded_at_us / 1e6 >= kill.at]
     if not attached:
         problems.append(f"no worker took the call over in the log (no {kind} after the kill)")
@@ -536,6 +538,7 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
             "point": kill.point, "delay_ms": round(kill.delay_s * 1000),
             "calls_on_it": len(kill.affected)},
         "affected": [o.call_sid for o in outcomes if o.affected],
+        "opened_afresh": [o.call_sid for o in outcomes if o.affected and o.opened_afresh],
         "audio_gap_s": {"p50": _round(_percentile(gaps, 50)), "p99": _round(_percentile(gaps, 99)),
                         "per_call": [_round(g) for g in gaps]},
         "takeover_s": {"p50": _round(_percentile(takeovers, 50)),
