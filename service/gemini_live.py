@@ -33,7 +33,8 @@ from pipecat.adapters.llm.schemas.direct_function import DirectFunction
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.frames.frames import (CancelWorkerFrame, EndFrame, FunctionCallCancelFrame,
-                                   FunctionCallResultFrame, InterruptionFrame, LLMSetToolsFrame)
+                                   FunctionCallResultFrame, InterruptionFrame, LLMSetToolsFrame,
+                                   StartFrame)
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSetup
 from pipecat.services.google.gemini_live.llm import (GeminiLiveLLMService,
                                                      GeminiLiveLLMSettings, InputParams)
@@ -52,7 +53,7 @@ from .client_options import with_shared_tls
 from .driver import CallDriver
 from .effects import EffectRunner
 from .link import RECONNECT_WINDOW_S, Link
-from .log_writer import LogWriter
+from .log_writer import STARTS, LogWriter
 from .outcome_checks import (CHECK_TIMEOUT_S, TOOL_GRACE_S, OutcomeCheck, OutcomeChecks,
                              wait_for_tools)
 from .playback import PlaybackPosition
@@ -246,7 +247,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         restore_settings(self, state.settings)
         # Calls a dead worker left in doubt are settled before the new session is seeded, so
         # the model learns their outcome with its history instead of asking again. (Re-runs
-        # of idempotent ones wait for the pipeline: no tool runs before it has started.)
+        # of idempotent ones wait for the pipeline's StartFrame: no tool runs before it.)
         await self.outcome_checks.settle()
         await self.effects.perform_due(frozenset({ResolveInDoubt}))
         # The first connection resumes from the newest handle the log allows (takeover).
@@ -328,6 +329,12 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             await self.setup_context.set_tools(frame.tools)
             return
         await super().process_frame(frame, direction)
+        if isinstance(frame, StartFrame):
+            # Calls a takeover must run (re-runs of idempotent ones in doubt, calls asked for
+            # and never started) start now that the pipeline has, while the Gemini handshake
+            # goes on: waiting for the session had the model wait that much longer for them.
+            self._spawn(self.effects.perform_due(STARTS), "takeover_starts")
+            return
         if isinstance(frame, InterruptionFrame):  # e.g. a local VAD barge-in, either way
             self.speech.interrupted()  # the transport drops what was queued
             return

@@ -31,6 +31,7 @@ from session_store import Policy
 from .call_end import end_calls_that_cannot_go_on
 from .config import BotConfig
 from .playback import PlaybackMarks
+from .resampling import IntegerRatioResampler
 from .tools import IDEMPOTENT, TOOLS, Ledger, register_tools
 
 PROMPT = ("You are the phone assistant of an online shop. Be brief and friendly. Refund "
@@ -46,6 +47,13 @@ class CallerAwareTwilioSerializer(TwilioFrameSerializer):
 
     hung_up = False
     playback: PlaybackMarks | None = None  # told of each `mark` Twilio echoes
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Chunk for chunk, not in soxr's blocks: each turn's first audio 80-120 ms sooner
+        # (resampling.py). (pipecat's attributes: test_resampling.py fails if they move.)
+        self._output_resampler = IntegerRatioResampler()
+        self._input_resampler = IntegerRatioResampler()
 
     async def deserialize(self, data):
         text = data if isinstance(data, str) else data.decode("utf-8", "replace")

@@ -54,7 +54,8 @@ from session_store import open_store
 from session_store.audit.verify import verify_log
 
 from . import fleet_metrics
-from .gemini_script import TONES, PhoneCallPlan, caller_of, order_of, tool_calls
+from .gemini_script import (CATCH_UP_WAIT_S, TONES, PhoneCallPlan, caller_of, order_of,
+                            tool_calls)
 from .hearing import Hearing, hear, runs_of
 from .telephony import Balancer, PhoneCall
 from .tools import CHECKED, IDEMPOTENT
@@ -105,8 +106,15 @@ class CallOutcome:
     problems: list[str]
     gap_s: float | None = None
     takeover_s: float | None = None
+    opened_afresh: bool = False  # the dead worker had logged nothing of it: opened, not taken over
     redirect_s: float | None = None
     start_s: float | None = None  # first stream open -> session.opened (a new call's start)
+    gap_parts: dict[str, float] | None = None  # the audio gap, step by step (GAP_PARTS)
+    gemini_resumed: bool | None = None  # the new Gemini session resumed from a handle
+    # It had nothing to answer (no seed, catch-up or result before its first audio): the
+    # stand-in model spoke after waiting gemini_script.CATCH_UP_WAIT_S, for a caller who
+    # says nothing (a real Gemini waits for the caller; `model` is that wait).
+    unprompted: bool = False
     events: int = 0
     hearing: Hearing | None = None  # what the caller heard (hearing.py)
 
@@ -143,6 +151,9 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
                spread_s: float, db: str) -> dict:
     plan = PhoneCallPlan()
     ledger = workdir / "tool-ledger.jsonl"
+    # The run's own: a kept workdir's ledger from the run before would read as tools run
+    # twice (the calls' order ids repeat from run to run).
+    ledger.unlink(missing_ok=True)
     token = uuid.uuid4().hex
     async with LocalLiveServer(plan.script) as gemini:
         env = {**os.environ, "DATABASE_URL": url, "DATABASE_SCHEMA": schema or "",
@@ -191,6 +202,7 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
             _keep_audio(workdir, phone_calls)
             outcomes = await _judge(phone_calls, kill_record, fleet, gemini, plan, url, schema,
                                     ledger)
+            _keep_sessions(workdir, gemini, phone_calls, kill_record)
             metrics = await fleet_metrics.collect(fleet, metrics_before, url, schema)
         finally:
             await _stop_workers(fleet)
@@ -409,6 +421,7 @@ def _check_takeover(outcome: CallOutcome, call: PhoneCall, kill: Kill, fleet, re
     # A call the killed worker had logged nothing of yet is opened afresh by the next one.
     logged = any(r.recorded_at_us / 1e6 < kill.at for r in records)
     kind = "session.worker_attached" if logged else "session.opened"
+    outcome.opened_afresh = not logged
     attached = [r for r in records if r.type == kind and r.recorded_at_us / 1e6 >= kill.at]
     if not attached:
         problems.append(f"no worker took the call over in the log (no {kind} after the kill)")
@@ -439,6 +452,58 @@ def _check_takeover(outcome: CallOutcome, call: PhoneCall, kill: Kill, fleet, re
         outcome.gap_s = first_audio - kill.at
     outcome.takeover_s = attach_at - kill.at
     outcome.redirect_s = after[0].opened_at - kill.at
+    conn = next((c for c in view.connections if c.opened_at >= attach_at), None)
+    if first_audio is not None and conn is not None:
+        outcome.gap_parts, outcome.unprompted = gap_parts(kill.at, before[-1], call.webhooks,
+                                                          after[0], attach_at, conn)
+        outcome.gemini_resumed = conn.resumed_from is not None
+
+
+#: The audio gap's steps, in order: each is the time from the previous one's end.
+GAP_PARTS = {
+    "closed": "kill -> the caller's side sees the stream close",
+    "webhook": "-> the redirect's webhook answered (TwiML)",
+    "stream": "-> the new stream open",
+    "attach": "-> session.worker_attached (takeover, new epoch)",
+    "connect": "-> the Gemini websocket open",
+    "setup": "-> setupComplete",
+    "input": "-> the session's first input (seed, catch-up or tool result)",
+    "model": "-> the model's first audio",
+    "delivery": "-> the first audio at the caller",
+}
+
+
+def gap_parts(killed_at: float, old, webhooks, new, attached_at: float,
+              conn) -> tuple[dict, bool]:
+    """One moved call's audio gap cut at the timestamps of the stand-in (stream closed,
+    webhook, new stream, first audio), the log (worker_attached) and the local server
+    (connection, setupComplete, first input, first audio); and whether the model spoke
+    before any input came (`input` is then 0: a resumed session that lacked nothing waits
+    gemini_script.CATCH_UP_WAIT_S for input first, and that wait is in `model`)."""
+    hook = next((w for w in webhooks if w.asked_at >= (old.closed_at or killed_at)), None)
+    setup_at = next((m.at for m in conn.sent if isinstance(m.message, dict)
+                     and "setupComplete" in m.message), conn.opened_at)
+    audio_at = next((m.at for m in conn.sent if _is_audio(m.message)), None)
+    input_at = next((m.at for m in conn.received if m.kind in ("client_content", "tool_response")
+                     and m.at >= setup_at), None)
+    unprompted = audio_at is not None and (input_at is None or input_at > audio_at)
+    if unprompted:
+        input_at = setup_at
+    marks = [killed_at, old.closed_at, hook.at if hook else None, new.opened_at, attached_at,
+             conn.opened_at, setup_at, input_at, audio_at, new.first_audio_at]
+    parts = {}
+    for name, start, end in zip(GAP_PARTS, marks, marks[1:]):
+        if start is None or end is None:
+            return {}, unprompted
+        parts[name] = end - start
+    return parts, unprompted
+
+
+def _is_audio(message) -> bool:
+    content = message.get("serverContent") if isinstance(message, dict) else None
+    turn = content.get("modelTurn") if isinstance(content, dict) else None
+    return isinstance(turn, dict) and any("inlineData" in part
+                                          for part in turn.get("parts") or [])
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -473,6 +538,7 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
             "point": kill.point, "delay_ms": round(kill.delay_s * 1000),
             "calls_on_it": len(kill.affected)},
         "affected": [o.call_sid for o in outcomes if o.affected],
+        "opened_afresh": [o.call_sid for o in outcomes if o.affected and o.opened_afresh],
         "audio_gap_s": {"p50": _round(_percentile(gaps, 50)), "p99": _round(_percentile(gaps, 99)),
                         "per_call": [_round(g) for g in gaps]},
         "takeover_s": {"p50": _round(_percentile(takeovers, 50)),
@@ -483,6 +549,8 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
                                     "p99": _round(_percentile(attaches, 99))},
         "new_call_start_s": {"p50": _round(_percentile(starts, 50)),
                              "p99": _round(_percentile(starts, 99))},
+        # The audio gap step by step (GAP_PARTS): where the time goes, robust to load.
+        "gap_parts_s": _gap_parts_summary(outcomes),
         # From the callers' audio: utterances heard whole and then again (violations),
         # cut ones said again from the top, silences inside an utterance over 100 ms.
         "heard": _heard_summary(outcomes),
@@ -498,6 +566,18 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
         f"{_s(summary['takeover_after_stream_s']['p99'])}; a new call from its stream to "
         f"session.opened (same run): p50 {_s(summary['new_call_start_s']['p50'])}, p99 "
         f"{_s(summary['new_call_start_s']['p99'])}")
+    parts = summary["gap_parts_s"]
+    if parts["calls"]:
+        say(f"the audio gap step by step ({parts['calls']} moved calls, "
+            f"{parts['resumed']} resumed from a handle), p50 / p99:")
+        for name, what in GAP_PARTS.items():
+            say(f"  {name:9} {_s(parts[name]['p50']):>7} / {_s(parts[name]['p99']):>7}  {what}")
+        say(f"  {parts['unprompted']} of them had nothing to answer: the stand-in model spoke "
+            f"after waiting {CATCH_UP_WAIT_S:g} s for a caller who says nothing (in `model`); "
+            f"the audio gap without that wait: p50 {_s(parts['gap_without_wait_s']['p50'])}, "
+            f"p99 {_s(parts['gap_without_wait_s']['p99'])}; where the model had something "
+            f"to answer: p50 {_s(parts['gap_prompted_s']['p50'])}, p99 "
+            f"{_s(parts['gap_prompted_s']['p99'])}")
     heard = summary["heard"]
     say(f"heard by the callers: {heard['repeats']} repeated utterances "
         f"({heard['moved_calls']} moved calls), {heard['restarts']} cut utterances said "
@@ -511,6 +591,29 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
     else:
         say("verdict: OK - every call answered and ended once, no tool ran twice unless "
             "idempotent, every call of the killed worker went on on another, fencing held")
+    return summary
+
+
+def _gap_parts_summary(outcomes: list[CallOutcome]) -> dict:
+    cut = [o for o in outcomes if o.gap_parts]
+    summary: dict = {"calls": len(cut), "resumed": sum(bool(o.gemini_resumed) for o in cut),
+                     "unprompted": sum(o.unprompted for o in cut)}
+    for name in GAP_PARTS:
+        values = [o.gap_parts[name] for o in cut]
+        summary[name] = {"p50": _round(_percentile(values, 50)),
+                         "p99": _round(_percentile(values, 99))}
+    # The gap where the model had something to say at once, and every gap with the
+    # stand-in's wait for a silent caller taken out (the part that is the fleet's own).
+    spoke = [o.gap_s for o in cut if not o.unprompted and o.gap_s is not None]
+    without = [o.gap_s - (o.gap_parts["model"] if o.unprompted else 0.0)
+               for o in cut if o.gap_s is not None]
+    for key, values in (("gap_prompted_s", spoke), ("gap_without_wait_s", without)):
+        summary[key] = {"p50": _round(_percentile(values, 50)),
+                        "p99": _round(_percentile(values, 99))}
+    summary["per_call"] = {o.call_sid: {"resumed": o.gemini_resumed,
+                                        "unprompted": o.unprompted,
+                                        **{k: _round(v) for k, v in o.gap_parts.items()}}
+                           for o in cut}
     return summary
 
 
@@ -541,6 +644,29 @@ def _keep_audio(workdir: Path, calls: list[PhoneCall]) -> None:
                 for at, payload in stream.audio:
                     out.write(json.dumps({"call": call.call_sid, "stream": index, "at": at,
                                           "ulaw": base64.b64encode(payload).decode()}) + "\n")
+
+
+def _keep_sessions(workdir: Path, gemini: LocalLiveServer, calls: list[PhoneCall],
+                   kill: Kill | None) -> None:
+    """The Gemini sessions of each moved call, message by message without the caller's
+    audio (time, direction, kind), for a post-mortem of its audio gap."""
+    if kill is None:
+        return
+    moved = {c.from_number: c.call_sid for c in calls if c.call_sid in kill.affected}
+    sessions = []
+    for conn in gemini.connections:
+        if caller_of(conn) not in moved:
+            continue
+        messages = [(m.at, "in", m.kind, m.body if m.kind in ("client_content", "tool_response")
+                     else None) for m in conn.received if m.kind != "realtime_input"]
+        messages += [(m.at, "out", next(iter(m.message)) if isinstance(m.message, dict)
+                      else "raw", None if _is_audio(m.message) else m.message)
+                     for m in conn.sent]
+        sessions.append({"call": moved[caller_of(conn)], "connection": conn.index,
+                         "opened_at": conn.opened_at, "resumed_from": conn.resumed_from,
+                         "messages": sorted(messages, key=lambda m: m[0])})
+    (workdir / "moved-sessions.json").write_text(json.dumps(
+        {"killed_at": kill.at, "sessions": sessions}, indent=1, default=str))
 
 
 def heard_goodbye(audio: list[tuple[float, bytes]], since: float) -> bool:

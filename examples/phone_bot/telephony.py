@@ -112,10 +112,11 @@ class Stream:
 
 @dataclass
 class Webhook:
-    at: float
+    at: float  # answered
     worker: str
     status: int
     twiml: str
+    asked_at: float = 0.0  # the request went out (the last try's, after refused ones)
 
 
 @dataclass
@@ -214,6 +215,7 @@ class PhoneCall:
                 url, params)
         while True:
             worker = self.balancer.pick()
+            asked_at = time.time()
             try:
                 response = await http.request(method, self.balancer.route(url, worker),
                                               data=params, headers=headers)
@@ -221,7 +223,7 @@ class PhoneCall:
                 self.balancer.failed(worker)
                 continue
             self.webhooks.append(Webhook(time.time(), worker, response.status_code,
-                                         response.text))
+                                         response.text, asked_at))
             response.raise_for_status()
             self.status = "in-progress"
             return response.text

@@ -44,7 +44,11 @@ def problems(summary: dict) -> list[str]:
         if after["fencing_refusals_total"]:
             found.append(f"{who}: fenced out of a call, where only a dead worker was")
         taken_over += after["calls_taken_over_total"]
-    moved = len(summary["affected"])
+    # A moved call the dead worker had logged nothing of is opened by the next one, not
+    # taken over (a kill at a call's first moments; the fleet's verdict accepts it).
+    afresh = len(summary.get("opened_afresh", []))
+    moved = len(summary["affected"]) - afresh
     if taken_over != moved:
-        found.append(f"the kill moved {moved} calls; the workers alive took over {taken_over}")
+        found.append(f"the kill moved {moved} calls it had logged (and {afresh} it had not); "
+                     f"the workers alive took over {taken_over}")
     return found

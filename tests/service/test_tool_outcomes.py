@@ -101,7 +101,7 @@ class Check:
         return self.answer
 
 
-async def _take_over_with(flavour, check: Check, **options):
+async def _take_over_with(flavour, check: Check, setup_delay: float = 0.0, **options):
     call_id = f"call-{uuid.uuid4().hex[:10]}"
     await dead_workers_log(flavour.store, call_id, completed=False, model=flavour.model)
 
@@ -112,7 +112,8 @@ async def _take_over_with(flavour, check: Check, **options):
                               and ctl.script_done(0), timeout=15)
         await ctl.settle()
 
-    run = await run_call(flavour, Script([], reply=(Audio(chunks=2), TurnComplete())), drive,
+    run = await run_call(flavour, Script([], reply=(Audio(chunks=2), TurnComplete()),
+                                         setup_delay=setup_delay), drive,
                          call_id=call_id, run_first=False,
                          prepare=lambda llm: llm.register_outcome_check(ORDER, check, **options))
     assert check.asked == [(f"{call_id}:c1", {"id": 48213})], "the check was not asked once"
@@ -153,6 +154,18 @@ async def test_not_done_runs_again_with_the_same_key_where_the_tool_allows(flavo
     again = assert_ran_once(run, "c1")
     assert again["idempotency_key"] == f"{run.call_id}:c1"
     assert [e.data["attempt"] for e in run.find("tool.call_started")] == [1, 2]
+    assert assert_answered_once(run, "c1", ORDER).response["ok"] is True
+
+
+async def test_a_takeovers_rerun_does_not_wait_for_the_gemini_handshake(flavour):
+    # The model waits for the result: a re-run started only once the session was up (as
+    # before) made the caller's silence after a crash longer by the whole handshake.
+    _durable(flavour)
+    run = await _take_over_with(flavour, Check(NotDone()), setup_delay=1.0,
+                                rerun_if_not_done=True)
+    assert_ran_once(run, "c1")
+    assert run.at("tool.call_started", attempt=2) < run.at("connection.connected",
+                                                           generation=2), run.timeline()
     assert assert_answered_once(run, "c1", ORDER).response["ok"] is True
 
 
