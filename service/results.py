@@ -82,6 +82,11 @@ class ResultIntake:
         cancel_function_calls): the model still waits for an answer, so the log records an
         explicit failure, delivered like any result, unless Gemini cancelled the call or
         it is not running (decided on the log: answers.stopped_failure)."""
+        if self._effects.cancelled(call_id):
+            # Gemini's own cancellation, which owes nothing (decide would log nothing): this
+            # is pipecat's frame path, and waiting here for the log (down, or busy with the
+            # cancellation's own commit) held the bot's audio for as long.
+            return
         stop = ToolStopped(call_id, self._effects.cancelled_on_wire)
         try:
             await self._driver.observe(stop)

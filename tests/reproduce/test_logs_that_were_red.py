@@ -12,7 +12,8 @@
 - prompt_change_result_during_connect: a tool's result logged between a new session's
   start and its seed arrived while that start was being committed; released after the
   commit, the seed (decided right after it, in the same task) always went first.
-- phone_bot_moved_call (examples/phone_bot/fleet.py, its worker SIGKILLed mid-call): the
+- phone_bot_moved_call (examples/phone_bot/fleet.py, its worker SIGKILLed mid-call; since
+  184d475 today's service decides it otherwise, see the test of that below): the
   new worker's first context reached it while its session's start was being committed,
   so its seed found no session and started the deferred call alone, the sends after the
   seed. Sent when the re-run's worker started, the context started the call before the
@@ -47,7 +48,7 @@ def _lines(name: str) -> list[dict]:
 
 @pytest.mark.parametrize("name", ["go_away", "prompt_change_turn_while_speaking",
                                   "prompt_change_result_during_connect",
-                                  "phone_bot_moved_call", "phone_bot_refund_checked",
+                                  "phone_bot_refund_checked",
                                   "phone_bot_refund_rerun"])
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 async def test_a_log_that_was_red_reproduces_green(tmp_path, name, db):
@@ -57,6 +58,26 @@ async def test_a_log_that_was_red_reproduces_green(tmp_path, name, db):
                                         schema=rerun.options.get("schema"))
     assert result.divergence is None, result.divergence.message()
     assert not result.violations
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+async def test_a_log_from_before_a_change_diverges_where_the_change_decides(tmp_path, db):
+    """Since 184d475 a takeover starts a call the dead worker left deferred as its pipeline
+    starts, not after the new Gemini session's start (the model waits for it less). The
+    moved call logged before that re-runs red at exactly that decision: what `reproduce`
+    is for, a behaviour change shown where it acts."""
+    lines = _lines("phone_bot_moved_call")
+    write(tmp_path / "repro", lines)
+    async with empty_database(db, tmp_path) as rerun:
+        result = await run_reproduction(tmp_path / "repro", rerun.url,
+                                        schema=rerun.options.get("schema"))
+    d = result.divergence
+    assert d is not None
+    ready = next(x["version"] for x in lines if x["type"] == "decision.observed"
+                 and x["data"]["kind"] == "SessionReady" and x["version"] > next(
+                     y["version"] for y in lines if y["type"] == "session.worker_attached"))
+    assert d.decision.first == ready, d.message()
+    assert [x["type"] for x in d.actual][:1] == ["tool.call_started"], d.message()
 
 
 def test_the_cause_of_each_red_is_in_the_reproduction():
