@@ -1,7 +1,7 @@
 """The link to Gemini Live: which handle a new session resumes from, reconnects (one at a
 time, in a task of their own, never from inside the receive loop), handshakes that fail
-(a handle passed over only on evidence, decided on the log) and failures in a row retried for a window before
-the service is given up. pipecat's connection hooks stay in the service, which hands them
+(a handle passed over only on evidence, decided on the log) and failures in a row retried
+for a window before the service is given up. pipecat's connection hooks stay in the service, which hands them
 here; what goes to the log is decided on it (decide.SessionReady, SessionLeft,
 HandshakeFailed)."""
 
