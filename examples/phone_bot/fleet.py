@@ -21,7 +21,11 @@ the log, plus the stand-in's recordings of what each caller heard:
   the kill, no tool run by its pid after the kill, no message on its Gemini connections
   after the takeover);
 - per affected call: the audio gap (kill -> first bot audio on the new stream) and the
-  takeover time (kill -> WorkerAttached durable), with p50/p99.
+  takeover time (kill -> WorkerAttached durable), with p50/p99;
+- per stall the callers heard (hearing.py), who made it (stall_sources): this process's
+  loop (the rig: callers and Gemini stand-in) or the serving worker's, each sampled by
+  loop_lag.py (the workers run the probed app), with the machine's load and each
+  process's CPU.
 """
 
 from __future__ import annotations
@@ -56,7 +60,8 @@ from session_store.audit.verify import verify_log
 from . import fleet_metrics
 from .gemini_script import (CATCH_UP_WAIT_S, TONES, PhoneCallPlan, caller_of, order_of,
                             tool_calls)
-from .hearing import Hearing, hear, runs_of
+from .hearing import Hearing, Stall, hear, runs_of
+from .loop_lag import LoopLag, blocked, worst
 from .telephony import Balancer, PhoneCall
 from .tools import CHECKED, IDEMPOTENT
 
@@ -184,6 +189,12 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
                                      hang_up_when=hang_up_when, auth_token=token)
                            for i in range(n_calls)]
             kill_plan = _plan_kill(rng, phone_calls) if kill else None
+            # This process's loop (the callers, the local Gemini server) is the rig: a late
+            # wake-up of it stamps the audio late, which the ear hears as a stall.
+            rig_lag = LoopLag()
+            rig_lag.start()
+            load = [os.getloadavg()[0]]
+            cpu_before = _cpu_seconds(fleet)
             started = time.time()
             async with httpx.AsyncClient(timeout=10) as http:
                 async def place(i: int, call: PhoneCall) -> PhoneCall:
@@ -198,15 +209,28 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
                 await asyncio.gather(*running)
                 kill_record = await killing if killing else None
             wall = time.time() - started
+            cpu = {name: round((used - cpu_before.get(name, 0.0)) / wall, 2)
+                   for name, used in _cpu_seconds(fleet).items()}
+            load.append(os.getloadavg()[0])
+            await rig_lag.stop()
+            worker_lags = await _worker_loop_lags(fleet)
             say(f"{n_calls} calls done in {wall:.1f} s")
             _keep_audio(workdir, phone_calls)
             outcomes = await _judge(phone_calls, kill_record, fleet, gemini, plan, url, schema,
                                     ledger)
             _keep_sessions(workdir, gemini, phone_calls, kill_record)
+            stalls = stall_sources(phone_calls, outcomes, rig_lag.samples, worker_lags)
             metrics = await fleet_metrics.collect(fleet, metrics_before, url, schema)
         finally:
             await _stop_workers(fleet)
     summary = _report(outcomes, kill_record, wall, db, n_workers, say)
+    summary["stall_sources"] = _stall_summary(stalls, rig_lag.samples, worker_lags, load,
+                                              fleet, say)
+    # Cores used over the calls (1.0: one core): the rig's and each worker's (a killed
+    # worker's up to the kill).
+    summary["cpu"] = cpu
+    say("CPU over the calls (cores): " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
+        + f"; the machine has {os.cpu_count()}")
     summary["metrics"] = metrics  # each worker's /metrics and what its log says they read
     return summary
 
@@ -226,7 +250,7 @@ async def _start_workers(n: int, env: dict, workdir: Path) -> list[Worker]:
         log = workdir / f"worker-{i}.log"
         with log.open("wb") as out:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "uvicorn", "examples.phone_bot.server:app",
+                sys.executable, "-m", "uvicorn", "examples.phone_bot.loop_lag:app",
                 "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
                 cwd=ROOT, env=env, stdout=out, stderr=asyncio.subprocess.STDOUT)
         fleet.append(Worker(i, port, process, log))
@@ -262,6 +286,33 @@ async def _stop_workers(fleet: list[Worker]) -> None:
         except TimeoutError:
             w.process.kill()
             await w.process.wait()
+
+
+def _cpu_seconds(fleet: list[Worker]) -> dict[str, float]:
+    """CPU seconds used so far by this process (the rig) and each live worker (Linux)."""
+    out = {"rig": _process_cpu(os.getpid())}
+    for worker in fleet:
+        with contextlib.suppress(OSError):
+            out[f"worker {worker.index}"] = _process_cpu(worker.pid)
+    return out
+
+
+def _process_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _worker_loop_lags(fleet: list[Worker]) -> dict[str, list[tuple[float, float]]]:
+    """Each live worker's late loop wake-ups over the run (loop_lag.probed); a killed
+    worker's are gone with it."""
+    lags = {}
+    async with httpx.AsyncClient(timeout=30) as http:
+        for worker in fleet:
+            if worker.process.returncode is not None:
+                continue
+            answer = await http.get(f"{worker.url}/rig/loop-lag")
+            lags[worker.url] = [(at, late) for at, late in answer.json()["samples"]]
+    return lags
 
 
 # ------------------------------------------------------------------ the kill
@@ -626,13 +677,108 @@ def _heard_summary(outcomes: list[CallOutcome]) -> dict:
             "restarts": sum(len(h.restarts) for h in heard),
             "restart_detail": [r for h in heard for r in h.restarts],
             "goodbye_unheard": sum(1 for h in heard if "farewell" not in h.heard_s),
-            "stalls_s": [s for h in heard for _u, s in h.stalls],
+            "stalls_s": [s.seconds for h in heard for s in h.stalls],
             # What the caller of each moved or failed call heard, in order (utterance,
             # stream, seconds).
             "per_call": {o.call_sid: [(r.utterance, r.stream, round(r.seconds, 2))
                                       for r in o.hearing.runs]
                          for o in outcomes if (o.affected or o.problems)
                          and o.hearing is not None}}
+
+
+#: How far back a worker's loop blocking can still be behind a stall: pipecat's transport
+#: paces its writes in real time and never catches up a write it made late, so blocks
+#: anywhere in the stretch before add up (the longest utterance lasts 1.2 s).
+WORKER_LOOKBACK_S = 1.2
+SOURCE_SLACK_S = 0.01  # two probe ticks: what the samples cannot resolve
+
+
+def stall_sources(calls: list[PhoneCall], outcomes: list[CallOutcome],
+                  rig: list[tuple[float, float]],
+                  workers: dict[str, list[tuple[float, float]]]) -> list[dict]:
+    """Each stall the ear heard, with who could have made it:
+
+    - `quiet`: audio kept arriving but held no tone (the ear's or the script's doing);
+    - `rig`: the phone ran dry, and this process's loop (the callers' stamps, the local
+      Gemini server) was blocked for as long as the audio came late: the audio may have
+      been there all along, read late;
+    - `worker`: the loop of the worker serving the stream was blocked, in the stretch
+      before, for as long as the audio came late (its writes fell behind);
+    - `both`: each explains part, together all; `unexplained`: neither does (counted
+      with the product's: the worker held the audio without its loop being blocked);
+      `killed worker`: not the rig, on the stream of the worker killed (its probe died)."""
+    by_sid = {c.call_sid: c for c in calls}
+    out = []
+    for outcome in outcomes:
+        if outcome.hearing is None:
+            continue
+        for stall in outcome.hearing.stalls:
+            stream = by_sid[outcome.call_sid].streams[stall.stream]
+            row = {"call": outcome.call_sid, "utterance": stall.utterance,
+                   "stream": stall.stream, "silence_s": stall.seconds,
+                   "late_s": round(stall.late_s, 3), "at": round(stall.silent_from, 3)}
+            worker_samples = workers.get(stream.worker)
+            if not stall.dry:
+                row["source"] = "quiet"
+                out.append(row)
+                continue
+            rig_s = blocked(rig, stall.silent_from, stall.arrived_at)
+            row["rig_blocked_s"] = round(rig_s, 3)
+            row["rig_worst_s"] = round(worst(rig, stall.silent_from, stall.arrived_at), 3)
+            need = stall.late_s - SOURCE_SLACK_S
+            if worker_samples is None:  # the killed worker: its probe died with it
+                worker_s = None
+            else:
+                since = stall.silent_from - WORKER_LOOKBACK_S
+                worker_s = blocked(worker_samples, since, stall.arrived_at)
+                row["worker_blocked_s"] = round(worker_s, 3)
+                row["worker_worst_s"] = round(worst(worker_samples, since, stall.arrived_at), 3)
+            if rig_s >= need:
+                row["source"] = "rig"
+            elif worker_s is None:
+                row["source"] = "killed worker"
+            elif worker_s >= need:
+                row["source"] = "worker"
+            elif rig_s + worker_s >= need:
+                row["source"] = "both"
+            else:
+                row["source"] = "unexplained"
+            out.append(row)
+    return out
+
+
+def _stall_summary(stalls: list[dict], rig: list[tuple[float, float]],
+                   workers: dict[str, list[tuple[float, float]]], load: list[float],
+                   fleet: list[Worker], say) -> dict:
+    counts: dict[str, int] = {}
+    for row in stalls:
+        counts[row["source"]] = counts.get(row["source"], 0) + 1
+    index = {w.url: w.index for w in fleet}
+    summary: dict = {"counts": counts, "load": [round(x, 2) for x in load],
+               "rig_loop": _lag_figures(rig),
+               "worker_loops": {str(index[url]): _lag_figures(samples)
+                                for url, samples in workers.items()},
+               "per_stall": stalls}
+    say(f"the stalls by source: {counts or 'none'} (load {load[0]:.1f} -> {load[-1]:.1f}); "
+        f"loops blocked over 50 ms: the rig {summary['rig_loop']['over_50ms']} times (max "
+        f"{summary['rig_loop']['max_ms']} ms), the workers "
+        + ", ".join(f"#{i} {f['over_50ms']} (max {f['max_ms']} ms)"
+                    for i, f in summary["worker_loops"].items()))
+    for row in stalls:
+        say(f"  {row['source']:11} {row['call']} {row['utterance']:12} silence "
+            f"{row['silence_s']:.3f} s, audio {row['late_s'] * 1e3:.0f} ms late; blocked: rig "
+            f"{_ms(row.get('rig_blocked_s'))}, worker {_ms(row.get('worker_blocked_s'))}")
+    return summary
+
+
+def _lag_figures(samples: list[tuple[float, float]]) -> dict:
+    lates = [late for _, late in samples]
+    return {"over_20ms": sum(x > 0.02 for x in lates), "over_50ms": sum(x > 0.05 for x in lates),
+            "max_ms": round(max(lates, default=0.0) * 1e3, 1)}
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.0f} ms"
 
 
 def _keep_audio(workdir: Path, calls: list[PhoneCall]) -> None:

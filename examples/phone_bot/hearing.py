@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -56,10 +57,29 @@ class Run:
     stream: int
     start: float  # on the phone's playback clock (time.time() seconds)
     end: float
+    arrived: float = 0.0  # when the payload holding its first frame was received
+    after_dry: bool = False  # it starts a new stretch: the phone had run dry before it
 
     @property
     def seconds(self) -> float:
         return self.end - self.start
+
+
+class Stall(NamedTuple):
+    """A silence inside an utterance on one stream. `dry` is a phone that ran out of audio:
+    the frame that ended it was received `arrived_at`, `late_s` after the audio before it
+    had played out (`silent_from`); otherwise frames came in time but held no tone."""
+
+    utterance: str
+    seconds: float
+    stream: int
+    silent_from: float
+    arrived_at: float
+    dry: bool
+
+    @property
+    def late_s(self) -> float:
+        return self.arrived_at - self.silent_from
 
 
 @dataclass
@@ -67,7 +87,7 @@ class Hearing:
     runs: list[Run] = field(default_factory=list)
     repeats: list[str] = field(default_factory=list)
     restarts: list[str] = field(default_factory=list)
-    stalls: list[tuple[str, float]] = field(default_factory=list)  # (utterance, seconds)
+    stalls: list[Stall] = field(default_factory=list)
     heard_s: dict[str, float] = field(default_factory=dict)
 
 
@@ -90,9 +110,10 @@ def runs_of(streams: Sequence[Sequence[tuple[float, bytes]]], tones: dict[str, f
     for index, audio in enumerate(streams):
         clock, pending = None, np.zeros(0, dtype=np.int16)
         current: Run | None = None
+        dried = False  # since the last run: the phone ran out of audio
         for at, payload in audio:
             if clock is None or at > clock:  # the phone ran dry: a gap
-                current = None
+                current, dried = None, clock is not None
                 clock, pending = at + JITTER_S, pending[:0]
             pending = np.concatenate([pending, ulaw_to_pcm(payload)])
             while len(pending) >= FRAME:
@@ -104,8 +125,9 @@ def runs_of(streams: Sequence[Sequence[tuple[float, bytes]]], tones: dict[str, f
                 elif current is not None and current.utterance == name:
                     current.end = clock
                 else:
-                    current = Run(name, index, start, clock)
+                    current = Run(name, index, start, clock, at, dried)
                     runs.append(current)
+                    dried = False
     return runs
 
 
@@ -135,7 +157,8 @@ def judge(runs: list[Run], lengths: dict[str, float]) -> Hearing:
                                         f"said again from the top after it")
                     heard = 0.0
             elif not between and run.start - before.end > STALL_S:
-                out.stalls.append((name, round(run.start - before.end, 3)))
+                out.stalls.append(Stall(name, round(run.start - before.end, 3), run.stream,
+                                        before.end, run.arrived, run.after_dry))
         since_whole[name] = heard + run.seconds
         last[name] = run
     return out

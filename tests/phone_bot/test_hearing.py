@@ -84,8 +84,9 @@ def test_a_cut_utterance_said_again_from_the_top_is_a_restart_not_a_repeat():
 def test_a_silence_inside_an_utterance_is_a_stall():
     phone = Phone().say("greeting", 0.2).pause(0.15).say("greeting", 0.2)
     heard = hear([phone.audio], TONES, LENGTHS)
-    assert [u for u, _s in heard.stalls] == ["greeting"]
-    assert abs(heard.stalls[0][1] - 0.15) < 0.03
+    assert [s.utterance for s in heard.stalls] == ["greeting"]
+    assert abs(heard.stalls[0].seconds - 0.15) < 0.03
+    assert heard.stalls[0].dry and abs(heard.stalls[0].late_s - 0.05) < 0.01
     short = Phone().say("greeting", 0.2).pause(0.06).say("greeting", 0.2)
     assert not hear([short.audio], TONES, LENGTHS).stalls
     # Late in the utterance: still a stall, not a repeat (it adds up to its length).
