@@ -30,6 +30,7 @@ from session_store import Policy
 
 from .call_end import end_calls_that_cannot_go_on
 from .config import BotConfig
+from .pacing import LeadPacedWebsocketTransport
 from .playback import PlaybackMarks
 from .resampling import IntegerRatioResampler
 from .tools import IDEMPOTENT, TOOLS, Ledger, register_tools
@@ -90,9 +91,10 @@ async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict,
         # Off: it hangs up on CancelFrame too, and a worker shutting down cancels its
         # pipelines; the call must outlive this worker. Hang up deliberately instead.
         params=TwilioFrameSerializer.InputParams(auto_hang_up=False))
-    transport = FastAPIWebsocketTransport(websocket, FastAPIWebsocketParams(
-        audio_in_enabled=True, audio_out_enabled=True, add_wav_header=False,
-        serializer=serializer))
+    params = FastAPIWebsocketParams(audio_in_enabled=True, audio_out_enabled=True,
+                                    add_wav_header=False, serializer=serializer)
+    transport = (FastAPIWebsocketTransport(websocket, params) if config.audio_lead_s is None
+                 else LeadPacedWebsocketTransport(websocket, params, lead_s=config.audio_lead_s))
     llm = DurableGeminiLiveLLMService(
         api_key=config.google_api_key,
         settings=DurableGeminiLiveLLMService.Settings(

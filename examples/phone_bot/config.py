@@ -33,6 +33,9 @@ class BotConfig:
     TWILIO_ACCOUNT_SID, TWILIO_API_BASE_URL, CALL_LEASE_S   with the account (and the auth
                        token) a call whose worker is gone for CALL_LEASE_S (5 s) is redirected
                        through Twilio's REST API (another API address: a stand-in): rescue.py
+    AUDIO_LEAD_S       the bot's audio kept buffered at Twilio ahead of the caller (0.2 s), so
+                       a worker's loop busy for less than that is not heard (pacing.py); `off`
+                       for pipecat's own pacing
     """
 
     database_url: str
@@ -54,6 +57,7 @@ class BotConfig:
     twilio_account_sid: str | None = None
     twilio_api_base_url: str | None = None
     call_lease_s: float = 5.0
+    audio_lead_s: float | None = 0.2  # None: pipecat's pacing
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> BotConfig:
@@ -87,7 +91,9 @@ class BotConfig:
             apology=env.get("APOLOGY") or DEFAULT_APOLOGY,
             twilio_account_sid=env.get("TWILIO_ACCOUNT_SID") or None,
             twilio_api_base_url=env.get("TWILIO_API_BASE_URL") or None,
-            call_lease_s=_number(env, "CALL_LEASE_S", float, 5.0))
+            call_lease_s=_number(env, "CALL_LEASE_S", float, 5.0),
+            audio_lead_s=(None if env.get("AUDIO_LEAD_S", "").strip().lower() == "off"
+                          else _number(env, "AUDIO_LEAD_S", float, 0.2)))
 
     def store_options(self) -> dict:
         return {"schema": self.database_schema} if self.database_schema else {}
