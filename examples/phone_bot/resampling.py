@@ -41,7 +41,8 @@ class IntegerRatioResampler(BaseAudioResampler):
         self._taps, self._cutoff_hz, self._clear_after_s = taps, cutoff_hz, clear_after_s
         self._rates: tuple[int, int] | None = None
         self._filter = np.zeros(0)
-        self._history = np.zeros(0)  # the last taps - 1 samples at the higher rate
+        self._phases: list[np.ndarray] = []  # the filter's taps, one set per output phase
+        self._history = np.zeros(0)  # the input's last samples, for the next chunk
         self._phase = 0  # decimating: where in the next chunk the next kept sample is
         self._last = 0.0
         self._other: BaseAudioResampler | None = None
@@ -62,26 +63,49 @@ class IntegerRatioResampler(BaseAudioResampler):
     def _start(self, in_rate: int, out_rate: int) -> None:
         self._rates = (in_rate, out_rate)
         self._filter = lowpass(self._taps, self._cutoff_hz, max(in_rate, out_rate))
-        self._history = np.zeros(self._taps - 1)
+        factor = max(in_rate, out_rate) // min(in_rate, out_rate)
+        # Polyphase: an output sample needs only every factor-th tap (interpolating: the
+        # others meet stuffed zeros; decimating: their outputs are dropped), so each phase
+        # is a convolution at the lower rate, 1/factor of one at the higher.
+        if out_rate > in_rate:
+            self._phases = [self._filter[p::factor] * factor for p in range(factor)]
+            self._history = np.zeros(len(self._phases[0]) - 1)  # at the input rate
+        else:
+            padded = np.zeros(-(-self._taps // factor) * factor)
+            padded[:self._taps] = self._filter[::-1]
+            self._phases = [padded[r::factor] for r in range(factor)]
+            self._history = np.zeros(self._taps - 1)
         self._phase = 0
 
     def _run(self, samples: np.ndarray) -> np.ndarray:
         assert self._rates is not None
         in_rate, out_rate = self._rates
-        if out_rate > in_rate:  # interpolate: zeros between the samples, then filter
-            factor = out_rate // in_rate
-            stuffed = np.zeros(len(samples) * factor)
-            stuffed[::factor] = samples * factor
-            return self._filtered(stuffed)
-        factor = in_rate // out_rate  # decimate: filter, keep every factor-th sample
-        kept = self._filtered(samples)[self._phase::factor]
-        self._phase = (self._phase - len(samples)) % factor
-        return kept
-
-    def _filtered(self, samples: np.ndarray) -> np.ndarray:
+        if not len(samples):
+            return samples
         joined = np.concatenate([self._history, samples])
-        self._history = joined[len(joined) - (self._taps - 1):]
-        return np.convolve(joined, self._filter, mode="valid")
+        self._history = joined[len(joined) - len(self._history):]
+        if out_rate > in_rate:  # output p of each input sample comes from phase p
+            factor = out_rate // in_rate
+            out = np.empty(len(samples) * factor)
+            for p, taps in enumerate(self._phases):
+                out[p::factor] = np.convolve(joined, taps, mode="valid")[
+                    len(self._phases[0]) - len(taps):]
+            return out
+        # Decimating: kept output m is joined[phase + m * factor:][:taps] . the reversed
+        # filter; cut into rows of `factor` samples that is one correlation per column.
+        factor = in_rate // out_rate
+        count = len(range(self._phase, len(samples), factor))
+        if not count:
+            self._phase -= len(samples)
+            return np.zeros(0)
+        rows = count + len(self._phases[0]) - 1
+        span = joined[self._phase:self._phase + rows * factor]
+        if len(span) < rows * factor:  # (the zero-padded taps reach past the chunk)
+            span = np.concatenate([span, np.zeros(rows * factor - len(span))])
+        table = span.reshape(rows, factor)
+        self._phase = (self._phase - len(samples)) % factor
+        return sum((np.correlate(table[:, r], taps, mode="valid")
+                    for r, taps in enumerate(self._phases)), np.zeros(count))
 
     async def flush(self) -> bytes:
         if self._rates is None:
