@@ -75,14 +75,15 @@ def check(secret: bytes, token: str | None, call_sid: str, epoch_now: int, now_s
     epoch, issued_ms, nonce, mac = int(parts[1]), int(parts[2]), parts[3], parts[4]
     if not hmac.compare_digest(mac, _mac(secret, call_sid, epoch, issued_ms, nonce)):
         raise StreamRefused("stream token not issued for this call")
+    # A spent token says so at any age: a replay reads as one, however slow the worker.
+    if epoch != epoch_now:
+        raise StreamRefused(f"stream token already used (issued at epoch {epoch}, the call "
+                            f"is at epoch {epoch_now})")
     age_s = now_s - issued_ms / 1000
     if age_s > ttl_s:
         raise StreamRefused(f"stream token expired ({age_s:.1f} s old, TTL {ttl_s:g} s)")
     if age_s < -CLOCK_SKEW_S:
         raise StreamRefused(f"stream token issued {-age_s:.1f} s in the future")
-    if epoch != epoch_now:
-        raise StreamRefused(f"stream token already used (issued at epoch {epoch}, the call "
-                            f"is at epoch {epoch_now})")
     return Token(epoch, issued_ms, nonce)
 
 
