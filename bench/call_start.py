@@ -50,14 +50,15 @@ PUBLIC_URL = "https://phone-bot.invalid"
 # ------------------------------------------------------------------ the worker process
 
 def worker_main(variant: str, port: int) -> None:
-    """The phone bot's app as shipped, or with pipecat's defaults (`stock`), plus a loop-lag
-    probe served at /bench/lag."""
+    """The phone bot's app as shipped, or with pipecat's defaults (`stock`), with the
+    loop-lag probe of examples/phone_bot/loop_lag.py (GET /rig/loop-lag)."""
     import uvicorn
     from google.genai import types
 
     import examples.phone_bot.bot as bot
     import examples.phone_bot.config as config
     import service.gemini_live as gemini_live
+    from examples.phone_bot.loop_lag import probed
     from examples.phone_bot.server import app
 
     # Both variants: the server's certificate comes from SSL_CERT_FILE, like Google's CA.
@@ -65,31 +66,7 @@ def worker_main(variant: str, port: int) -> None:
     if variant == "stock":
         gemini_live.with_shared_tls = lambda options: options
         bot.user_params = lambda: None  # pipecat's default user-turn strategies
-    lags: list[tuple[float, float]] = []
-
-    @app.get("/bench/lag")
-    async def lag(since: float = 0.0, until: float = 1e12) -> dict:
-        return {"lags": [[t, v] for t, v in lags if since <= t < until]}
-
-    async def probe() -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            before = loop.time()
-            await asyncio.sleep(LAG_TICK_S)
-            late = loop.time() - before - LAG_TICK_S
-            if late > 0.001:
-                lags.append((time.time(), late))
-
-    async def main() -> None:
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                               log_level="warning", lifespan="on"))
-        probing = asyncio.create_task(probe())
-        try:
-            await server.serve()
-        finally:
-            probing.cancel()
-
-    asyncio.run(main())
+    uvicorn.run(probed(app), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
 
 
 # ------------------------------------------------------------------ the bench
@@ -111,6 +88,11 @@ class Level:
     quiet_gap_ms: float = 0.0
     load: float = 0.0
     quiet_cpu: float = 0.0  # the worker's CPU use without starts (1.0: one core)
+    # In the same window: the callers (this process) and the local Gemini server, and the
+    # whole machine's busy share of all its cores: whether the worker had a core to itself.
+    callers_cpu: float = 0.0
+    model_cpu: float = 0.0
+    machine_busy: float = 0.0
     starts: list[Start] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -125,6 +107,14 @@ def cpu_seconds(pid: int) -> float:
     """User and system CPU time of a process so far (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of every core since boot (Linux /proc/stat)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - idle) / hz, sum(ticks) / hz
 
 
 def heard_gaps(media: list[tuple[float, int]], since: float, until: float) -> float:
@@ -144,8 +134,10 @@ def heard_gaps(media: list[tuple[float, int]], since: float, until: float) -> fl
 
 
 class Bench:
-    def __init__(self, db_url: str, schema: str | None, workdir: Path, gemini: dict):
+    def __init__(self, db_url: str, schema: str | None, workdir: Path, gemini: dict,
+                 gemini_pid: int):
         self.db_url, self.schema, self.workdir, self.gemini = db_url, schema, workdir, gemini
+        self.gemini_pid = gemini_pid
         self.bundle = workdir / "ca-bundle.pem"
         import certifi
         self.bundle.write_text(Path(certifi.where()).read_text()
@@ -204,9 +196,9 @@ class Bench:
                 return call, asyncio.create_task(call.run(calls_http))
 
             async def lags(since: float, until: float) -> float:
-                answer = (await http.get(f"{url}/bench/lag",
+                answer = (await http.get(f"{url}/rig/loop-lag",
                                          params={"since": since, "until": until})).json()
-                return max((v for _, v in answer["lags"]), default=0.0)
+                return max((late for _, late in answer["samples"]), default=0.0)
 
             def others_gap(since: float, until: float) -> float:
                 return max((heard_gaps(s.media, since, until)
@@ -226,9 +218,17 @@ class Bench:
                     level = Level(variant, size, load=os.getloadavg()[0])
                     pending: list = []
                     quiet_from, cpu_from = time.time(), cpu_seconds(pid)
+                    callers_from = cpu_seconds(os.getpid())
+                    model_from, machine_from = cpu_seconds(self.gemini_pid), machine_busy_seconds()
                     await asyncio.sleep(EVERY_S)
                     quiet_to = time.time()
-                    level.quiet_cpu = (cpu_seconds(pid) - cpu_from) / (quiet_to - quiet_from)
+                    window = quiet_to - quiet_from
+                    level.quiet_cpu = (cpu_seconds(pid) - cpu_from) / window
+                    level.callers_cpu = (cpu_seconds(os.getpid()) - callers_from) / window
+                    level.model_cpu = (cpu_seconds(self.gemini_pid) - model_from) / window
+                    busy, total = machine_busy_seconds()
+                    level.machine_busy = ((busy - machine_from[0])
+                                          / max(1e-9, total - machine_from[1]))
                     level.quiet_lag_ms = await lags(quiet_from, quiet_to) * 1e3
                     level.quiet_gap_ms = others_gap(quiet_from, quiet_to) * 1e3
                     silent = [c for c, _ in live if not c.streams or heard_gaps(
@@ -284,7 +284,8 @@ def report(levels: list[Level], own: list[float]) -> dict:
     from callmix import machine, pct
     print(f"\n{machine()}; the callers' own loop lag (this process, the floor of the gaps): "
           f"p99 {pct(own, 99) * 1e3:.1f} ms")
-    print(f"{'live':>4} {'variant':7} {'load':>5} {'cpu':>4} {'quiet lag':>9} "
+    print(f"{'live':>4} {'variant':7} {'load':>5} {'busy':>4} {'cpu':>4} {'rig':>4} "
+          f"{'quiet lag':>9} "
           f"{'quiet gap':>9} | per start: {'lag p50':>7} {'lag max':>7} {'gap p50':>7} {'gap max':>7} "
           f"{'1st audio p50':>13}  (ms)")
     out = {}
@@ -293,6 +294,9 @@ def report(levels: list[Level], own: list[float]) -> dict:
         gap = [s.gap_ms for s in level.starts]
         firsts = [s.first_audio_s for s in level.starts if s.first_audio_s is not None]
         row = {"load": round(level.load, 2), "worker_cpu": round(level.quiet_cpu, 2),
+               "worker_cpu_per_call": round(level.quiet_cpu / max(1, level.live), 3),
+               "callers_cpu": round(level.callers_cpu, 2), "model_cpu": round(level.model_cpu, 2),
+               "machine_busy": round(level.machine_busy, 2),
                "quiet_lag_ms": round(level.quiet_lag_ms, 1),
                "quiet_gap_ms": round(level.quiet_gap_ms, 1),
                "lag_p50_ms": round(pct(lag, 50), 1), "lag_max_ms": round(max(lag), 1),
@@ -301,7 +305,8 @@ def report(levels: list[Level], own: list[float]) -> dict:
                "starts": [[s.kind, round(s.lag_ms, 1), round(s.gap_ms, 1)]
                           for s in level.starts], "errors": level.errors}
         out.setdefault(str(level.live), {})[level.variant] = row
-        print(f"{level.live:>4} {level.variant:7} {level.load:>5.1f} {level.quiet_cpu:>4.0%} "
+        print(f"{level.live:>4} {level.variant:7} {level.load:>5.1f} {level.machine_busy:>4.0%} "
+              f"{level.quiet_cpu:>4.0%} {level.callers_cpu + level.model_cpu:>4.0%} "
               f"{row['quiet_lag_ms']:>9.1f} "
               f"{row['quiet_gap_ms']:>9.1f} | {'':11}{row['lag_p50_ms']:>7.1f} "
               f"{row['lag_max_ms']:>7.1f} {row['gap_p50_ms']:>7.1f} {row['gap_max_ms']:>7.1f} "
@@ -337,7 +342,8 @@ async def bench(db: str, starts: int, variants: list[str]) -> dict:
             levels = []
             for variant in variants:  # a fresh database each: the same work for both
                 url, schema = await databases()
-                levels += await Bench(url, schema, workdir, ready).run_variant(variant, starts)
+                levels += await Bench(url, schema, workdir, ready,
+                                      gemini.pid).run_variant(variant, starts)
         finally:
             stop.set()
             await probing
