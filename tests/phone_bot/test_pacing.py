@@ -49,3 +49,15 @@ def test_no_lead_paces_to_real_time_and_a_negative_one_is_refused():
     assert clock.wrote(CHUNK_S, now=5.0) == pytest.approx(CHUNK_S)
     with pytest.raises(ValueError, match="lead_s"):
         PlayoutClock(lead_s=-0.1)
+
+
+def test_the_lead_is_set_from_the_environment_and_bad_values_are_refused():
+    from examples.phone_bot.config import BotConfig
+    base = {"DATABASE_URL": "sqlite+aiosqlite:///x.db", "PUBLIC_URL": "https://bot.test",
+            "GOOGLE_API_KEY": "k"}
+    assert BotConfig.from_env(base).audio_lead_s == 0.2
+    assert BotConfig.from_env({**base, "AUDIO_LEAD_S": "0.5"}).audio_lead_s == 0.5
+    assert BotConfig.from_env({**base, "AUDIO_LEAD_S": "off"}).audio_lead_s is None
+    for bad in ("-1", "soon"):
+        with pytest.raises(SystemExit, match="AUDIO_LEAD_S"):
+            BotConfig.from_env({**base, "AUDIO_LEAD_S": bad})
