@@ -60,7 +60,6 @@ import logging
 from dataclasses import dataclass
 from urllib.parse import quote
 
-import httpx
 import pytest
 
 from service.driver import CallDriver
@@ -72,7 +71,7 @@ from session_store.storage import Snapshot
 from session_store.projection import PROJECTION_VERSION, to_snapshot
 from session_store.audit.verify import verify_log
 from tests.store.helpers import insert_raw_event, sql
-from tests.tools.conftest import running_viewer
+from tests.tools.conftest import running_viewer, viewer_client
 from tests.tools.helpers import T0, acli, support_call, write_call
 
 MODEL = dict(model="gemini-live", tools=["lookup_order"], settings={})
@@ -236,7 +235,7 @@ async def test_hostile_rows_through_the_cli(hostile_log):
 
 async def test_hostile_rows_through_the_web_viewer(hostile_log):
     with running_viewer(hostile_log) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             home = await http.get("/")
             assert home.status_code == 200
             assert all(f'href="/calls/{call_of(k)}"' in home.text for k in HOSTILE)
@@ -370,7 +369,7 @@ async def test_damaged_streams_through_the_cli_and_web(damaged_log):
         r = await acli("verify", call, backend=damaged_log)
         assert r.exit_code == 1 and "BAD" in r.stdout, (damage.__name__, r.output)
     with running_viewer(damaged_log) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             for damage in DAMAGE:
                 if damage is tail_gone_head_moved:
                     continue

@@ -12,14 +12,13 @@ import asyncio
 import contextlib
 import time
 
-import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
 from session_store import events as ev
 
 from ..conftest import Backend
-from ..tools.conftest import running_viewer
+from ..tools.conftest import running_viewer, viewer_client
 from .netproxy import PartitionProxy
 
 pytestmark = pytest.mark.timeout(180)
@@ -30,7 +29,7 @@ PAGES = ["/", "/api/calls", "/fleet", "/calls/c1", "/api/state/c1", "/api/timeli
 
 async def answers_in_time(base: str, expect: str) -> None:
     """Each page: 503 within 5 s, saying `expect` (and no traceback)."""
-    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+    async with viewer_client(base, timeout=30) as http:
         for page in PAGES:
             t = time.monotonic()
             r = await http.get(page)
@@ -42,7 +41,7 @@ async def answers_in_time(base: str, expect: str) -> None:
 
 async def serves_again(base: str, within: float = 20) -> None:
     deadline = time.monotonic() + within
-    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+    async with viewer_client(base, timeout=10) as http:
         for page in PAGES:
             while (r := await http.get(page)).status_code != 200:
                 assert time.monotonic() < deadline, (page, r.status_code, r.text[:300])

@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import uvicorn
 from sqlalchemy import pool, text
@@ -38,6 +39,17 @@ def running_viewer(backend, **options):
     finally:
         server.should_exit = True
         thread.join(15)
+
+
+# These tests are about what the viewer answers, not how fast: on a starved machine (load 25)
+# a cold viewer's first page took longer than httpx's default 5 s read timeout.
+VIEWER_TIMEOUT_S = 60.0
+
+
+def viewer_client(base: str, **options) -> httpx.AsyncClient:
+    """An HTTP client for a running viewer, with a timeout that only a hung viewer meets."""
+    options.setdefault("timeout", VIEWER_TIMEOUT_S)
+    return httpx.AsyncClient(base_url=base, **options)
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 
-import httpx
 import pytest
 from rich.console import Console
 
@@ -406,7 +405,7 @@ async def test_the_state_inspector_folds_previews_and_shows_what_it_showed(migra
     from session_store.audit.fmt import clip_strings
     from session_store.web.call_pages import INSPECTOR_STRING_MAX
 
-    from .conftest import running_viewer
+    from .conftest import running_viewer, viewer_client
     from .test_web import href_of
 
     await write_call(migrated, "big", inspected_call())
@@ -430,7 +429,7 @@ async def test_the_state_inspector_folds_previews_and_shows_what_it_showed(migra
     monkeypatch.setattr(redactor_module.Redactor, "scrub_text",
                         lambda self, text: scrubbed.append(len(text)) or real_scrub(self, text))
     with running_viewer(migrated) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        async with viewer_client(base, timeout=60) as http:
             for (redact, at), want in expected.items():
                 r = await http.get(href_of("api/state", "big"),
                                    params={"at": at, **({"redact": "1"} if redact else {})})

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import inspect
 
-import httpx
 import pytest
 
 from session_store.commands.cli import app
 
-from .conftest import running_viewer
+from .conftest import running_viewer, viewer_client
 from .helpers import acli, cli, one_line_error, support_call, write_call
 
 SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
@@ -83,6 +82,6 @@ def test_schema_lists_each_description_whole():
 @SQLITE_ONLY
 async def test_the_viewer_says_one_call_matches(one_call):
     with running_viewer(one_call) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             page = (await http.get("/")).text
     assert "1 call matches" in page and "1 calls match" not in page

@@ -19,7 +19,7 @@ from bench.pg_connections import pg_connections
 from session_store import events as ev
 
 from ..store.contract.test_tailing import following as collecting
-from .conftest import running_viewer
+from .conftest import running_viewer, viewer_client
 
 MB = 1 << 20
 
@@ -168,7 +168,7 @@ async def test_sixty_live_viewer_clients_hold_a_bounded_number_of_connections(ba
         before = pg_connections()
         with running_viewer(migrated) as base:
             limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-            async with httpx.AsyncClient(base_url=base, timeout=30, limits=limits) as http:
+            async with viewer_client(base, timeout=30, limits=limits) as http:
                 async def browse(call: str, opened: asyncio.Event, updates: list):
                     async with http.stream("GET", f"/api/live/{call}") as stream:
                         async for line in stream.aiter_lines():

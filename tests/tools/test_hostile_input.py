@@ -6,7 +6,6 @@ import json
 import random
 import time
 
-import httpx
 import pytest
 
 from session_store.audit import CallFilter, parse_time
@@ -96,7 +95,7 @@ async def test_a_time_out_of_range_is_bad_input_not_a_crash(weird, migrated):
     """An age too large for a date (a typo, a fuzzer) is bad input like any other that is not
     a time: one line and exit code 2 in the CLI, a 400 from the viewer (not a traceback
     with exit code 1, and a bare 500)."""
-    from .conftest import running_viewer
+    from .conftest import running_viewer, viewer_client
 
     for text in OUT_OF_RANGE_TIMES:
         with pytest.raises(ValueError, match="not a time"):
@@ -105,7 +104,7 @@ async def test_a_time_out_of_range_is_bad_input_not_a_crash(weird, migrated):
             r = await acli("calls", option, text, backend=migrated)
             assert r.exit_code == 2 and "not a time" in r.stderr, (option, text, r.output)
     with running_viewer(migrated) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             for text in OUT_OF_RANGE_TIMES:
                 for path in ("/", "/api/calls"):
                     r = await http.get(path, params={"since": text})

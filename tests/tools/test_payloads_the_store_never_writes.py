@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 
 from tests.store.helpers import insert_raw_event
 
-from .conftest import running_viewer
+from .conftest import running_viewer, viewer_client
 from .helpers import T0, acli, support_call, write_call
 
 N = 24  # good events before the bad row
@@ -80,7 +79,7 @@ async def test_such_a_row_is_corrupt_in_the_cli(odd_log):
 
 async def test_such_a_row_is_never_a_bare_500_in_the_viewer(odd_log):
     with running_viewer(odd_log) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             page = await http.get(f"/calls/{CALL}")
             assert page.status_code == 500 and ROW in page.text, page.text[:300]
             for api in ("timeline", "state"):

@@ -3,12 +3,11 @@ in part, where no redaction pattern can recognise it."""
 
 from __future__ import annotations
 
-import httpx
 
 from session_store import events as ev
 from session_store.audit.fmt import clip_strings, stored_length
 
-from .conftest import running_viewer
+from .conftest import running_viewer, viewer_client
 from .test_big_calls import MB, write_call
 from .test_web import href_of
 
@@ -44,7 +43,7 @@ async def test_the_viewer_shows_no_part_of_a_key_or_number_the_preview_cut(migra
         (40, ev.ToolCallCompleted("c1", {"text": number_at_cut("r")})),
         (50, ev.AnomalyRecorded("x", {"error": at_cut("d")}, 1))])
     with running_viewer(migrated) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        async with viewer_client(base, timeout=60) as http:
             for path in ("api/timeline", "calls", "api/state"):
                 for params in ({}, {"redact": "1"}):
                     r = await http.get(href_of(path, "big"), params=params)

@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -26,7 +25,7 @@ from session_store.decide import FunctionCall, ToolCallsArrived, decide
 from session_store.policy import Policy
 from session_store.projection import fold
 from tests.store.helpers import insert_raw_event, sql
-from tests.tools.conftest import running_viewer
+from tests.tools.conftest import running_viewer, viewer_client
 from tests.tools.helpers import acli, chain, support_call, write_call
 
 EMAIL = "bob.jones@example.com"
@@ -164,7 +163,7 @@ async def test_an_error_that_quotes_a_stored_value_never_prints_a_secret(migrate
         assert r.exit_code in (1, 2) and "odd-2" in r.output and "text" in r.output, r.output
         assert SECRET not in r.output and "sk-SECRET" not in r.output, (command, r.output)
     with running_viewer(migrated) as base:
-        async with httpx.AsyncClient(base_url=base) as client:
+        async with viewer_client(base) as client:
             for path in ("/calls/odd-2", "/api/timeline/odd-2", "/api/state/odd-2"):
                 r = await client.get(path)
                 assert r.status_code == 500 and "odd-2@3" in r.text, (path, r.text[:300])
@@ -236,12 +235,12 @@ async def test_the_viewer_redacts_replay_too(migrated):
     included (the observation too, and the logged/decided events)."""
     await write_call(migrated, "support-1", support_call())
     with running_viewer(migrated, redaction=load_config(redact=True, env={})) as base:
-        async with httpx.AsyncClient(base_url=base) as client:
+        async with viewer_client(base) as client:
             export = (await client.get("/export/support-1")).text
             assert "bob@example.com" not in export  # the export obeys serve --redact
             forced = await client.get("/api/replay/support-1", params={"defer": "none"})
     with running_viewer(migrated) as base:
-        async with httpx.AsyncClient(base_url=base) as client:
+        async with viewer_client(base) as client:
             asked = await client.get("/api/replay/support-1",
                                      params={"defer": "none", "redact": "1"})
     for r in (forced, asked):

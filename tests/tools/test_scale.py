@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 
-import httpx
 from sqlalchemy.dialects import postgresql, sqlite
 
 from session_store import events as ev
@@ -19,7 +18,7 @@ from session_store.audit.queries import count_calls, list_calls, page_query
 from session_store.events import canonical_json
 from session_store.records import GENESIS_HASH
 
-from .conftest import running_viewer, sql
+from .conftest import running_viewer, viewer_client, sql
 from .helpers import T0, acli, chain, write_rows
 
 CALLS = 100_000
@@ -130,7 +129,7 @@ async def test_listing_100k_calls(migrated):
     cli = await acli("calls", "--json", "--limit", "20", "--status", "closed", backend=migrated)
     assert cli.exit_code == 0 and len(json.loads(cli.stdout)["calls"]) == 20
     with running_viewer(migrated) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        async with viewer_client(base, timeout=60) as http:
             for path in ["/", "/?status=closed", "/?q=12345"]:
                 r = await http.get(path)
                 assert r.status_code == 200, (path, r.text[:500])
@@ -140,7 +139,7 @@ async def test_listing_100k_calls(migrated):
 async def test_a_50k_event_call_opens(migrated):
     await write_rows(migrated, *big_call())
     with running_viewer(migrated) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=120) as http:
+        async with viewer_client(base, timeout=120) as http:
             # The first open folds all 50,000 events (a window states the whole call's facts:
             # how each tool call ended, whether its result is in the model); later windows
             # start from the checkpoints it left.

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
 from session_store.audit.models import SCHEMAS, schema_of
 
-from .conftest import running_viewer
+from .conftest import running_viewer, viewer_client
 from .helpers import acli, cli
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "schemas"
@@ -70,7 +69,7 @@ async def test_every_cli_json_output_fits_its_schema(loaded):
 
 async def test_every_web_json_answer_fits_its_schema(loaded):
     with running_viewer(loaded) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             async def get(path, **params):
                 r = await http.get(path, params=params)
                 return r.json()

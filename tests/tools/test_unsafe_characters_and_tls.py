@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 
 from session_store import events as ev
 from session_store.audit.jsontext import UNSAFE, dumps
 from session_store.web.security import _host_of, is_loopback
 
-from .conftest import running_viewer
+from .conftest import running_viewer, viewer_client
 from .helpers import acli, write_call
 
 HOSTILE = "ok \u202eevil\u202c \u2066iso\u2069 \u009b31m c1 \u200bzw"
@@ -58,7 +57,7 @@ def test_the_host_header_is_read_whole(header, loopback):
 
 async def test_a_host_with_userinfo_is_refused_over_http(migrated):
     with running_viewer(migrated) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             evil = await http.get("/", headers={"Host": "127.0.0.1:80@evil.example"})
             assert evil.status_code == 403
             assert (await http.get("/", headers={"Host": "127.0.0.1:80"})).status_code == 200
@@ -67,7 +66,7 @@ async def test_a_host_with_userinfo_is_refused_over_http(migrated):
 @pytest.mark.parametrize("behind_tls", [False, True])
 async def test_the_session_cookie_is_secure_behind_tls(migrated, behind_tls):
     with running_viewer(migrated, token=TOKEN, behind_tls=behind_tls) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             login = await http.get("/", params={"token": TOKEN})
             assert login.status_code == 303
             cookie = login.headers["set-cookie"].lower()

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import re
 
-import httpx
 
-from .conftest import running_viewer
+from .conftest import running_viewer, viewer_client
 from .helpers import at
 
 
 async def test_at_takes_a_version_an_offset_or_a_time(loaded):
     with running_viewer(loaded) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             async def version_of(point: str) -> int:
                 r = await http.get("/api/state/support-1", params={"at": point})
                 assert r.status_code == 200, (point, r.text)

@@ -14,7 +14,7 @@ from session_store import events as ev
 from session_store.audit import MASK
 from session_store.web import check_bind, is_loopback
 
-from .conftest import running_viewer
+from .conftest import running_viewer, viewer_client
 from .helpers import SECRET, acli
 from .test_hostile_input import HOSTILE, WEIRD_ID
 
@@ -25,7 +25,7 @@ SECRETS = (SECRET, "tok-SECRET", "hunter2")
 
 async def test_pages_api_and_export(loaded):
     with running_viewer(loaded) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             home = await http.get("/")
             assert home.status_code == 200
             for call in ("support-1", "failing-1", "live-1"):
@@ -74,7 +74,7 @@ async def test_pages_api_and_export(loaded):
 
 async def test_not_found_and_hostile_ids_over_http(loaded):
     with running_viewer(loaded) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             for s in HOSTILE + ["..x", "a/b", "a?b#c"]:
                 q = quote(s.encode("utf-8", "surrogatepass"), safe="")
                 page = await http.get(f"/calls/{q}")
@@ -100,7 +100,7 @@ async def test_a_call_with_a_hostile_id_in_the_browser_urls(loaded):
 
     await write_call(loaded, WEIRD_ID, support_call()[:3])
     with running_viewer(loaded) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             page = await http.get(f"/calls/{quote(WEIRD_ID, safe='')}")
             assert page.status_code == 200
             assert "we&#39;ird &#34;id&#34; [red]%_😀 --" in page.text  # escaped, verbatim
@@ -110,7 +110,7 @@ async def test_a_call_with_a_hostile_id_in_the_browser_urls(loaded):
 
 async def test_token_is_required_on_every_request(loaded):
     with running_viewer(loaded, token=TOKEN) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             for path in ("/", "/api/calls", "/calls/support-1", "/static/app.js",
                          "/api/state/support-1?at=3", "/export/support-1", "/fleet",
                          "/api/stats", "/api/live/support-1"):
@@ -123,7 +123,7 @@ async def test_token_is_required_on_every_request(loaded):
                 assert ok.status_code == 200, path
             assert (await http.get("/", params={"token": "nope"})).status_code == 401
             assert (await http.get("/", cookies={"session_store_viewer": TOKEN})).status_code == 401
-        async with httpx.AsyncClient(base_url=base) as browser_like:
+        async with viewer_client(base) as browser_like:
             login = await browser_like.get("/calls/support-1", params={"token": TOKEN, "n": 50})
             assert login.status_code == 303
             assert login.headers["location"] == "/calls/support-1?n=50"  # token leaves the URL
@@ -133,7 +133,7 @@ async def test_token_is_required_on_every_request(loaded):
             after = await browser_like.get(login.headers["location"])
             assert after.status_code == 200 and "support-1" in after.text
             assert (await browser_like.get("/api/calls")).status_code == 200
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             raw = f"//attacker.example/x?token={TOKEN}".encode()
             sneaky = await http.get(httpx.URL(base).copy_with(raw_path=raw))
             assert sneaky.status_code == 303
@@ -142,7 +142,7 @@ async def test_token_is_required_on_every_request(loaded):
 
 async def test_without_a_token_only_loopback_host_names_are_answered(loaded):
     with running_viewer(loaded) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             assert (await http.get("/", headers={"Host": "localhost:1"})).status_code == 200
             rebound = await http.get("/", headers={"Host": "attacker.example"})
             assert rebound.status_code == 403
@@ -189,7 +189,7 @@ async def test_routes_name_one_call_whatever_its_id(migrated):
     for i, call in enumerate(ids):
         await write_call(migrated, call, support_call()[:3 + i])
     with running_viewer(migrated) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             home = (await http.get("/", params={"limit": 50})).text
             for i, call in enumerate(ids):
                 href = re.search(r'class="call-link" href="([^"]+)">'
@@ -218,7 +218,7 @@ async def test_every_answer_carries_the_security_headers(loaded):
     from session_store.web.security import SECURITY_HEADERS
 
     with running_viewer(loaded) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             for path, status in (("/no/such/page", 404), ("/static/nope.js", 404),
                                  ("/api/nothing", 404), ("/calls/nope", 404),
                                  ("/?status=weird", 400), ("/static/app.js", 200),
@@ -230,7 +230,7 @@ async def test_every_answer_carries_the_security_headers(loaded):
                         assert r.headers.get(k) == v, (path, k)
             assert "not found" in (await http.get("/no/such/page")).text
     with running_viewer(loaded, token=TOKEN) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             r = await http.get("/")
             assert r.status_code == 401
             assert r.headers["content-security-policy"] == SECURITY_HEADERS[
@@ -267,13 +267,13 @@ async def test_the_session_cookie_is_signed_and_expires(loaded):
 
     with running_viewer(loaded, token=TOKEN, session_max_age_s=600,
                         session_secret=secret) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             login = await http.get("/", params={"token": TOKEN})
             assert login.status_code == 303
             cookie = http.cookies.get("session_store_viewer")
             assert cookie and TOKEN not in cookie and "." in cookie  # signed, not the token
             assert (await http.get("/")).status_code == 200
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             fresh = await http.get("/", cookies={"session_store_viewer":
                                                  session_cookie(time.time() - 60)})
             assert fresh.status_code == 200
@@ -292,7 +292,7 @@ async def test_an_open_call_streams_its_new_events(loaded):
     store = await loaded.open()
     try:
         with running_viewer(loaded) as base:
-            async with httpx.AsyncClient(base_url=base, timeout=20) as http:
+            async with viewer_client(base, timeout=20) as http:
                 async with http.stream("GET", "/api/live/live-1") as stream:
                     lines = stream.aiter_lines()
 
@@ -320,7 +320,7 @@ async def test_an_open_call_streams_its_new_events(loaded):
 
 
 async def http_get(base: str, path: str):
-    async with httpx.AsyncClient(base_url=base) as http:
+    async with viewer_client(base) as http:
         return await http.get(path)
 
 
@@ -334,7 +334,7 @@ async def test_a_ten_megabyte_event_costs_the_viewer_what_it_shows(migrated):
 
     await write_call(migrated, "big-1", ten_megabyte_call())
     with running_viewer(migrated) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        async with viewer_client(base, timeout=60) as http:
             page = await http.get(href_of("calls", "big-1"))
             assert page.status_code == 200 and "5 events" in page.text
             assert len(page.text) < 200_000
@@ -386,7 +386,7 @@ async def test_a_big_call_page_is_read_a_chunk_at_a_time(migrated, monkeypatch):
 
     monkeypatch.setattr(LogReads, "read", read)
     with running_viewer(migrated) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        async with viewer_client(base, timeout=60) as http:
             page = await http.get(href_of("calls", "big"))
             assert page.status_code == 200 and "9 events" in page.text, page.text[:2000]
             assert "5xxxxxxxxx" in page.text and len(page.text) < 200_000

@@ -55,10 +55,10 @@ async def test_a_window_states_the_whole_calls_facts(loaded):
 async def test_the_viewers_window_states_the_whole_calls_facts(loaded):
     import httpx
 
-    from .conftest import running_viewer
+    from .conftest import running_viewer, viewer_client
 
     with running_viewer(loaded) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             page = (await http.get("/calls/support-1", params={"from": 11, "n": 10})).text
             tools = page.split('id="tool-calls"')[1]
             assert "lookup_order" in tools
@@ -177,10 +177,10 @@ async def test_finding_calls_by_what_was_said_and_done(loaded):
 async def test_the_viewer_finds_calls_the_same_way(loaded):
     import httpx
 
-    from .conftest import running_viewer
+    from .conftest import running_viewer, viewer_client
 
     with running_viewer(loaded) as base:
-        async with httpx.AsyncClient(base_url=base) as http:
+        async with viewer_client(base) as http:
             found = await http.get("/", params={"text": "where is my order"})
             assert "1 call matches" in found.text and 'href="/calls/support-1"' in found.text
             api = (await http.get("/api/calls", params={"tool": "lookup_order",
