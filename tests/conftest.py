@@ -47,6 +47,34 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for line in sorted(set(_our_deprecations)):
             terminalreporter.line(line)
 
+
+# ------------------------------------------------------------------------------- scheduling
+# The longest tests start first: xdist hands tests out in collection order, and one of
+# these started near the end held the whole run back by its own length (its place in the
+# alphabet decided when it started). Prefixes of node ids, longest first.
+_LONG_FIRST = (
+    "tests/crash/test_crash_recovery.py::test_every_boundary_of_every_scenario",
+    "tests/tools/test_scale.py::test_a_50k_event_call_opens",
+    "tests/tools/test_web.py::test_a_ten_megabyte_event_costs_the_viewer_what_it_shows",
+    "tests/tools/test_demo_output.py::test_the_demo_shows_what_timeline_shows_and_what_to_do_next",
+    "tests/crash/test_replay_coverage.py",
+    "tests/tools/test_big_calls.py",
+    "tests/tools/test_end_to_end.py",
+    "tests/crash/test_crash_recovery.py::test_random_soak",
+    "tests/phone_bot/test_fleet.py",
+    "tests/reproduce/test_reproduce.py",
+    "tests/architecture/test_types.py",
+)
+
+
+def _start_rank(nodeid: str) -> int:
+    return next((i for i, prefix in enumerate(_LONG_FIRST) if nodeid.startswith(prefix)),
+                len(_LONG_FIRST))
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: _start_rank(item.nodeid))  # stable: the rest keep their order
+
 PG_URL = os.environ.get("SESSION_STORE_TEST_PG", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 PG_DSN = PG_URL.replace("postgresql+asyncpg", "postgresql")
 
