@@ -314,6 +314,15 @@ class ConversationMessage(Event):
     late: bool = False
 
 
+@event_type("conversation.message_cut")
+class ConversationMessageCut(Event):
+    """The bot's last message, cut to what the caller heard: they talked over its audio
+    after the model had finished the turn (the message was logged whole then). It replaces
+    that message in the conversation; `text` ends with a cut mark (alone: nothing heard)."""
+    text: str
+    generation: int
+
+
 @upcaster("conversation.message", 1)
 def _conversation_message_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     data.setdefault("late", False)  # late words were logged as a turn of their own

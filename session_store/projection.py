@@ -172,6 +172,8 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
                                   at_us=rec.recorded_at_us))
         case ev.ConversationMessage():
             _add_message(s, e, rec.version)
+        case ev.ConversationMessageCut():
+            _cut_last_answer(s, e.text)
         case ev.AnomalyRecorded():
             s.anomalies += 1
             # A failed handshake is logged as this anomaly (decide.HandshakeFailed): its
@@ -179,6 +181,14 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             handle = e.detail.get("handle") if isinstance(e.detail, dict) else None
             if e.kind == "handshake_failed" and isinstance(handle, str) and handle:
                 s.handshake_failures[handle] = s.handshake_failures.get(handle, 0) + 1
+
+
+def _cut_last_answer(s: SessionState, text: str) -> None:
+    """The bot's last message becomes what the caller heard of it. A compacted state holds
+    no turns: seeding reads them from the log, where the cut follows the message."""
+    said = [i for i, (role, _t) in enumerate(s.conversation) if role == "assistant"]
+    if said:
+        s.conversation[said[-1]] = ("assistant", text)
 
 
 def _add_message(s: SessionState, e: ev.ConversationMessage, version: int) -> None:

@@ -3,7 +3,7 @@ worker process, the Twilio stand-in as the caller (it plays the bot's audio in r
 echoes `mark`s once the audio before them has played), the local Gemini Live server, and
 the log on SQLite and PostgreSQL.
 
-The bot says a 30-word sentence (3 s of audio, sent at once as Gemini does); one second in,
+The first test: the bot says a 30-word sentence (3 s of audio, sent at once as Gemini does); one second in,
 the caller talks over it and the model (here the test, as Gemini's voice detection) sends
 `interrupted`. The caller must get a `clear`, the log must record the interruption and the
 bot's turn only as far as the caller heard it; and after the call moves to a new stream
@@ -26,7 +26,7 @@ from rig.crash.harness import Databases
 from service.local_live import (Audio, Interrupted, LocalLiveServer, OutputTranscript, Script,
                                 Sleep, TurnComplete, WaitFor, WaitSignal)
 from service.playback import CUT_MARK
-from session_store import open_store
+from session_store import load_state, open_store
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -142,6 +142,124 @@ async def test_a_caller_who_talks_over_the_bot_stops_it_and_the_log_keeps_what_t
                         print(f"\n{db}: heard {heard_s:.2f} s of {SENTENCE_S} s, "
                               f"{len(stream.marks)} marks echoed; logged {len(kept)} of "
                               f"{len(WORDS)} words (expected {expected:.1f}); seed: {seed[:300]}")
+                    finally:
+                        moved.cancel()
+                        await asyncio.gather(moved, return_exceptions=True)
+            finally:
+                await store.close()
+                await _stop_workers(workers)
+    finally:
+        await databases.cleanup()
+
+
+# ---------------------------------------------------------------- after the model's turn
+
+#: From the caller's first syllable to the `clear`: Silero needs ~0.36 s of this voice
+#: (its 0.2 s start and the loudness window), then the interruption crosses the pipeline.
+CLEAR_WITHIN_S = 1.2
+
+
+def finished_turn_script(conn) -> Script:
+    if conn.index == 0:  # the model says the whole sentence and is done: only playback is left
+        return Script([WaitFor("client_content", timeout=20, required=False),
+                       Audio(chunks=round(SENTENCE_S / 0.04), chunk_ms=40),
+                       OutputTranscript(" ".join(WORDS)), TurnComplete()], reply=(),
+                      resumption_after_turn=False)  # the takeover below: a fresh session
+    return Script([WaitFor("client_content", timeout=20, required=False)], reply=())
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+async def test_a_caller_who_talks_over_the_bot_after_the_model_finished_stops_its_audio(
+        db, tmp_path):
+    """Gemini has no generation left to interrupt: the worker's voice detector hears the
+    caller over the bot's audio, stops it (`clear`), logs the interruption and cuts the bot's
+    logged message to what was heard, and a session seeded after a takeover holds only that."""
+    databases = Databases(db, tmp_path)
+    url, schema = await databases()
+    token = uuid.uuid4().hex
+    try:
+        async with LocalLiveServer(finished_turn_script) as gemini:
+            env = {**os.environ, "DATABASE_URL": url, "DATABASE_SCHEMA": schema or "",
+                   "PUBLIC_URL": PUBLIC_URL, "TWILIO_AUTH_TOKEN": token,
+                   "GEMINI_BASE_URL": gemini.base_url, "GEMINI_CA_CERT": str(gemini.cert_path),
+                   "TOOL_LEDGER": str(tmp_path / "ledger.jsonl"),
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                               os.environ.get("PYTHONPATH")]))}
+            workers = await _start_workers(1, env, tmp_path)
+            store = await open_store(url, **({"schema": schema} if schema else {}))
+            try:
+                balancer = Balancer(PUBLIC_URL, [w.url for w in workers])
+                async with httpx.AsyncClient(timeout=10) as http:
+                    caller = PhoneCall(balancer, f"{PUBLIC_URL}/twiml", "+15550001234",
+                                       auth_token=token, speak_over_after_s=SPEAK_OVER_AFTER_S,
+                                       speech_s=1.0, voice=True)
+                    running = asyncio.create_task(caller.run(http))
+                    await _until(lambda: caller.spoke_over_at is not None or running.done(),
+                                 40, "the caller to talk over the bot")
+                    assert caller.spoke_over_at is not None, caller.error
+                    stream = caller.streams[-1]
+                    await _until(lambda: stream.clears > 0, 10, "a clear")
+
+                    # The caller's side: the bot's audio stopped soon after they spoke up.
+                    cleared_at = stream.cleared_at[0]
+                    reaction_s = cleared_at - caller.spoke_over_at
+                    assert 0 < reaction_s < CLEAR_WITHIN_S, reaction_s
+                    await asyncio.sleep(0.5)
+                    assert stream.clears == 1, stream.clears
+                    late = [at - cleared_at for at, _ in stream.media if at > cleared_at + 0.05]
+                    assert not late, f"bot audio after the clear: {late[:5]}"
+                    heard_s = cleared_at - stream.first_audio_at
+                    assert SPEAK_OVER_AFTER_S < heard_s < SENTENCE_S - 0.5, heard_s
+
+                    # The log: the turn logged whole at turnComplete, then the interruption
+                    # and the cut to what the caller heard.
+                    cuts: list = []
+
+                    async def logged() -> bool:
+                        cuts[:] = await _records(store, caller.call_sid,
+                                                 "conversation.message_cut")
+                        return bool(cuts)
+
+                    deadline = time.monotonic() + 10
+                    while not await logged():
+                        assert time.monotonic() < deadline, "no cut logged"
+                        await asyncio.sleep(0.1)
+                    records = await store.read(caller.call_sid)
+                    kinds = [r.type for r in records]
+                    said = [r for r in records if r.type == "conversation.message"
+                            and r.data["role"] == "assistant"]
+                    assert [r.data["text"] for r in said] == [" ".join(WORDS)]
+                    interrupted = kinds.index("speech.interrupted")
+                    assert said[0].version < records[interrupted].version < cuts[0].version
+                    heard = cuts[0].data["text"]
+                    assert len(cuts) == 1 and heard.endswith(CUT_MARK), heard
+                    kept = heard.removesuffix(CUT_MARK).split()
+                    assert kept == WORDS[:len(kept)], heard
+                    # The position is the newest mark echoed when the interruption crossed
+                    # the service; the caller heard on until the clear reached them.
+                    expected = len(WORDS) * heard_s / SENTENCE_S
+                    assert expected - 6 <= len(kept) <= expected + 1.5, (kept, heard_s)
+                    assert (await load_state(store, caller.call_sid)).conversation[-1] == (
+                        "assistant", heard)
+                    unheard = WORDS[len(kept):]
+
+                    # A takeover seeds a fresh session with what the caller heard only.
+                    running.cancel()
+                    await asyncio.gather(running, return_exceptions=True)
+                    again = PhoneCall(balancer, f"{PUBLIC_URL}/twiml", "+15550001234",
+                                      auth_token=token, call_sid=caller.call_sid)
+                    moved = asyncio.create_task(again.run(http))
+                    try:
+                        await gemini.wait_until(lambda: len(gemini.connections) > 1 and bool(
+                            gemini.connections[1].messages("client_content")), timeout=40)
+                        seed = str([m.body for m in
+                                    gemini.connections[1].messages("client_content")])
+                        assert " ".join(kept) in seed, seed
+                        assert not [w for w in unheard if re.search(rf"\b{w}\b", seed)], seed
+                        print(f"\n{db}: spoke {SPEAK_OVER_AFTER_S} s into the bot's audio, "
+                              f"clear {reaction_s:.2f} s later; heard {heard_s:.2f} s of "
+                              f"{SENTENCE_S} s; logged {len(kept)} of {len(WORDS)} words "
+                              f"(expected {expected:.1f})")
                     finally:
                         moved.cancel()
                         await asyncio.gather(moved, return_exceptions=True)
