@@ -145,29 +145,28 @@ class Receiver:
         if sc.output_transcription and sc.output_transcription.text:
             self._transcript["assistant"].append(sc.output_transcription.text)
 
-    def _transcript_events(self, heard: float | None = None) -> list[ev.ConversationMessage]:
+    def _transcript_events(self, heard: float | None = None) -> list[ev.Event]:
         """What was said since the last flush, as one message per role: late words of the
         turn already answered first (the fold places them with it), then this turn's; the
-        bot's cut to the `heard` part of its audio (an interrupted turn)."""
-        events: list[ev.ConversationMessage] = []
+        bot's as said, then cut to the `heard` part of its audio (an interrupted turn)."""
+        events: list[ev.Event] = []
         gen = self._driver.state.generation
         for role in ("late", "user", "assistant"):
             text = "".join(self._transcript[role]).strip()
             self._transcript[role].clear()
-            if role == "assistant" and heard is not None:
-                cut = heard_text(text, heard)
-                if cut != text:
-                    logger.info(f"{self._svc}: the caller heard {heard:.0%} of the bot's "
-                                f"interrupted turn: logged as {len(cut.split())} of "
-                                f"{len(text.split())} words")
-                text = cut
-            if role == "assistant" and text:
-                self._said = (text, gen) if heard is None else None
-            if text:
-                events.append(ev.ConversationMessage("user" if role == "late" else role, text,
-                                                     gen, late=role == "late"))
-        if events and events[-1].role == "assistant":
+            if not text:
+                continue
+            events.append(ev.ConversationMessage("user" if role == "late" else role, text,
+                                                 gen, late=role == "late"))
+            if role != "assistant":
+                continue
             self._answered_at = time.monotonic()
+            self._said = (text, gen) if heard is None else None
+            cut = heard_text(text, heard)
+            if cut != text:
+                logger.info(f"{self._svc}: the caller heard {heard or 0:.0%} of the bot's "
+                            f"interrupted turn: {len(cut.split())} of {len(text.split())} words")
+                events.append(ev.ConversationMessageCut(cut or CUT_MARK.strip(), gen))
         return events
 
     def _cut_of_finished_turn(self) -> list[ev.Event]:

@@ -316,9 +316,11 @@ class ConversationMessage(Event):
 
 @event_type("conversation.message_cut")
 class ConversationMessageCut(Event):
-    """The bot's last message, cut to what the caller heard: they talked over its audio
-    after the model had finished the turn (the message was logged whole then). It replaces
-    that message in the conversation; `text` ends with a cut mark (alone: nothing heard)."""
+    """The bot's last message, cut to what the caller heard: they talked over it, and its
+    audio stopped (Gemini's `interrupted` during the turn, or the worker's voice detector
+    after the model had finished it). It follows that message, logged whole (as the model
+    said it, and as the session that said it holds it), and replaces it in the conversation;
+    `text` ends with a cut mark (alone: nothing heard)."""
     text: str
     generation: int
 

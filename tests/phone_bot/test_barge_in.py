@@ -43,12 +43,9 @@ def script(conn) -> Script:
                        WaitSignal("barge", timeout=30), Interrupted(), Sleep(0.2),
                        Audio(chunks=10, chunk_ms=40), OutputTranscript("Sorry, go ahead."),
                        TurnComplete()], reply=(),
-                      # No handle after the cut turn: the takeover below is a fresh session,
-                      # seeded from the log. (With one logged before the stream drops, it
-                      # resumes, and a resumed Gemini session holds the whole sentence it
-                      # sent: an open gap, docs/operations.md. Under load the handle was
-                      # logged first once, and the test waited for a seed never sent.)
-                      resumption_after_turn=False)
+                      # A handle after the cut turn: the takeover below passes it over
+                      # (it holds the whole sentence) for a fresh session, seeded from the log.
+                      resumption_after_turn=True)
     return Script([WaitFor("client_content", timeout=20, required=False)], reply=())
 
 
@@ -97,8 +94,7 @@ async def test_a_caller_who_talks_over_the_bot_stops_it_and_the_log_keeps_what_t
 
                     async def logged() -> bool:
                         messages[:] = [r.data["text"] for r in await _records(
-                            store, caller.call_sid, "conversation.message")
-                            if r.data["role"] == "assistant"]
+                            store, caller.call_sid, "conversation.message_cut")]
                         return bool(messages)
 
                     deadline = time.monotonic() + 10
@@ -111,8 +107,12 @@ async def test_a_caller_who_talks_over_the_bot_stops_it_and_the_log_keeps_what_t
                     first_audio = stream.first_audio_at
                     heard_s = stream.cleared_at[0] - first_audio
                     assert SPEAK_OVER_AFTER_S - 0.1 < heard_s < SENTENCE_S - 0.5, heard_s
-                    # The log: the interruption, and the turn as far as it was heard.
+                    # The log: the interruption, the turn as said, then as far as heard.
                     assert await _records(store, caller.call_sid, "speech.interrupted")
+                    said = [r.data["text"] for r in await _records(
+                        store, caller.call_sid, "conversation.message")
+                        if r.data["role"] == "assistant"]
+                    assert said[0] == " ".join(WORDS), said
                     heard = messages[0]
                     assert heard.endswith(CUT_MARK), heard
                     kept = heard.removesuffix(CUT_MARK).split()
@@ -164,7 +164,9 @@ def finished_turn_script(conn) -> Script:
         return Script([WaitFor("client_content", timeout=20, required=False),
                        Audio(chunks=round(SENTENCE_S / 0.04), chunk_ms=40),
                        OutputTranscript(" ".join(WORDS)), TurnComplete()], reply=(),
-                      resumption_after_turn=False)  # the takeover below: a fresh session
+                      # Its handle after the turn holds it whole: the takeover below
+                      # passes it over for a fresh session, seeded from the log.
+                      resumption_after_turn=True)
     return Script([WaitFor("client_content", timeout=20, required=False)], reply=())
 
 
