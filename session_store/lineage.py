@@ -83,8 +83,12 @@ def holds_cut_turn(state: SessionState, handle: Handle) -> bool:
     part of, whole: its model state has it from the generation that said it, from anywhere
     after the turn before it (a handle issued mid-turn holds part of it, or all)."""
     cutoffs = lineage_cutoffs(state, handle)
-    return any(gen in cutoffs and (cutoffs[gen] is None or cutoffs[gen] > before)
-               for before, gen in state.cut_turns)
+    for before, gen in state.cut_turns:
+        if gen in cutoffs:
+            cutoff = cutoffs[gen]
+            if cutoff is None or cutoff > before:
+                return True
+    return False
 
 
 def context_held(state: SessionState, handle: Handle | None = None) -> int:
