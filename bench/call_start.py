@@ -65,7 +65,7 @@ def worker_main(variant: str, port: int) -> None:
     config._http_options = lambda base_url, cert_path: types.HttpOptions(base_url=base_url)
     if variant == "stock":
         gemini_live.with_shared_tls = lambda options: options
-        bot.user_params = lambda: None  # pipecat's default user-turn strategies
+        bot.user_params = lambda *_args, **_kwargs: None  # pipecat's default user-turn strategies
     uvicorn.run(probed(app), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
 
 

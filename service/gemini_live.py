@@ -328,6 +328,10 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             # (a contextUpdate where the model takes one, else a new session).
             await self.setup_context.set_tools(frame.tools)
             return
+        if isinstance(frame, InterruptionFrame):
+            # Before pipecat passes it on (PlaybackMarks starts a new turn at it): where the
+            # playback it stops was.
+            await self.receiver.pipeline_interruption()
         await super().process_frame(frame, direction)
         if isinstance(frame, StartFrame):
             # Calls a takeover must run (re-runs of idempotent ones in doubt, calls asked for

@@ -23,7 +23,7 @@ from session_store.withholding import HandleGate, Incoming
 from .driver import now_us
 from .effects import EffectRunner
 from .log_writer import LogWriter, When
-from .playback import heard_text
+from .playback import CUT_MARK, heard_text
 from .port import ServicePort
 from .setup_context import SetupContext
 from .speech import SpeechTracker
@@ -63,6 +63,9 @@ class Receiver:
         self.last_message = time.monotonic()
         self._transcript: dict[str, list[str]] = {"user": [], "assistant": [], "late": []}
         self._answered_at: float | None = None  # when the bot's last message was logged
+        # The bot's last message, logged whole (text, generation): its audio may still be
+        # playing when the caller talks over it.
+        self._said: tuple[str, int] | None = None
         self._unknown_logged: set[str] = set()  # unknown message fields already logged
 
     async def message(self, message) -> None:
@@ -126,7 +129,8 @@ class Receiver:
             # Noted, not awaited: this is the receive loop, and the model's next audio is
             # behind it (seen: while PostgreSQL restarted, the answer to a barge-in played
             # only once the database was back).
-            await self._log.log(InterruptionObserved(gen))
+            # The model's previous turn may still have been playing: cut too.
+            await self._log.log(InterruptionObserved(gen), *self._cut_of_finished_turn())
             if self._svc.playback is not None:  # the turn ends here, as far as it was heard
                 await self.flush_transcript(self._svc.playback.heard_fraction())
         if sc.model_turn:
@@ -141,28 +145,53 @@ class Receiver:
         if sc.output_transcription and sc.output_transcription.text:
             self._transcript["assistant"].append(sc.output_transcription.text)
 
-    def _transcript_events(self, heard: float | None = None) -> list[ev.ConversationMessage]:
+    def _transcript_events(self, heard: float | None = None) -> list[ev.Event]:
         """What was said since the last flush, as one message per role: late words of the
         turn already answered first (the fold places them with it), then this turn's; the
-        bot's cut to the `heard` part of its audio (an interrupted turn)."""
-        events: list[ev.ConversationMessage] = []
+        bot's as said, then cut to the `heard` part of its audio (an interrupted turn)."""
+        events: list[ev.Event] = []
         gen = self._driver.state.generation
         for role in ("late", "user", "assistant"):
             text = "".join(self._transcript[role]).strip()
             self._transcript[role].clear()
-            if role == "assistant" and heard is not None:
-                cut = heard_text(text, heard)
-                if cut != text:
-                    logger.info(f"{self._svc}: the caller heard {heard:.0%} of the bot's "
-                                f"interrupted turn: logged as {len(cut.split())} of "
-                                f"{len(text.split())} words")
-                text = cut
-            if text:
-                events.append(ev.ConversationMessage("user" if role == "late" else role, text,
-                                                     gen, late=role == "late"))
-        if events and events[-1].role == "assistant":
+            if not text:
+                continue
+            events.append(ev.ConversationMessage("user" if role == "late" else role, text,
+                                                 gen, late=role == "late"))
+            if role != "assistant":
+                continue
             self._answered_at = time.monotonic()
+            self._said = (text, gen) if heard is None else None
+            cut = heard_text(text, heard)
+            if cut != text:
+                logger.info(f"{self._svc}: the caller heard {heard or 0:.0%} of the bot's "
+                            f"interrupted turn: {len(cut.split())} of {len(text.split())} words")
+                events.append(ev.ConversationMessageCut(cut or CUT_MARK.strip(), gen))
         return events
+
+    def _cut_of_finished_turn(self) -> list[ev.Event]:
+        """The bot's last message, logged whole when the model finished its turn, cut to
+        what the caller heard of it, if an interruption stops its audio still playing."""
+        said, self._said = self._said, None
+        playback = self._svc.playback
+        heard = playback.finished_turn_heard() if said and playback is not None else None
+        if said is None or heard is None or heard >= 1.0:
+            return []
+        text, gen = said
+        cut = heard_text(text, heard) or CUT_MARK.strip()
+        logger.info(f"{self._svc}: the caller talked over {heard:.0%} into the bot's finished "
+                    f"turn: its message cut to {len(cut.split())} of {len(text.split())} words")
+        return [ev.ConversationMessageCut(cut, gen)]
+
+    async def pipeline_interruption(self) -> None:
+        """pipecat interrupts the bot (a local voice detector heard the caller). With a model
+        turn under way Gemini decides (its `interrupted`); after it, the audio still playing
+        stops here, and the log keeps what was heard."""
+        if self._speech.model_generating:
+            return
+        cut = self._cut_of_finished_turn()
+        if cut:
+            await self._log.log(InterruptionObserved(self._driver.state.generation), *cut)
 
     async def flush_transcript(self, heard: float | None = None) -> None:
         """What was said (at the turn's end, or a session's)."""

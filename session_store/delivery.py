@@ -14,8 +14,9 @@ from typing import Any, Literal
 
 from .models import ModelRules, prompt_tokens
 from .policy import Policy
-from .lineage import (context_held, handle_may_hold, in_model, lineage_cutoffs, result_held,
-                      send_held, unconfirmed_sends, unheld_calls, unheld_messages)
+from .lineage import (context_held, handle_may_hold, holds_cut_turn, in_model, lineage_cutoffs,
+                      result_held, send_held, unconfirmed_sends, unheld_calls,
+                      unheld_messages)
 from .state import CallState, Cover, Handle, Send, SessionState
 
 
@@ -263,7 +264,9 @@ def choose_resumption(state: SessionState, policy: Policy, now_us: int,
     be one the model can be brought up to date from: where the model takes no contextUpdate,
     it must hold the current system instruction and tools (a resumed session is not known to
     adopt new ones from its setup); where it takes no clientContent mid-session, it must hold
-    every logged turn and tool exchange. Handles the server refused (HandleRefused), and
+    every logged turn and tool exchange. It must not hold a bot turn whole that the caller
+    heard only part of (the log's cut turns): a fresh session is seeded with the heard
+    part. Handles the server refused (HandleRefused), and
     those in `exclude`, are passed over for an older one. `policy.resumption` may rule
     resumption out (see Policy).
     """
@@ -279,6 +282,8 @@ def choose_resumption(state: SessionState, policy: Policy, now_us: int,
         if best is not None and h.version <= best.version:
             continue
         if any(handle_may_hold(state, h, s) for s in unsure):
+            continue
+        if holds_cut_turn(state, h):  # the model would take the unheard rest as said
             continue
         if not rules.context_update and lacks_context(state, h):
             continue

@@ -314,6 +314,17 @@ class ConversationMessage(Event):
     late: bool = False
 
 
+@event_type("conversation.message_cut")
+class ConversationMessageCut(Event):
+    """The bot's last message, cut to what the caller heard: they talked over it, and its
+    audio stopped (Gemini's `interrupted` during the turn, or the worker's voice detector
+    after the model had finished it). It follows that message, logged whole (as the model
+    said it, and as the session that said it holds it), and replaces it in the conversation;
+    `text` ends with a cut mark (alone: nothing heard)."""
+    text: str
+    generation: int
+
+
 @upcaster("conversation.message", 1)
 def _conversation_message_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     data.setdefault("late", False)  # late words were logged as a turn of their own

@@ -78,6 +78,19 @@ def handle_may_hold(state: SessionState, handle: Handle, send: Send | Cover) -> 
                for gen, cutoff in walk(state, handle.generation, handle.version))
 
 
+def holds_cut_turn(state: SessionState, handle: Handle) -> bool:
+    """Whether a session resumed from `handle` would hold a bot turn the caller heard only
+    part of, whole: its model state has it from the generation that said it, from anywhere
+    after the turn before it (a handle issued mid-turn holds part of it, or all)."""
+    cutoffs = lineage_cutoffs(state, handle)
+    for before, gen in state.cut_turns:
+        if gen in cutoffs:
+            cutoff = cutoffs[gen]
+            if cutoff is None or cutoff > before:
+                return True
+    return False
+
+
 def context_held(state: SessionState, handle: Handle | None = None) -> int:
     """Log version of the last in-session settings change the current model state (with
     `handle`: a session resumed from it) holds."""

@@ -172,6 +172,8 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
                                   at_us=rec.recorded_at_us))
         case ev.ConversationMessage():
             _add_message(s, e, rec.version)
+        case ev.ConversationMessageCut():
+            _cut_last_answer(s, e.text, e.generation)
         case ev.AnomalyRecorded():
             s.anomalies += 1
             # A failed handshake is logged as this anomaly (decide.HandshakeFailed): its
@@ -179,6 +181,17 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             handle = e.detail.get("handle") if isinstance(e.detail, dict) else None
             if e.kind == "handshake_failed" and isinstance(handle, str) and handle:
                 s.handshake_failures[handle] = s.handshake_failures.get(handle, 0) + 1
+
+
+def _cut_last_answer(s: SessionState, text: str, generation: int) -> None:
+    """The bot's last message becomes what the caller heard of it. A compacted state holds
+    no turns: seeding reads them from the log, where the cut follows the message."""
+    said = [i for i, (role, _t) in enumerate(s.conversation) if role == "assistant"]
+    if said:
+        s.conversation[said[-1]] = ("assistant", text)
+        at = sum(1 for role, _t in s.conversation[:said[-1]] if role != "tool")
+        before = s.message_marks[at - 1][0] if at > 0 else 0
+        s.cut_turns.append((before, generation))
 
 
 def _add_message(s: SessionState, e: ev.ConversationMessage, version: int) -> None:
@@ -284,6 +297,7 @@ def from_snapshot(text: str) -> SessionState:
         (Handle(**h) for h in data["handles"].values()), key=lambda h: h.version)}
     data["conversation"] = [tuple(m) for m in data["conversation"]]
     data["message_marks"] = [tuple(m) for m in data["message_marks"]]
+    data["cut_turns"] = [tuple(m) for m in data.get("cut_turns", [])]
     data["answer_mark"] = tuple(data["answer_mark"]) if data.get("answer_mark") else None
     data["context_sends"] = [Cover(**c) for c in data["context_sends"]]
     data["conversation_sends"] = [Cover(**c) for c in data["conversation_sends"]]

@@ -170,6 +170,10 @@ class SessionState:
     # The conversation in log order: (role, text) for user/assistant turns and
     # ("tool", call_id) where a call was made; a fresh session is seeded from it.
     conversation: list[tuple[str, str]] = field(default_factory=list)
+    # Bot messages the caller heard only part of (ConversationMessageCut): (the log version
+    # of the turn before, generation that said it). That generation's model state holds the
+    # whole turn from then on: no session resumes it (delivery.choose_resumption).
+    cut_turns: list[tuple[int, int]] = field(default_factory=list)
     anomalies: int = 0
     reconnects: int = 0
     messages: int = 0  # conversation messages logged (user/assistant turns)
@@ -225,5 +229,6 @@ class SessionState:
         data = asdict(self)
         data["conversation"] = [list(m) for m in self.conversation]
         data["message_marks"] = [list(m) for m in self.message_marks]
+        data["cut_turns"] = [list(m) for m in self.cut_turns]
         data["archived"] = sorted(self.archived)
         return data

@@ -9,9 +9,11 @@ from where the log says the call is. Nothing here is crash-specific.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from fastapi import WebSocket
 from loguru import logger
+from pipecat.audio.vad.vad_analyzer import VADAnalyzer
 from pipecat.frames.frames import EndFrame, LLMRunFrame
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -23,11 +25,11 @@ from pipecat.runner.utils import parse_telephony_websocket
 from pipecat.serializers.twilio import TwilioFrameSerializer
 from pipecat.transports.websocket.fastapi import (FastAPIWebsocketParams,
                                                   FastAPIWebsocketTransport)
-from pipecat.turns.user_turn_strategies import ExternalUserTurnStrategies
 
 from service.gemini_live import DurableGeminiLiveLLMService
 from session_store import Policy
 
+from .barge_in import SharedModelSileroVAD, barge_in_strategies, load_vad_model
 from .call_end import end_calls_that_cannot_go_on
 from .config import BotConfig
 from .pacing import LeadPacedWebsocketTransport
@@ -70,12 +72,14 @@ class CallerAwareTwilioSerializer(TwilioFrameSerializer):
         return await super().deserialize(data)
 
 
-def user_params() -> LLMUserAggregatorParams:
+def user_params(vad: VADAnalyzer, talked_over: Callable[[], bool]) -> LLMUserAggregatorParams:
     """Gemini Live detects the caller's turns itself (server-side VAD, `interrupted` on a
-    barge-in). pipecat's default strategies would load the smart-turn ONNX model for every
-    call (~45 ms of blocked event loop, a gap in every other call's audio) that this
-    pipeline never runs: external strategies leave turns to the service."""
-    return LLMUserAggregatorParams(user_turn_strategies=ExternalUserTurnStrategies())
+    barge-in during a generation). The local VAD only stops the bot's audio still playing
+    after the model's turn ended (barge_in.py). pipecat's default strategies would also load
+    the smart-turn ONNX model for every call (~45 ms of blocked event loop, a gap in every
+    other call's audio) that this pipeline never runs."""
+    return LLMUserAggregatorParams(vad_analyzer=vad,
+                                   user_turn_strategies=barge_in_strategies(talked_over))
 
 
 async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict,
@@ -106,9 +110,11 @@ async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict,
     register_tools(llm, Ledger(config.ledger_path), latency_s=config.tool_latency_s)
 
     context = LLMContext(messages=[{"role": "user", "content": OPENING}])
-    aggregators = LLMContextAggregatorPair(context, user_params=user_params())
     # Marks after the bot's audio: a turn the caller interrupts is logged as far as heard.
     marks = serializer.playback = llm.playback = PlaybackMarks(call_data.stream_id)
+    aggregators = LLMContextAggregatorPair(context, user_params=user_params(
+        SharedModelSileroVAD(await load_vad_model()),
+        talked_over=lambda: marks.playing() and not llm.speech.model_generating))
     pipeline = Pipeline([transport.input(), aggregators.user(), llm, marks, transport.output(),
                          aggregators.assistant()])
     task = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=16000,

@@ -15,6 +15,7 @@ the audio, through the transport's queue) and is the service's `playback`
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 from pipecat.frames.frames import (Frame, InterruptionFrame, OutputAudioRawFrame,
                                    OutputTransportMessageFrame, TTSStoppedFrame)
@@ -24,18 +25,43 @@ MARK_EVERY_MS = 100
 MARK_PREFIX = "bot-audio"
 
 
+@dataclass
+class _TurnPlayback:
+    """One bot turn's audio: how much went to the transport, and how much the echoes say
+    the caller heard."""
+
+    number: int
+    sent_ms: float = 0.0
+    marked_ms: float = 0.0
+    played_ms: float = 0.0  # the newest echoed mark
+    played_at: float = 0.0  # when that echo came (monotonic)
+    pending: list[float] = field(default_factory=list)  # positions of marks not echoed yet
+
+    def echoed(self, at_ms: float) -> None:
+        if at_ms > self.played_ms:
+            self.played_ms, self.played_at = at_ms, time.monotonic()
+            self.pending = [p for p in self.pending if p > at_ms + 0.5]
+
+    def heard_fraction(self) -> float | None:
+        if self.sent_ms <= 0:
+            return None
+        played = self.played_ms
+        if self.played_at:  # it went on playing past the echo, up to the next mark at most
+            since_ms = 1000 * (time.monotonic() - self.played_at)
+            played = min(played + since_ms, self.pending[0] if self.pending else played)
+        return min(1.0, played / self.sent_ms)
+
+
 class PlaybackMarks(FrameProcessor):
     """Marks the bot's audio as it goes out, and learns from their echoes what played."""
 
     def __init__(self, stream_sid: str, **kwargs):
         super().__init__(**kwargs)
         self._stream_sid = stream_sid
-        self._turn = 0
-        self._sent_ms = 0.0  # of the current turn's audio, passed to the transport
-        self._marked_ms = 0.0
-        self._played_ms = 0.0  # of it, heard (the newest echoed mark)
-        self._played_at = 0.0  # when that echo came (monotonic)
-        self._pending: list[float] = []  # positions of the marks not echoed yet
+        self._current = _TurnPlayback(0)
+        # The model's last finished turn (TTSStoppedFrame passed: its audio is all queued),
+        # while the caller may still be hearing it.
+        self._finished: _TurnPlayback | None = None
         self.marks_sent = 0
         self.marks_played = 0
 
@@ -44,50 +70,58 @@ class PlaybackMarks(FrameProcessor):
         await self.push_frame(frame, direction)
         if direction != FrameDirection.DOWNSTREAM:
             return
+        turn = self._current
         if isinstance(frame, OutputAudioRawFrame) and frame.sample_rate:
-            self._sent_ms += 1000 * len(frame.audio) / (2 * frame.sample_rate
-                                                       * max(1, frame.num_channels))
-            if self._sent_ms - self._marked_ms >= MARK_EVERY_MS:
+            turn.sent_ms += 1000 * len(frame.audio) / (2 * frame.sample_rate
+                                                      * max(1, frame.num_channels))
+            if turn.sent_ms - turn.marked_ms >= MARK_EVERY_MS:
                 await self._mark()
         elif isinstance(frame, TTSStoppedFrame):
-            if self._sent_ms > self._marked_ms:
+            if turn.sent_ms > turn.marked_ms:
                 await self._mark()  # the end of the turn: it played in full once echoed
-            self._next_turn()
+            if turn.sent_ms > 0:
+                self._finished = turn
+            self._current = _TurnPlayback(turn.number + 1)
         elif isinstance(frame, InterruptionFrame):
-            self._next_turn()  # the transport clears: what follows is a new turn
+            # The transport clears: what was queued never plays, what follows is a new turn.
+            self._finished = None
+            self._current = _TurnPlayback(turn.number + 1)
 
     async def _mark(self) -> None:
-        self._marked_ms = self._sent_ms
-        self._pending.append(self._sent_ms)
+        turn = self._current
+        turn.marked_ms = turn.sent_ms
+        turn.pending.append(turn.sent_ms)
         self.marks_sent += 1
         await self.push_frame(OutputTransportMessageFrame(message={
             "event": "mark", "streamSid": self._stream_sid,
-            "mark": {"name": f"{MARK_PREFIX}:{self._turn}:{round(self._sent_ms)}"}}))
-
-    def _next_turn(self) -> None:
-        self._turn += 1
-        self._sent_ms = self._marked_ms = self._played_ms = self._played_at = 0.0
-        self._pending = []
+            "mark": {"name": f"{MARK_PREFIX}:{turn.number}:{round(turn.sent_ms)}"}}))
 
     def played(self, name: str) -> None:
         """Twilio echoed the mark `name`: the audio before it has played."""
         prefix, _, rest = name.partition(":")
-        turn, _, at_ms = rest.partition(":")
-        if prefix != MARK_PREFIX or not turn.isdigit() or not at_ms.isdigit():
+        number, _, at_ms = rest.partition(":")
+        if prefix != MARK_PREFIX or not number.isdigit() or not at_ms.isdigit():
             return  # not ours
         self.marks_played += 1
-        if int(turn) == self._turn and float(at_ms) > self._played_ms:
-            self._played_ms, self._played_at = float(at_ms), time.monotonic()
-            self._pending = [p for p in self._pending if p > self._played_ms + 0.5]
+        for turn in (self._current, self._finished):
+            if turn is not None and turn.number == int(number):
+                turn.echoed(float(at_ms))
 
     def heard_fraction(self) -> float | None:
         """The part of the current turn's audio the caller has heard; None before any. Past
         the newest echo the audio went on playing, up to the next mark at most (its echo
         has not come: the caller may not have heard further)."""
-        if self._sent_ms <= 0:
+        return self._current.heard_fraction()
+
+    def finished_turn_heard(self) -> float | None:
+        """The part of the model's last finished turn the caller has heard, while they are
+        still hearing it (its last mark not echoed); None once it played in full, or if no
+        turn finished since the last interruption."""
+        turn = self._finished
+        if turn is None or not turn.pending:
             return None
-        played = self._played_ms
-        if self._played_at:
-            since_ms = 1000 * (time.monotonic() - self._played_at)
-            played = min(played + since_ms, self._pending[0] if self._pending else played)
-        return min(1.0, played / self._sent_ms)
+        return turn.heard_fraction()
+
+    def playing(self) -> bool:
+        """The caller may still be hearing bot audio: a mark sent is not echoed yet."""
+        return bool(self._current.pending or (self._finished and self._finished.pending))

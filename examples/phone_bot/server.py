@@ -41,6 +41,7 @@ from twilio.twiml.voice_response import Connect, VoiceResponse
 from service import metrics
 from session_store import load_state, open_store
 
+from .barge_in import load_vad_model
 from .bot import run_call
 from .call_end import GeminiReach, close_reason, verbs_for_closed_call
 from .config import BotConfig
@@ -67,6 +68,7 @@ async def lifespan(app: FastAPI):
     app.state.leases = CallLeases(config, app.state.store,
                                   f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
     await app.state.leases.start()
+    await load_vad_model()  # once per process, off the loop: calls share it (barge_in.py)
     # Keep what startup made (~140,000 objects of pipecat, google-genai, SQLAlchemy) out of
     # the full collections: each otherwise stops every call's audio on this worker for
     # 100-200 ms (docs/operations.md, "Garbage collection").

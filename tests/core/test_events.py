@@ -39,6 +39,7 @@ SAMPLES: list[ev.Event] = [
     ev.ToolResultSending("c1", 1, "tool_response"), ev.ToolResultSent("c1", 1, "content"),
     ev.ToolResultSending("c1", 2, "text", 1), ev.ToolResultSent("c1", 2, "text", 1),
     ev.ConversationMessage("assistant", "hello", 1),
+    ev.ConversationMessageCut("hel —", 1),
     ev.AnomalyRecorded("duplicate_tool_call_id", {"call_id": "c1"}, 1),
     ev.ObservationRecorded("ToolCallsArrived", {"calls": [{"call_id": "c1", "args": None}],
                                                 "generation": 1}, 1,

@@ -343,3 +343,17 @@ def test_malformed_tool_calls_are_recorded_not_dropped():
 def test_unknown_observation_is_an_error(obs):
     with pytest.raises(TypeError):
         decide(live().state(), obs, ALL)
+
+
+def test_a_message_cut_replaces_the_bots_last_message():
+    log = Log()
+    log.add(opened(), ev.Connected(1), ev.ConversationMessage("user", "refund my order", 1),
+            ev.ConversationMessage("assistant", "Sure, which one was it", 1),
+            ev.ConversationMessage("user", "the blue one", 1),
+            ev.ConversationMessage("assistant", "I will refund the blue one now", 1),
+            ev.ConversationMessageCut("I will refund —", 1))
+    state = log.state()
+    assert state.conversation == [("user", "refund my order"),
+                                  ("assistant", "Sure, which one was it"),
+                                  ("user", "the blue one"), ("assistant", "I will refund —")]
+    assert state.messages == 4 and len(state.message_marks) == 4

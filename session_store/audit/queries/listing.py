@@ -149,7 +149,8 @@ async def _tool_ends(conn, ids: list[str]) -> dict[str, tuple[int, int]]:
 
 
 # Types whose payload a text search reads, and the fields it looks in.
-_SEARCHED = {"conversation.message": ("text",), "tool.call_requested": ("args",),
+_SEARCHED = {"conversation.message": ("text",), "conversation.message_cut": ("text",),
+             "tool.call_requested": ("args",),
              "tool.call_completed": ("result",), "tool.call_failed": ("error",)}
 
 

@@ -9,7 +9,7 @@ Two levels:
   "AIza…", "Bearer …", JWTs, "api_key=…") are masked inside every string.
 * **Full** (`--redact`, `?redact=1`, or a config that turns it on): additionally the
   configured fields — tool arguments and results by key name (or all of them), transcript
-  text (conversation.message), settings values — and resumption handles (replaced by a short
+  text (conversation.message, .message_cut), settings values — and resumption handles (replaced by a short
   fingerprint, so the timeline still shows which handle a session resumed from) — and
   personal data inside the free text that stays (phone numbers, email addresses, card
   numbers, IBANs, street addresses in argument and result values, failure messages,

@@ -267,7 +267,7 @@ class Redactor:
             d["error"] = (self._mask(d["error"], "data.error", masked)
                           if cfg.tool_results == "all"
                           else self._walk(d["error"], "data.error", masked, pii=True))
-        elif event_type == "conversation.message" and "text" in d:
+        elif event_type in ("conversation.message", "conversation.message_cut") and "text" in d:
             d["text"] = (self._mask(d["text"], "data.text", masked) if cfg.transcripts
                          else self._walk(d["text"], "data.text", masked, pii=True))
         elif event_type == "anomaly.recorded" and isinstance(d.get("detail"), dict):

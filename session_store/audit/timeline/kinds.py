@@ -247,6 +247,10 @@ def _message(b: TimelineDraft, rec, d):
     return f"{words(d.get('role'))}: {clip(d.get('text'), 120)}"
 
 
+def _message_cut(b: TimelineDraft, rec, d):
+    return f"the caller heard the bot's last message only as: {clip(d.get('text'), 100)}", "warn"
+
+
 def _anomaly(b: TimelineDraft, rec, d):
     b.problem(rec, f"anomaly:{d.get('kind')}", bounded(d.get("detail")))
     return f"anomaly {words(d.get('kind'))}: {clip(d.get('detail'), 100)}", "error"
@@ -281,6 +285,7 @@ KINDS: dict[str, Kind] = {
     "conversation.sending": Kind("conversation", _conversation_sending),
     "conversation.sent": Kind("conversation", _conversation_sent),
     "conversation.message": Kind("conversation", _message),
+    "conversation.message_cut": Kind("conversation", _message_cut),
     "anomaly.recorded": Kind("errors", _anomaly, "big"),
     "tool.call_requested": Kind("tools", tool_kinds.requested, None),
     "tool.call_progress": Kind("tools", tool_kinds.progress, None),
