@@ -82,22 +82,39 @@ class SharedModelSileroVAD(SileroVADAnalyzer):
     event loop 30-150 ms (every other call on the worker goes silent that long); this one
     shares a model loaded once, off the loop (`load_vad_model`)."""
 
-    def __init__(self, session: onnxruntime.InferenceSession, *, params: VADParams | None = None):
+    def __init__(self, session: onnxruntime.InferenceSession, *, params: VADParams | None = None,
+                 listening: Callable[[], bool] = lambda: True):
         VADAnalyzer.__init__(self, params=params)  # noqa: the rest of super().__init__ below
         self._model = _CallVadState(session)
         self._windows_since_reset = 0
         self._low_confidence_windows = 0
         self._unanalyzed = b""
+        self._listening = listening
 
     async def analyze_audio(self, buffer: bytes) -> VADState:
         """Analyzed VAD_BATCH_MS at a time: each analysis is a hop to the analyzer's thread
         and back, and on a starved CPU (load 27 on 2 cores) one hop per 20 ms Twilio frame
-        fell seconds behind the caller; the state holds in between."""
+        fell seconds behind the caller; the state holds in between.
+
+        Only while `listening()`: the detector costs ~3 % of a core per call analysing
+        everything, and its one use is a barge-in over audio still playing; it starts from
+        silence each time (Silero needs ~0.36 s of speech either way)."""
+        if not self._listening():
+            if self._unanalyzed or self._vad_state != VADState.QUIET:
+                self._forget()
+            return VADState.QUIET
         self._unanalyzed += buffer
         if len(self._unanalyzed) < VAD_BATCH_MS * self.sample_rate * 2 // 1000:
             return self._vad_state
         audio, self._unanalyzed = self._unanalyzed, b""
         return await super().analyze_audio(audio)
+
+    def _forget(self) -> None:
+        """Back to silence, as if the caller's audio so far had not been heard."""
+        self._unanalyzed = self._vad_buffer = b""
+        self._vad_state = VADState.QUIET
+        self._vad_starting_count = self._vad_stopping_count = 0
+        self._model.reset_states()
 
 
 _model: onnxruntime.InferenceSession | None = None

@@ -112,9 +112,12 @@ async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict,
     context = LLMContext(messages=[{"role": "user", "content": OPENING}])
     # Marks after the bot's audio: a turn the caller interrupts is logged as far as heard.
     marks = serializer.playback = llm.playback = PlaybackMarks(call_data.stream_id)
+    def talked_over() -> bool:
+        return marks.playing() and not llm.speech.model_generating
+
     aggregators = LLMContextAggregatorPair(context, user_params=user_params(
-        SharedModelSileroVAD(await load_vad_model()),
-        talked_over=lambda: marks.playing() and not llm.speech.model_generating))
+        SharedModelSileroVAD(await load_vad_model(), listening=talked_over),
+        talked_over=talked_over))
     pipeline = Pipeline([transport.input(), aggregators.user(), llm, marks, transport.output(),
                          aggregators.assistant()])
     task = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=16000,
