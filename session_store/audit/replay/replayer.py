@@ -211,7 +211,8 @@ class _Replayer:
             case ev.CutTelling() | ev.CutUntold():
                 effects = due(s, self.policy, t)
                 via = e.via if isinstance(e, ev.CutTelling) else "none"
-                if TellCut(e.cut, via) not in effects:  # type: ignore[arg-type]
+                if not any(isinstance(x, TellCut) and (x.cut, x.via) == (e.cut, via)
+                           for x in effects):
                     told = ("tells" if via != "none" else "decides not to tell")
                     self.effect_diverges(rec, f"the log {told} generation {e.generation} "
                                          f"about the cut at version {e.cut} (via {via}); "
