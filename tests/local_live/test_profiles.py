@@ -232,7 +232,7 @@ async def test_client_content_on_a_resumed_session_is_refused(profile: str) -> N
     assert "resumed" in server.violations[0]["detail"]
 
 
-async def test_3_8_takes_client_content_mid_session_without_a_reply() -> None:
+async def test_3_8_takes_client_content_mid_session() -> None:
     """3.8 Live: clientContent after the model's turn, and on a resumed session, joins the
     context instead of closing the socket (3.1 and 3.8 thinking: the tests above)."""
     first = Script([Audio(chunks=1), TurnComplete(), ResumptionUpdate()], reply=())
