@@ -32,7 +32,8 @@ from rig.crash.harness import Databases
 from service.local_live import (Audio, Interrupted, LocalLiveServer, OutputTranscript, Script,
                                 Sleep, TurnComplete, WaitFor, WaitSignal)
 from service.playback import CUT_MARK
-from session_store import load_state, open_store
+from session_store import Policy, load_state, open_store
+from session_store.audit.replay import logged_decisions, replay
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -295,6 +296,11 @@ async def test_the_live_session_that_said_the_cut_turn_is_told_what_the_caller_h
             await asyncio.gather(running, return_exceptions=True)
         records = await bot.store.read(caller.call_sid)
         cut = next(r.version for r in records if r.type == "conversation.message_cut")
+        # Today's code decides the note again from the log, and every decision replays.
+        report = replay(records, Policy())
+        n = len(list(logged_decisions(records)))
+        assert report.ok and report.coverage == f"{n} of {n} decisions replayed", \
+            report.to_json()
         said = bot.gemini.connections[0]
         notes = [m.body for m in said.messages("client_content")
                  if m.at > (said.model_output_at or 0)]
