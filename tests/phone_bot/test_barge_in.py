@@ -325,4 +325,7 @@ async def test_the_live_session_that_said_the_cut_turn_is_told_what_the_caller_h
         # The model state of the live session holds it (the scripted model's context).
         held = [e.text for e in said.state.conversation if e.how == "content"]
         assert any(" ".join(kept) in text for text in held), held
-        print(f"\n{generation} {db}: told {len(kept)} of {len(LONG_WORDS)} words: {notes[0]}")
+        after_ms = (outcome[0].recorded_at_us - next(
+            r.recorded_at_us for r in records if r.version == cut)) / 1000
+        print(f"\n{generation} {db}: told {len(kept)} of {len(LONG_WORDS)} words, logged "
+              f"sent {after_ms:.0f} ms after the cut: {notes[0]}")
