@@ -26,6 +26,7 @@ from session_store.errors import Fenced
 from session_store.intents import ALL, LOGGED, SENDS
 from session_store.withholding import HandleGate
 
+from .cut_telling import tell_cut
 from .driver import Decision
 from .log_writer import LogWriter, When
 from .port import ServicePort
@@ -142,6 +143,10 @@ class EffectRunner:
                 acted |= await self._apply_context(intent)
             elif isinstance(intent, ev.ConversationSending):
                 acted |= await self._send_conversation(intent)
+            elif isinstance(intent, ev.CutTelling):
+                acted |= await tell_cut(intent, self._svc._session, self._driver.state,
+                                        self._log, sending=self._sending_content,
+                                        failed=self.after_send_failure)
         acted |= await self.deliver(logged)
         if Reconnect in kinds and not self._link.busy:
             for effect in decision.effects:

@@ -68,6 +68,7 @@ def compact(state: SessionState, *, handle_ttl_us: int = HANDLE_TTL_US,
     compacted.handles, compacted.generations, compacted.calls = handles, generations, calls
     compacted.message_marks = marks
     compacted.cut_turns = list(state.cut_turns)
+    compacted.cut_notes = copy.deepcopy(state.cut_notes)  # (bounded: owed to one session)
     compacted.context_sends = copy.deepcopy(context_sends)
     compacted.conversation_sends = copy.deepcopy(conversation_sends)
     compacted.archived = state.archived | (state.calls.keys() - calls.keys())

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from . import cut_notes
 from .models import ModelRules, prompt_tokens
 from .policy import Policy
 from .lineage import (context_held, handle_may_hold, holds_cut_turn, in_model, lineage_cutoffs,
@@ -132,11 +133,21 @@ class SendConversation:
 
 
 @dataclass(frozen=True)
+class TellCut:
+    """Tell the live session what the caller heard of the turn cut at log version `cut`
+    (cut_notes.py): `via` "content" (a clientContent note that starts no reply), or "none"
+    where its generation takes no such note (the intent is the decision: nothing is sent)."""
+    cut: int
+    via: Literal["content", "none"]
+
+
+@dataclass(frozen=True)
 class Reconnect:
     reason: str
 
 
-Effect = StartCall | ResolveInDoubt | CheckOutcome | SendResult | ApplyContext | SendConversation | Reconnect
+Effect = (StartCall | ResolveInDoubt | CheckOutcome | SendResult | ApplyContext
+          | SendConversation | TellCut | Reconnect)
 
 OUTCOME_UNKNOWN = ("outcome unknown: the system was interrupted while this tool was running; "
                    "it may or may not have taken effect. Check before retrying.")
@@ -163,6 +174,13 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
         catch_up = _conversation_to_send(state)
         if catch_up is not None and not state.bot_speaking:
             effects.append(SendConversation(catch_up))  # content: waits for silence
+        for note in cut_notes.owed(state):
+            # Before any result: the model should answer knowing what was heard. Content
+            # waits for silence (it would cut a generation under way); the cut stopped it.
+            if rules.cut_note is None:
+                effects.append(TellCut(note.cut, "none"))
+            elif not state.bot_speaking:
+                effects.append(TellCut(note.cut, rules.cut_note))
         busy: set[str] = set()  # calls with a part on its way: their next part waits
         for call, part in undelivered_parts(state):
             if call.call_id in busy:
@@ -235,7 +253,7 @@ def waits_for_silence(state: SessionState) -> bool:
     logged at once; otherwise it may wait to share the next commit."""
     return (state.reconnect_pending is not None or bool(_waiting_calls(state))
             or (state.connected and (
-                _conversation_to_send(state) is not None
+                _conversation_to_send(state) is not None or bool(cut_notes.owed(state))
                 or any(_delivery_channel(state, c) != "tool_response"
                        for c, _part in undelivered_parts(state)))))
 

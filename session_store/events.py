@@ -325,6 +325,35 @@ class ConversationMessageCut(Event):
     generation: int
 
 
+@event_type("conversation.cut_telling")
+class CutTelling(Event):
+    """Write-ahead intent: the live session of `generation`, which said the turn cut at log
+    version `cut`, is about to be told what the caller heard of it (`via`: "content", a
+    clientContent note with turnComplete false: it does not start a reply)."""
+    generation: int
+    cut: int
+    via: str
+
+
+@event_type("conversation.cut_told")
+class CutTold(Event):
+    """The note about the cut at log version `cut` went out on `generation` (the write
+    returned)."""
+    generation: int
+    cut: int
+    via: str
+
+
+@event_type("conversation.cut_untold")
+class CutUntold(Event):
+    """The live session of `generation` is not told about the cut at log version `cut`:
+    its model takes no note that would not be answered as the caller speaking (`reason`).
+    It goes on believing the caller heard the whole turn; later sessions do not."""
+    generation: int
+    cut: int
+    reason: str
+
+
 @upcaster("conversation.message", 1)
 def _conversation_message_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     data.setdefault("late", False)  # late words were logged as a turn of their own

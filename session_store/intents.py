@@ -9,13 +9,14 @@ its failure is the effect. A reconnect has no intent: the new session's events r
 from __future__ import annotations
 
 from . import events as ev
+from .cut_notes import untold_reason
 from .delivery import (OUTCOME_UNKNOWN, ApplyContext, Effect, Reconnect, ResolveInDoubt,
-                       SendConversation, SendResult, StartCall)
+                       SendConversation, SendResult, StartCall, TellCut)
 from .state import SessionState
 
 #: Effects that go out on the live session: their intents are logged only when it can carry
 #: them at the moment of the commit.
-SENDS: frozenset[type] = frozenset({ApplyContext, SendConversation, SendResult})
+SENDS: frozenset[type] = frozenset({ApplyContext, SendConversation, SendResult, TellCut})
 #: Effects whose intent the log records (all but a reconnect).
 LOGGED: frozenset[type] = frozenset({ResolveInDoubt, StartCall}) | SENDS
 #: Every kind of effect.
@@ -44,4 +45,9 @@ def intents(state: SessionState, effects: list[Effect], kinds: frozenset[type],
                 out.append(ev.ContextSending(state.generation, effect.version))
             case SendConversation():
                 out.append(ev.ConversationSending(state.generation, effect.through, "content"))
+            case TellCut(via="none"):  # decided, and nothing to perform
+                out.append(ev.CutUntold(state.generation, effect.cut,
+                                        untold_reason(state.rules)))
+            case TellCut():
+                out.append(ev.CutTelling(state.generation, effect.cut, effect.via))
     return out

@@ -47,6 +47,10 @@ class ModelRules:
     #: The user's last words may be transcribed after the model's answer to them (3.x:
     #: LiveKit agents-js PR 2162, agents PR 6914).
     late_input_transcription: bool = False
+    #: How the live session that said a turn the caller cut short is told what they heard:
+    #: "content" (clientContent with turnComplete false: a note that starts no reply), or
+    #: None where no message does that (session_store/cut_notes.py: why, per generation).
+    cut_note: Literal["content"] | None = None
 
 
 RULES: dict[str, ModelRules] = {
@@ -54,7 +58,7 @@ RULES: dict[str, ModelRules] = {
                       calls_default_non_blocking=False, blocking_declarations=True,
                       interaction_status=False, context_update=False,
                       response_scheduling=True, intermediate_results=True,
-                      resumption_prompt_token_limit=None),
+                      resumption_prompt_token_limit=None, cut_note="content"),
     "3.1": ModelRules("3.1", client_content_mid_session=False, non_blocking_declarations=False,
                       calls_default_non_blocking=False, blocking_declarations=True,
                       interaction_status=False, context_update=False,
@@ -64,7 +68,8 @@ RULES: dict[str, ModelRules] = {
                       calls_default_non_blocking=True, blocking_declarations=True,
                       interaction_status=False, context_update=True,
                       response_scheduling=True, intermediate_results=True,
-                      resumption_prompt_token_limit=None, late_input_transcription=True),
+                      resumption_prompt_token_limit=None, late_input_transcription=True,
+                      cut_note="content"),
     "3.8-thinking": ModelRules("3.8-thinking", client_content_mid_session=False,
                                non_blocking_declarations=True, calls_default_non_blocking=True,
                                blocking_declarations=False, interaction_status=True,

@@ -16,10 +16,10 @@ from . import events as ev
 from .errors import CorruptEvent, EventDecodeError, StreamDamaged
 from .lineage import context_held
 from .records import RecordedEvent, recorded_at_problem
-from .state import (CONTEXT_KEYS, CallState, Cover, Generation, Handle, HistoryNeeded, Progress,
-                    Send, SessionState)
+from .state import (CONTEXT_KEYS, CallState, Cover, CutNote, Generation, Handle, HistoryNeeded,
+                    Progress, Send, SessionState)
 
-PROJECTION_VERSION = 10
+PROJECTION_VERSION = 11
 
 
 def _apply(s: SessionState, rec: RecordedEvent) -> None:
@@ -49,8 +49,10 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             s.takeovers += 1
             # The old worker's live session and speech died with it.
             s.connected, s.bot_speaking = False, False
+            s.cut_notes = []  # owed to the session that died: the next one is seeded
         case ev.SessionClosed():
             s.closed, s.connected, s.bot_speaking = True, False, False
+            s.cut_notes = []
         case ev.Connected():
             parent = s.handles.get(e.handle) if e.handle else None
             # A fresh setup carries the settings as they are now; a resumed state keeps its
@@ -63,6 +65,7 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             if s.generation:
                 s.reconnects += 1
             s.generation, s.connected = e.generation, True
+            s.cut_notes = []  # a note is owed only to the session that said the turn
             s.interaction_idle = True
             if s.reconnect_requested_offline and s.reconnect_pending == "settings":
                 s.reconnect_requested_offline = False  # asked during the handshake: still due
@@ -75,6 +78,7 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             if e.generation == s.generation:
                 s.connected, s.bot_speaking = False, False
                 s.interaction_idle = True
+                s.cut_notes = []
         case ev.InteractionStatus():
             if e.generation == s.generation:
                 s.interaction_idle = e.status != "IN_PROGRESS"
@@ -174,6 +178,14 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             _add_message(s, e, rec.version)
         case ev.ConversationMessageCut():
             _cut_last_answer(s, e.text, e.generation)
+            if s.connected and e.generation == s.generation:
+                s.cut_notes.append(CutNote(rec.version, e.generation, e.text))
+        case ev.CutTelling():
+            for note in s.cut_notes:
+                if note.cut == e.cut:
+                    note.via = e.via
+        case ev.CutTold() | ev.CutUntold():
+            s.cut_notes = [n for n in s.cut_notes if n.cut != e.cut]
         case ev.AnomalyRecorded():
             s.anomalies += 1
             # A failed handshake is logged as this anomaly (decide.HandshakeFailed): its
@@ -298,6 +310,7 @@ def from_snapshot(text: str) -> SessionState:
     data["conversation"] = [tuple(m) for m in data["conversation"]]
     data["message_marks"] = [tuple(m) for m in data["message_marks"]]
     data["cut_turns"] = [tuple(m) for m in data.get("cut_turns", [])]
+    data["cut_notes"] = [CutNote(**n) for n in data.get("cut_notes", [])]
     data["answer_mark"] = tuple(data["answer_mark"]) if data.get("answer_mark") else None
     data["context_sends"] = [Cover(**c) for c in data["context_sends"]]
     data["conversation_sends"] = [Cover(**c) for c in data["conversation_sends"]]

@@ -98,6 +98,19 @@ class CallState:
 
 
 @dataclass
+class CutNote:
+    """A bot turn the caller cut short, owed a note by the live session that said it
+    (ConversationMessageCut at log version `cut`, `heard`: what they heard of it). `via` is
+    set by the intent (CutTelling); the note leaves the state once told or decided untold,
+    or when its session ends (a later session is seeded with the heard part, or resumes
+    from a handle that does not hold the turn whole: choose_resumption)."""
+    cut: int
+    generation: int
+    heard: str
+    via: str | None = None
+
+
+@dataclass
 class Generation:
     generation: int
     version: int
@@ -174,6 +187,8 @@ class SessionState:
     # of the turn before, generation that said it). That generation's model state holds the
     # whole turn from then on: no session resumes it (delivery.choose_resumption).
     cut_turns: list[tuple[int, int]] = field(default_factory=list)
+    # Cuts the live session that said the turn is still owed a note about (CutNote).
+    cut_notes: list[CutNote] = field(default_factory=list)
     anomalies: int = 0
     reconnects: int = 0
     messages: int = 0  # conversation messages logged (user/assistant turns)

@@ -41,14 +41,18 @@ Profiles (``Profile.name``) and their rules, with the sources they rest on:
 ``"3.8"`` (version >= 3.8, no "thinking")
     Function calls run NON_BLOCKING unless declared ``BLOCKING`` (pipecat
     ``_tools_default_to_non_blocking``; livekit/agents issue 7302 quoting the 3.8 model page).
-    The ``clientContent`` rule of 3.1 is ASSUMED to hold for all of 3.x: no source found says
-    3.8 lifted it (livekit/agents PR 7289 marks instructions and chat context mutable for the
-    new models, which ``contextUpdate`` explains as well). ``contextUpdate`` is accepted and
+    ``clientContent`` is accepted at any time, as on 2.5: Google's 3.8 Live model page
+    ("Migrating from Gemini 3.1 Flash Live", updated 2026-09) says ``send_client_content`` is
+    supported throughout the session, with explicit roles; ``turn_complete`` true interrupts
+    any generation under way, and without it the server waits for more before it answers
+    (the service sends it only for a cut turn's note: session_store/cut_notes.py; results
+    still go as realtime text, models.py). ``contextUpdate`` is accepted and
     replaces the state's system instruction and/or tools (google-genai 2.34
     ``AsyncSession.send_context_update``, ``LiveClientContextUpdate``).
 
 ``"3.8-thinking"`` (version >= 3.8 and "thinking" in the id)
-    As 3.8, but a ``BLOCKING`` declaration (in the setup or a ``contextUpdate``) refuses it
+    As 3.8, but ``clientContent`` keeps 3.1's rule (ASSUMED: the 3.8 page that lifts it names
+    3.8 Live only, and no source says it of the thinking model), and a ``BLOCKING`` declaration (in the setup or a ``contextUpdate``) refuses it
     (1007, ``blocking_unsupported``): pipecat ``_supports_blocking_tools``, google-gemini
     gemini-skills PR 81 ("Only asynchronous non-blocking execution is supported"). Every
     ``serverContent`` sent while a model turn is under way or a call is open carries
@@ -133,7 +137,7 @@ GEMINI_3_1 = Profile(
     interaction_status=False, usage_after_setup=True, resume_context_limit_tokens=200,
 )
 GEMINI_3_8 = Profile(
-    name="3.8", client_content_seeds_only=True, default_mode=NON_BLOCKING,
+    name="3.8", client_content_seeds_only=False, default_mode=NON_BLOCKING,
     accepts_blocking=True, accepts_non_blocking=True, context_update=True,
     interaction_status=False, usage_after_setup=False,
 )
@@ -142,7 +146,8 @@ GEMINI_3_8 = Profile(
 # supported for this model"), and after an interim `willContinue` response it abandons the
 # call (its final result is never spoken).
 GEMINI_3_8_THINKING = replace(
-    GEMINI_3_8, name="3.8-thinking", accepts_blocking=False, interaction_status=True,
+    GEMINI_3_8, name="3.8-thinking", client_content_seeds_only=True,
+    accepts_blocking=False, interaction_status=True,
     response_scheduling=False, intermediate_results=False,
 )
 

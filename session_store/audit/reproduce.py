@@ -161,7 +161,9 @@ class Divergence:
 
 # Events that name a version of their own log: renumbered with the re-run's (`as_logged`).
 _VERSION_FIELDS = {"conversation.sending": "through", "conversation.sent": "through",
-                   "settings.context_sending": "version", "settings.context_sent": "version"}
+                   "settings.context_sending": "version", "settings.context_sent": "version",
+                   "conversation.cut_telling": "cut", "conversation.cut_told": "cut",
+                   "conversation.cut_untold": "cut"}
 
 
 def observed_kinds(lines: list[dict[str, Any]]) -> frozenset[str]:

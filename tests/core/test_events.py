@@ -40,6 +40,8 @@ SAMPLES: list[ev.Event] = [
     ev.ToolResultSending("c1", 2, "text", 1), ev.ToolResultSent("c1", 2, "text", 1),
     ev.ConversationMessage("assistant", "hello", 1),
     ev.ConversationMessageCut("hel —", 1),
+    ev.CutTelling(1, 14, "content"), ev.CutTold(1, 14, "content"),
+    ev.CutUntold(1, 14, "3.1 takes no clientContent after the first model turn"),
     ev.AnomalyRecorded("duplicate_tool_call_id", {"call_id": "c1"}, 1),
     ev.ObservationRecorded("ToolCallsArrived", {"calls": [{"call_id": "c1", "args": None}],
                                                 "generation": 1}, 1,

@@ -49,6 +49,9 @@ MODELS = {
     "3.8-thinking": "gemini-3.8-live-extended-thinking",
 }
 THREE_X = ("3.1", "3.8", "3.8-thinking")
+#: Generations that take clientContent only as a fresh session's first history (3.8 Live's
+#: model page documents it through the whole session).
+SEEDS_ONLY = ("3.1", "3.8-thinking")
 INVALID = 1007
 LONG_PROMPT = "Be helpful. " * 70  # 840 characters: 210 tokens at four characters a token
 
@@ -188,7 +191,7 @@ async def test_connection_records_its_profile_and_the_server_can_force_one() -> 
 # --- clientContent on 3.x ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("profile", THREE_X)
+@pytest.mark.parametrize("profile", SEEDS_ONLY)
 async def test_client_content_without_history_config_is_refused(profile: str) -> None:
     async with LocalLiveServer(Script(reply=())) as server:
         async with connect(server, profile, history=False) as session:
@@ -201,7 +204,7 @@ async def test_client_content_without_history_config_is_refused(profile: str) ->
     assert connection.state.conversation == [], "a refused message must not reach the model"
 
 
-@pytest.mark.parametrize("profile", THREE_X)
+@pytest.mark.parametrize("profile", SEEDS_ONLY)
 async def test_client_content_after_the_first_model_output_is_refused(profile: str) -> None:
     script = Script([Audio(chunks=1), TurnComplete()], reply=(), resumption_after_turn=False)
     async with LocalLiveServer(script) as server, connect(server, profile) as session:
@@ -212,7 +215,7 @@ async def test_client_content_after_the_first_model_output_is_refused(profile: s
     assert "already answered" in server.violations[0]["detail"]
 
 
-@pytest.mark.parametrize("profile", THREE_X)
+@pytest.mark.parametrize("profile", SEEDS_ONLY)
 async def test_client_content_on_a_resumed_session_is_refused(profile: str) -> None:
     """The loop of issue 23: a result as content to a resumed 3.x session closes it."""
     first = Script([ResumptionUpdate()], reply=())
@@ -227,6 +230,31 @@ async def test_client_content_on_a_resumed_session_is_refused(profile: str) -> N
     assert kinds(server) == ["client_content_refused"]
     assert server.connections[1].results == []
     assert "resumed" in server.violations[0]["detail"]
+
+
+async def test_3_8_takes_client_content_mid_session() -> None:
+    """3.8 Live: clientContent after the model's turn, and on a resumed session, joins the
+    context instead of closing the socket (3.1 and 3.8 thinking: the tests above)."""
+    first = Script([Audio(chunks=1), TurnComplete(), ResumptionUpdate()], reply=())
+    async with LocalLiveServer([first, Script(reply=())]) as server:
+        async with connect(server, "3.8", history=False) as session:
+            message = (await receive_until(session, has_handle))[-1]
+            await session.send_client_content(turns=[text_turn("heard only: hello")],
+                                              turn_complete=False)
+            await server.wait_until(lambda: received(server, 0))
+        handle = message.session_resumption_update.new_handle
+        async with connect(server, "3.8", session_resumption=resume(handle)) as session:
+            await session.send_client_content(turns=[text_turn("again")], turn_complete=False)
+            await server.wait_until(lambda: received(server, 1))
+    assert server.violations == []
+    assert server.connections[0].state.conversation[-1] == ("user", "heard only: hello",
+                                                            "content")
+    assert server.connections[1].state.conversation[-1] == ("user", "again", "content")
+
+
+def received(server: LocalLiveServer, index: int) -> bool:
+    return len(server.connections) > index and any(
+        m.kind == "client_content" for m in server.connections[index].received)
 
 
 @pytest.mark.parametrize("profile", THREE_X)

@@ -32,7 +32,8 @@ from rig.crash.harness import Databases
 from service.local_live import (Audio, Interrupted, LocalLiveServer, OutputTranscript, Script,
                                 Sleep, TurnComplete, WaitFor, WaitSignal)
 from service.playback import CUT_MARK
-from session_store import load_state, open_store
+from session_store import Policy, load_state, open_store
+from session_store.audit.replay import logged_decisions, replay
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -83,7 +84,8 @@ class PhoneBot:
 
 
 @asynccontextmanager
-async def phone_bot(db: str, tmp_path, script_of) -> AsyncIterator[PhoneBot]:
+async def phone_bot(db: str, tmp_path, script_of, model: str | None = None
+                    ) -> AsyncIterator[PhoneBot]:
     databases = Databases(db, tmp_path)
     url, schema = await databases()
     token = uuid.uuid4().hex
@@ -93,6 +95,7 @@ async def phone_bot(db: str, tmp_path, script_of) -> AsyncIterator[PhoneBot]:
                    "PUBLIC_URL": PUBLIC_URL, "TWILIO_AUTH_TOKEN": token,
                    "GEMINI_BASE_URL": gemini.base_url, "GEMINI_CA_CERT": str(gemini.cert_path),
                    "TOOL_LEDGER": str(tmp_path / "ledger.jsonl"),
+                   **({"GEMINI_MODEL": model} if model else {}),
                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                                os.environ.get("PYTHONPATH")]))}
             workers = await _start_workers(1, env, tmp_path)
@@ -253,3 +256,76 @@ async def test_a_caller_who_talks_over_the_bot_after_the_model_finished_stops_it
         print(f"\n{db}: spoke {SPEAK_OVER_AFTER_S} s into the bot's audio, clear "
               f"{reaction_s:.2f} s later; heard {heard_s:.2f} s of {LONG_SENTENCE_S} s; "
               f"logged {len(kept)} of {len(LONG_WORDS)} words (expected {expected:.1f})")
+
+
+# ---------------------------------------------------------------- the live session is told
+
+GENERATIONS = {
+    "2.5": "models/gemini-2.5-flash-native-audio-preview",
+    "3.1": "models/gemini-3.1-flash-live-preview",
+    "3.8": "models/gemini-3.8-live",
+}
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+@pytest.mark.parametrize("generation", list(GENERATIONS))
+async def test_the_live_session_that_said_the_cut_turn_is_told_what_the_caller_heard(
+        generation, db, tmp_path):
+    """After the cut, the Gemini session that said the turn holds a note with the heard part
+    (2.5 and 3.8: clientContent, turnComplete false, so no reply is asked for), or, on 3.1,
+    is sent nothing it would refuse (1007) or answer as the caller, and the log says so."""
+    async with phone_bot(db, tmp_path, finished_turn_script, GENERATIONS[generation]) as bot:
+        caller = bot.caller(speak_over_after_s=SPEAK_OVER_AFTER_S, speech_s=1.0, voice=True)
+        running = asyncio.create_task(caller.run(bot.http))
+        try:
+            await _until(lambda: caller.spoke_over_at is not None or running.done(),
+                         40, "the caller to talk over the bot")
+            assert caller.spoke_over_at is not None, caller.error
+            heard = await _first_cut(bot, caller.call_sid)
+            kept = heard.removesuffix(CUT_MARK).split()
+            assert kept == LONG_WORDS[:len(kept)] and len(kept) < len(LONG_WORDS), heard
+            kinds = ("conversation.cut_told" if generation != "3.1"
+                     else "conversation.cut_untold")
+            deadline = time.monotonic() + 10
+            while not (outcome := await _records(bot.store, caller.call_sid, kinds)):
+                assert time.monotonic() < deadline, f"no {kinds} logged"
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(0.5)  # (anything sent twice would be on the wire by now)
+        finally:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        records = await bot.store.read(caller.call_sid)
+        cut = next(r.version for r in records if r.type == "conversation.message_cut")
+        # Today's code decides the note again from the log, and every decision replays.
+        report = replay(records, Policy())
+        n = len(list(logged_decisions(records)))
+        assert report.ok and report.coverage == f"{n} of {n} decisions replayed", \
+            report.to_json()
+        said = bot.gemini.connections[0]
+        notes = [m.body for m in said.messages("client_content")
+                 if m.at > (said.model_output_at or 0)]
+        assert not [v for v in bot.gemini.violations if v["connection"] == 0], \
+            bot.gemini.violations
+        if generation == "3.1":
+            assert [r.data for r in outcome] == [{"generation": 1, "cut": cut,
+                                                 "reason": outcome[0].data["reason"]}]
+            assert not [r for r in records if r.type == "conversation.cut_telling"]
+            texts = [m.body.get("text") for m in said.messages("realtime_input")
+                     if isinstance(m.body, dict) and str(m.body.get("text") or "").strip()]
+            assert notes == [] and texts == [], (notes, texts)
+            assert said.close_code != 1007
+            return
+        telling = [r for r in records if r.type == "conversation.cut_telling"]
+        assert [r.data for r in telling] == [{"generation": 1, "cut": cut, "via": "content"}]
+        assert [r.data for r in outcome] == [{"generation": 1, "cut": cut, "via": "content"}]
+        assert telling[0].version < outcome[0].version
+        # The wire: one note, asking for no reply, holding the heard words and not the rest.
+        assert len(notes) == 1 and not notes[0].get("turn_complete"), notes
+        _holds_only(str(notes[0]), kept, LONG_WORDS)
+        # The model state of the live session holds it (the scripted model's context).
+        held = [e.text for e in said.state.conversation if e.how == "content"]
+        assert any(" ".join(kept) in text for text in held), held
+        after_ms = (outcome[0].recorded_at_us - next(
+            r.recorded_at_us for r in records if r.version == cut)) / 1000
+        print(f"\n{generation} {db}: told {len(kept)} of {len(LONG_WORDS)} words, logged "
+              f"sent {after_ms:.0f} ms after the cut: {notes[0]}")

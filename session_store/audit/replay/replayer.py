@@ -37,7 +37,7 @@ from typing import Any
 from ... import events as ev
 from ...decide import RESYNC_KINDS, Observation, decide
 from ...delivery import (ApplyContext, Reconnect, ResolveInDoubt, SendConversation, SendResult,
-                         StartCall, choose_resumption, due, lacks_context)
+                         StartCall, TellCut, choose_resumption, due, lacks_context)
 from ...policy import Policy
 from ...errors import EventDecodeError
 from ...events import canonical_json
@@ -208,6 +208,15 @@ class _Replayer:
                     self.effect_diverges(rec, f"the log tells generation {e.generation} the "
                                          f"turns up to version {e.through} as content; today's "
                                          "code would not", effects)
+            case ev.CutTelling() | ev.CutUntold():
+                effects = due(s, self.policy, t)
+                via = e.via if isinstance(e, ev.CutTelling) else "none"
+                if not any(isinstance(x, TellCut) and (x.cut, x.via) == (e.cut, via)
+                           for x in effects):
+                    told = ("tells" if via != "none" else "decides not to tell")
+                    self.effect_diverges(rec, f"the log {told} generation {e.generation} "
+                                         f"about the cut at version {e.cut} (via {via}); "
+                                         "today's code would not", effects)
             case ev.Disconnected(reason=reason) if reason in ("settings", "go_away",
                                                                *RESYNC_KINDS):
                 effects = due(s, self.policy, t)

@@ -251,6 +251,16 @@ def _message_cut(b: TimelineDraft, rec, d):
     return f"the caller heard the bot's last message only as: {clip(d.get('text'), 100)}", "warn"
 
 
+def _cut_note(b: TimelineDraft, rec, d):
+    """The note about a cut turn owed to the session that said it: intent, sent, or not."""
+    where = f"generation {words(d.get('generation'))}"
+    cut = f"the turn cut at v{words(d.get('cut'))}"
+    if rec.type == "conversation.cut_untold":
+        return f"{where} not told of {cut}: {clip(d.get('reason'), 100)}", "warn"
+    done = "told" if rec.type == "conversation.cut_told" else "to be told"
+    return f"{where} {done} what the caller heard of {cut} (via {words(d.get('via'))})"
+
+
 def _anomaly(b: TimelineDraft, rec, d):
     b.problem(rec, f"anomaly:{d.get('kind')}", bounded(d.get("detail")))
     return f"anomaly {words(d.get('kind'))}: {clip(d.get('detail'), 100)}", "error"
@@ -286,6 +296,9 @@ KINDS: dict[str, Kind] = {
     "conversation.sent": Kind("conversation", _conversation_sent),
     "conversation.message": Kind("conversation", _message),
     "conversation.message_cut": Kind("conversation", _message_cut),
+    "conversation.cut_telling": Kind("conversation", _cut_note),
+    "conversation.cut_told": Kind("conversation", _cut_note),
+    "conversation.cut_untold": Kind("conversation", _cut_note),
     "anomaly.recorded": Kind("errors", _anomaly, "big"),
     "tool.call_requested": Kind("tools", tool_kinds.requested, None),
     "tool.call_progress": Kind("tools", tool_kinds.progress, None),
