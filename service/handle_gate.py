@@ -5,8 +5,9 @@ whether a handle is issued or withheld is decided on the gate the log folds
 (session_store.withholding, decide.HandleArrived), so a worker that takes over and
 `replay` see the same gate.
 
-The gate's events are noted, waking nothing: each rides a commit that happens anyway (a
-send's confirmation, the handle that arrives, the next fact), so no commit is added."""
+The gate's events ride commits that happen anyway (a send's confirmation, the handle that
+arrives, the model's speech starting: `LogWriter.along`), so a turn commits as often as
+before."""
 
 from __future__ import annotations
 
@@ -41,11 +42,11 @@ class HandleGate:
     def sending(self, generation: int, model_generating: bool) -> None:
         """Something the server gives no sign of having read goes out on this session: noted
         before the send, so a handle read after it is decided after it."""
-        self._driver.note(ev.SendUnread(generation, model_generating))
+        self._log.along(ev.SendUnread(generation, model_generating))
 
     def holds_everything(self, generation: int) -> None:
         """This session holds all it was told: resumed from a handle, or sent nothing."""
-        self._driver.note(ev.HoldsAll(generation))
+        self._log.along(ev.HoldsAll(generation))
 
     async def receive(self, message: Incoming) -> None:
         """A server message: the handle it issues, decided on the log; or the model output
@@ -60,4 +61,4 @@ class HandleGate:
         moved = model_output(self._driver.gate(), message.generation,
                              reaction=message.reaction, turn_ended=message.turn_ended)
         if moved is not None:
-            self._driver.note(moved)
+            self._log.along(moved)

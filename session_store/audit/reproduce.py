@@ -165,17 +165,19 @@ _VERSION_FIELDS = {"conversation.sending": "through", "conversation.sent": "thro
 
 
 #: Event types today's service logs that a log written before them lacks altogether (the
-#: handles' gate, session_store.withholding): a log holding none of one reproduces without it.
+#: handles' gate, session_store.withholding): a log holding none of them reproduces without.
 LATER_TYPES = frozenset({"connection.send_unread", "connection.earlier_turn_ended",
                          "connection.model_reacted", "connection.holds_all"})
 
 
 def observed_kinds(lines: list[dict[str, Any]]) -> frozenset[str]:
     """What of today's logging the log holds: the kinds of observation it records
-    (`decision.observed`), and the LATER_TYPES it has."""
-    return frozenset(line["data"].get("kind") if line["type"] == "decision.observed"
-                     else line["type"] for line in lines
-                     if line["type"] == "decision.observed" or line["type"] in LATER_TYPES)
+    (`decision.observed`), and LATER_TYPES if it has any of them (written by code that logs
+    them all: one it lacks, it had no cause to log)."""
+    kinds = {line["data"].get("kind") for line in lines if line["type"] == "decision.observed"}
+    if any(line["type"] in LATER_TYPES for line in lines):
+        kinds |= LATER_TYPES
+    return frozenset(kinds)
 
 
 def unlogged_observation(event_type: str, kind: Any, logged: frozenset[str]) -> bool:
