@@ -34,8 +34,10 @@ from session_store.observed import observation_record
 from session_store.projection import HistoryNeeded, fold_into
 from session_store.records import RecordedEvent
 from session_store.storage.schema import STREAM_ID_MAX, valid_id
+from session_store.state import Withholding
 from session_store.storable import storable_events
 from session_store.storage import Snapshot, SqlEventStore
+from session_store.withholding import after_all
 
 from . import observe
 from .takeover import catch_up, check_tail
@@ -213,6 +215,11 @@ class CallDriver:
     @property
     def pending_notes(self) -> int:
         return len(self._notes)
+
+    def gate(self) -> Withholding:
+        """The handles' gate as the log will hold it once the noted facts are in: what a
+        fact noted now is logged against (service/handle_gate.py)."""
+        return after_all(self.state.withholding, self._notes)
 
     @property
     def stale(self) -> bool:

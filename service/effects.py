@@ -24,10 +24,10 @@ from session_store.delivery import (Reconnect, catch_up_turns, result_as_content
                                     result_scheduling, result_value)
 from session_store.errors import Fenced
 from session_store.intents import ALL, LOGGED, SENDS
-from session_store.withholding import HandleGate
 
 from .cut_telling import tell_cut
 from .driver import Decision
+from .handle_gate import HandleGate
 from .log_writer import LogWriter, When
 from .port import ServicePort
 from .setup_context import SetupContext

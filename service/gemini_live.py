@@ -46,12 +46,12 @@ from session_store.delivery import ResolveInDoubt
 from session_store.errors import CallClosed, Fenced
 from session_store.outcomes import CannotTell, Done, NotDone
 from session_store.storage import SqlEventStore
-from session_store.withholding import HandleGate
 
 from . import observe, tracing
 from .client_options import with_shared_tls
 from .driver import CallDriver
 from .effects import EffectRunner
+from .handle_gate import HandleGate
 from .link import RECONNECT_WINDOW_S, Link
 from .log_writer import STARTS, LogWriter
 from .outcome_checks import (CHECK_TIMEOUT_S, TOOL_GRACE_S, OutcomeCheck, OutcomeChecks,
@@ -158,7 +158,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         self.speech = SpeechTracker(speaking_signal, speaking_timeout_s)
         self.speech_log = SpeechLog(self._driver, self.log_writer, self.speech)
         self.setup_context = SetupContext(self, self.log_writer)
-        handles = HandleGate()
+        handles = HandleGate(self._driver, self.log_writer)
         self.effects = EffectRunner(self, self.log_writer, self.speech, handles,
                                     self.setup_context)
         self.receiver = Receiver(self, self.log_writer, self.speech, handles, self.effects,

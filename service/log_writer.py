@@ -123,6 +123,16 @@ class LogWriter:
             await self._act(started)
         return True
 
+    def along(self, *items: Any) -> None:
+        """Note facts that decide nothing now and that a commit nearly always follows at
+        once (the handles' gate, service/handle_gate.py: noted just before a send whose
+        confirmation is logged, or with the model's output): they ride that commit, on any
+        store, and are logged on their own only if none comes within LAZY_NOTE_WAIT_S (a
+        note left for ever would hold off whoever waits for the log to settle)."""
+        for item in items:
+            self._driver.note(item)
+        self._wake(lazy=True)
+
     def retry_effects(self) -> None:
         """An effect's own append failed: the task re-reads the log and performs what is due
         again, with backoff, until the log takes it (waiting for the next observation could

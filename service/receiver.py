@@ -1,5 +1,5 @@
-"""What the service reads from Gemini, as facts for the log: resumption handles (issued or
-withheld: session_store.withholding), goAway, cancellations, interaction status, barge-ins,
+"""What the service reads from Gemini, as facts for the log: resumption handles and the
+model output that shows what it read (handle_gate.py), goAway, cancellations, interaction status, barge-ins,
 transcripts and frames the SDK could not take in. Called from pipecat's receive loop, which
 carries the audio too: facts are noted rather than awaited, except the ones stock pipecat
 acts on there (a toolCall, a goAway, a cancellation), logged right there but bounded."""
@@ -18,10 +18,10 @@ from session_store.decide import (CancellationArrived, FunctionCall, GoAway,
                                   InteractionStatusObserved, InterruptionObserved,
                                   ServerMessageRejected, ToolCallsArrived, cancelled_with)
 from session_store.delivery import waits_for_idle
-from session_store.withholding import HandleGate, Incoming
 
 from .driver import now_us
 from .effects import EffectRunner
+from .handle_gate import HandleGate, Incoming
 from .log_writer import LogWriter, When
 from .playback import CUT_MARK, heard_text
 from .port import ServicePort
@@ -74,14 +74,11 @@ class Receiver:
         update = message.session_resumption_update
         sc = message.server_content
         handle = update.new_handle if update and update.resumable else None
-        recorded = self.handles.receive(Incoming(
+        await self.handles.receive(Incoming(
             gen, handle, update.last_consumed_client_message_index if handle else None,
             reaction=message.tool_call is not None or (sc is not None and bool(
                 sc.model_turn or sc.output_transcription or sc.turn_complete)),
             turn_ended=sc is not None and bool(sc.turn_complete or sc.interrupted)))
-        if recorded is not None:
-            # Logged in order, without holding up the receive loop (and the audio behind it).
-            await self._log.log(recorded, when=When.LAZY)
         if sc is not None:
             self._speech.server_content(bool(sc.turn_complete), bool(sc.interrupted),
                                       bool(sc.model_turn or sc.output_transcription))

@@ -206,9 +206,8 @@ def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.
             raise Fenced(stream_id, None, 0)
         await progress.begin_append(at)
         version = await append(stream_id, events, expected_version, **kw)
-        progress.unlogged += sum(
-            1 for e in events if isinstance(e, ObservationRecorded)
-            and unlogged_observation("decision.observed", e.kind, progress.logged))
+        progress.unlogged += sum(1 for e in events if unlogged_observation(
+            e.TYPE, e.kind if isinstance(e, ObservationRecorded) else None, progress.logged))
         await progress.advance(version - progress.unlogged)
         return version
 

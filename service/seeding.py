@@ -15,9 +15,9 @@ from loguru import logger
 from session_store import events as ev
 from session_store.delivery import SeedPlan, seed_plan
 from session_store.storable import storable_events
-from session_store.withholding import HandleGate
 
 from .effects import EffectRunner
+from .handle_gate import HandleGate
 from .port import ServicePort
 from .speech import SpeechTracker
 

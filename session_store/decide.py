@@ -20,6 +20,7 @@ from .state import CONTEXT_KEYS, CallState, SessionState
 from .answers import arrived_result, next_progress, stopped_failure, unless_answered
 from .outcomes import CheckAnswer, answer_events
 from .storable import bounded, clean, is_text, preview, storable_args
+from .withholding import handle_event
 
 
 # --------------------------------------------------------------------------- observations
@@ -132,6 +133,16 @@ class HandshakeFailed:
 
 
 @dataclass(frozen=True)
+class HandleArrived:
+    """Gemini issued a resumable handle on `generation` (`last_consumed_index`: the
+    lastConsumedClientMessageIndex it came with, if any). Issued or withheld is decided on
+    the gate the log folds (withholding.handle_event), by whichever worker reads it."""
+    generation: int
+    handle: str
+    last_consumed_index: int | None = None
+
+
+@dataclass(frozen=True)
 class ToolStopped:
     """pipecat stopped a running call without a result (its timeout, or the app).
     `wire_ids`: the ids the server's cancellations named as they came off the wire, logged
@@ -181,7 +192,7 @@ class ProgressReturned:
 Observation = (ToolCallsArrived | SpeechStarted | SpeechStopped | InterruptionObserved
                | SettingsUpdate | CancellationArrived | GoAway | ServerMessageRejected
                | InteractionStatusObserved | SessionReady | SessionLeft | HandshakeFailed
-               | ToolStopped
+               | HandleArrived | ToolStopped
                | ResultReturned | ResultArrived | ProgressReturned | OutcomeAnswered)
 
 #: Rejected server messages after which this session's state may differ from the model's (the
@@ -248,6 +259,9 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
             return [ev.Disconnected(obs.generation, obs.reason), *_still_playing(obs)]
         case HandshakeFailed():
             return _decide_handshake(state, obs)
+        case HandleArrived():
+            return [handle_event(state.withholding, obs.generation, obs.handle,
+                                 obs.last_consumed_index)]
         case ToolStopped():
             return stopped_failure(state, obs.call_id, obs.wire_ids)
         case ResultReturned():

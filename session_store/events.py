@@ -84,6 +84,41 @@ class HandleWithheld(Event):
     handle: str
 
 
+@event_type("connection.send_unread")
+class SendUnread(Event):
+    """Something went out on `generation` that the server gives no sign of having read (a
+    seed, a result as content or text, a contextUpdate, a NON_BLOCKING call's response):
+    its handles are withheld (HandleWithheld) until the model is seen to react to it
+    (ModelReacted). `turn_under_way`: a model turn was under way at the send; its output
+    does not count, only that of a turn begun after it (EarlierTurnEnded). Logged before
+    the send, with the next commit (session_store.withholding)."""
+    generation: int
+    turn_under_way: bool = False
+
+
+@event_type("connection.earlier_turn_ended")
+class EarlierTurnEnded(Event):
+    """The model turn under way at an unread send on `generation` ended (turnComplete or
+    interrupted): the model's next output is its reaction to what was sent."""
+    generation: int
+
+
+@event_type("connection.model_reacted")
+class ModelReacted(Event):
+    """The model was seen to react to what went out unread on `generation` (its first
+    output of a turn begun after the send: audio, a transcript, a toolCall, turnComplete):
+    the session's handles hold it, and are issued again."""
+    generation: int
+
+
+@event_type("connection.holds_all")
+class HoldsAll(Event):
+    """The session of `generation` holds all it was told: resumed from a handle (its
+    history came with it), or a fresh session with nothing to seed. Its handles are issued
+    (until something goes out unread)."""
+    generation: int
+
+
 @event_type("connection.handle_refused")
 class HandleRefused(Event):
     """A resumption handle no session resumes from again, whichever worker asks: the server

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import events as ev
 from .answers import wire_ids_naming
-from .decide import (CancellationArrived, FunctionCall, GoAway, HandshakeFailed,
+from .decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived, HandshakeFailed,
                      InteractionStatusObserved,
                      InterruptionObserved, Observation, OutcomeAnswered, ProgressReturned,
                      ResultArrived, ResultReturned, ServerMessageRejected, SessionLeft, SessionReady,
@@ -31,8 +31,8 @@ from .storable import Unstorable, storable_args, why_unstorable
 OBSERVATION_KINDS: dict[str, type] = {cls.__name__: cls for cls in (
     ToolCallsArrived, SpeechStarted, SpeechStopped, InterruptionObserved, SettingsUpdate,
     CancellationArrived, GoAway, ServerMessageRejected, InteractionStatusObserved,
-    SessionReady, SessionLeft, HandshakeFailed, ToolStopped, ResultReturned, ResultArrived, ProgressReturned,
-    OutcomeAnswered)}
+    SessionReady, SessionLeft, HandshakeFailed, HandleArrived, ToolStopped, ResultReturned,
+    ResultArrived, ProgressReturned, OutcomeAnswered)}
 
 _ANSWERS = {"done": Done, "not_done": NotDone, "cannot_tell": CannotTell}
 
@@ -68,6 +68,15 @@ def observation_record(obs: Observation, decided: Sequence[ev.Event],
             if ref("prompt_sha256", obs.prompt_sha256, ev.Connected,
                    "system_instruction_sha256"):
                 data["prompt_sha256"] = None
+        case HandleArrived():
+            # The handle (a secret the redactor masks in the event) is kept once.
+            if ref("handle", obs.handle, ev.HandleIssued, "handle") or ref(
+                    "handle", obs.handle, ev.HandleWithheld, "handle"):
+                data["handle"] = None
+            if obs.last_consumed_index is not None and ref(
+                    "last_consumed_index", obs.last_consumed_index, ev.HandleIssued,
+                    "last_consumed_client_message_index"):
+                data["last_consumed_index"] = None
         case CancellationArrived():
             data["call_ids"] = list(obs.call_ids)
         case ToolStopped():

@@ -17,9 +17,10 @@ from .errors import CorruptEvent, EventDecodeError, StreamDamaged
 from .lineage import context_held
 from .records import RecordedEvent, recorded_at_problem
 from .state import (CONTEXT_KEYS, CallState, Cover, CutNote, Generation, Handle, HistoryNeeded,
-                    Progress, Send, SessionState)
+                    Progress, Send, SessionState, Withholding)
+from .withholding import after
 
-PROJECTION_VERSION = 11
+PROJECTION_VERSION = 12
 
 
 def _apply(s: SessionState, rec: RecordedEvent) -> None:
@@ -86,6 +87,8 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             s.handles[e.handle] = Handle(e.handle, e.generation, rec.version, rec.recorded_at_us,
                                          e.last_consumed_client_message_index)
             s.newest_handle = e.handle
+        case ev.SendUnread() | ev.EarlierTurnEnded() | ev.ModelReacted() | ev.HoldsAll():
+            s.withholding = after(s.withholding, e)
         case ev.HandleRefused():
             if e.handle in s.handles:
                 s.handles[e.handle].refused = True
@@ -315,4 +318,5 @@ def from_snapshot(text: str) -> SessionState:
     data["context_sends"] = [Cover(**c) for c in data["context_sends"]]
     data["conversation_sends"] = [Cover(**c) for c in data["conversation_sends"]]
     data["archived"] = set(data["archived"])
+    data["withholding"] = Withholding(**data["withholding"])
     return SessionState(**data)

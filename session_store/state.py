@@ -134,6 +134,19 @@ class Handle:
     refused: bool = False
 
 
+@dataclass(frozen=True)
+class Withholding:
+    """Whose handles may be resumed from (session_store.withholding): folded from the
+    `connection.send_unread`, `earlier_turn_ended`, `model_reacted` and `holds_all` events,
+    so every worker and `replay` decide a handle on the same gate."""
+    #: The generation whose handles hold all it was told (0: none).
+    holds_sends: int = 0
+    #: The generation with a send (a seed, content) not yet seen read (0: none).
+    unread_send: int = 0
+    #: A model turn was under way at that send: a reaction counts only from the next turn.
+    turn_at_send: bool = False
+
+
 #: A call's fencing epoch once a worker took it over (the first worker opens it at 1): from
 #: then on the store fences an append that passes no epoch unless it says `unfenced`.
 TAKEN_OVER = 2
@@ -160,6 +173,8 @@ class SessionState:
     # Handshakes that failed in a row, per handle they resumed from (the `handshake_failed`
     # anomalies since the last Connected): every worker counts them alike (HANDLE_ATTEMPTS).
     handshake_failures: dict[str, int] = field(default_factory=dict)
+    # Which of a session's handles are issued or withheld (withholding.py).
+    withholding: Withholding = field(default_factory=Withholding)
     reconnect_pending: str | None = None
     reconnect_keys: list[str] = field(default_factory=list)
     # A reconnect asked for while no session was up (between a Disconnected and the next

@@ -9,64 +9,72 @@ reacts only to what it is sent; a turn under way at the send may end first, and 
 come in between). A blocking call's response needs none of this: Gemini issues no handle
 while such a call is open.
 
-Pure: the service reports what goes out and what comes in, `HandleGate` says which event
-records each handle. One gate per worker; a new worker opens a new session, with a new gate.
+Pure. The gate is part of the call's folded state (`SessionState.withholding`): the service
+logs what it sees as events (`connection.send_unread` before a send, `earlier_turn_ended`
+and `model_reacted` for the model output that moves the gate, `holds_all` for a session
+that holds everything), `after` folds them, and a handle arriving is an observation
+(`decide.HandleArrived`) decided by `handle_event` on the folded gate. A worker that takes
+over, and `replay`, see the gate the log holds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from . import events as ev
+from .state import Withholding
+
+#: The events the gate folds.
+GATE_EVENTS = (ev.SendUnread, ev.EarlierTurnEnded, ev.ModelReacted, ev.HoldsAll)
 
 
-@dataclass(frozen=True)
-class Incoming:
-    """What of a server message the gate needs."""
+def after(gate: Withholding, e: ev.Event) -> Withholding:
+    """The gate once `e` is logged (any other event leaves it as it is)."""
+    match e:
+        case ev.SendUnread():
+            if gate.unread_send == e.generation:  # a turn under way at either send counts
+                turn = gate.turn_at_send or e.turn_under_way
+            else:
+                turn = e.turn_under_way
+            holds = 0 if gate.holds_sends == e.generation else gate.holds_sends
+            return Withholding(holds, e.generation, turn)
+        case ev.EarlierTurnEnded() if gate.unread_send == e.generation:
+            return Withholding(gate.holds_sends, gate.unread_send, False)
+        case ev.ModelReacted() if gate.unread_send == e.generation:
+            return Withholding(e.generation, 0, False)
+        case ev.HoldsAll():
+            return Withholding(e.generation, gate.unread_send, gate.turn_at_send)
+    return gate
 
-    generation: int
-    handle: str | None = None  # a resumable handle it issues
-    last_consumed_index: int | None = None
-    reaction: bool = False  # model output, a toolCall or a turnComplete
-    turn_ended: bool = False  # turnComplete or interrupted
+
+def after_all(gate: Withholding, facts: Iterable[object]) -> Withholding:
+    """The gate once `facts` (events among other things, in order) are logged: the gate a
+    fact noted now, and not yet committed, is logged against."""
+    for fact in facts:
+        if isinstance(fact, GATE_EVENTS):
+            gate = after(gate, fact)
+    return gate
 
 
-@dataclass
-class HandleGate:
-    #: The generation whose handles hold all it was told (0: none).
-    holds_sends: int = 0
-    #: The generation with a send (a seed, content) not yet seen read (0: none).
-    unread_send: int = 0
-    #: A model turn was under way at that send: a reaction counts only from the next turn.
-    turn_at_send: bool = False
-
-    def sending(self, generation: int, model_generating: bool) -> None:
-        """Something the server gives no sign of having read goes out on this session."""
-        if self.holds_sends == generation:
-            self.holds_sends = 0
-        if self.unread_send != generation:
-            self.turn_at_send = model_generating
-        else:
-            self.turn_at_send = self.turn_at_send or model_generating
-        self.unread_send = generation
-
-    def holds_everything(self, generation: int) -> None:
-        """This session holds all it was told: resumed from a handle, or sent nothing."""
-        self.holds_sends = generation
-
-    def receive(self, message: Incoming) -> ev.Event | None:
-        """The event that records the handle `message` issues (None if it issues none)."""
-        if message.handle:
-            if self.holds_sends == message.generation:
-                return ev.HandleIssued(message.generation, message.handle,
-                                       message.last_consumed_index)
-            # Content went out that the server has not been seen to read: it may have issued
-            # this handle before (seen: right after setupComplete). Never resumed.
-            return ev.HandleWithheld(message.generation, message.handle)
-        if self.unread_send == message.generation:
-            if self.turn_at_send:
-                if message.turn_ended:
-                    self.turn_at_send = False  # that turn is over: the next one reacts
-            elif message.reaction:
-                self.holds_sends, self.unread_send = self.unread_send, 0
+def model_output(gate: Withholding, generation: int, *, reaction: bool,
+                 turn_ended: bool) -> ev.Event | None:
+    """The event a server message of `generation` is logged as, if it moves the gate: its
+    model output (`reaction`: audio, a transcript, a toolCall, turnComplete; `turn_ended`:
+    turnComplete or interrupted) after a send the model was not seen to read. Every other
+    message moves nothing and logs nothing (most are audio)."""
+    if gate.unread_send != generation:
         return None
+    if gate.turn_at_send:
+        return ev.EarlierTurnEnded(generation) if turn_ended else None
+    return ev.ModelReacted(generation) if reaction else None
+
+
+def handle_event(gate: Withholding, generation: int, handle: str,
+                 last_consumed_index: int | None = None
+                 ) -> ev.HandleIssued | ev.HandleWithheld:
+    """The event that records a handle issued on `generation`: issued if that session holds
+    all it was told, else withheld (content went out that the server has not been seen to
+    read: it may have issued this handle before, as seen right after setupComplete)."""
+    if gate.holds_sends == generation:
+        return ev.HandleIssued(generation, handle, last_consumed_index)
+    return ev.HandleWithheld(generation, handle)

@@ -166,15 +166,28 @@ _VERSION_FIELDS = {"conversation.sending": "through", "conversation.sent": "thro
                    "conversation.cut_untold": "cut"}
 
 
+#: Event types today's service logs that a log written before them lacks altogether (the
+#: handles' gate, session_store.withholding): a log holding none of them reproduces without.
+LATER_TYPES = frozenset({"connection.send_unread", "connection.earlier_turn_ended",
+                         "connection.model_reacted", "connection.holds_all"})
+
+
 def observed_kinds(lines: list[dict[str, Any]]) -> frozenset[str]:
-    """The kinds of observation the log holds (`decision.observed`)."""
-    return frozenset(line["data"].get("kind") for line in lines
-                     if line["type"] == "decision.observed")
+    """What of today's logging the log holds: the kinds of observation it records
+    (`decision.observed`), and LATER_TYPES if it has any of them (written by code that logs
+    them all: one it lacks, it had no cause to log)."""
+    kinds = {line["data"].get("kind") for line in lines if line["type"] == "decision.observed"}
+    if any(line["type"] in LATER_TYPES for line in lines):
+        kinds |= LATER_TYPES
+    return frozenset(kinds)
 
 
 def unlogged_observation(event_type: str, kind: Any, logged: frozenset[str]) -> bool:
-    """An observation today's service logs of a kind the log never holds: a log written
-    before that kind was logged (results, say) reproduces without it."""
+    """An observation today's service logs of a kind the log never holds, or an event of a
+    LATER_TYPES type it never holds: a log written before that kind was logged (results,
+    handles, say) reproduces without it."""
+    if event_type in LATER_TYPES:
+        return event_type not in logged
     return event_type == "decision.observed" and kind not in logged
 
 

@@ -22,6 +22,8 @@ SAMPLES: list[ev.Event] = [
     ev.Connected(2, handle="h1", system_instruction_sha256="ab" * 32),
     ev.Disconnected(1, "go_away", "deadline"), ev.HandleIssued(1, "h1", 12),
     ev.HandleWithheld(2, "h0"), ev.HandleRefused(1, "h1", "failing", 2),
+    ev.SendUnread(2, turn_under_way=True), ev.EarlierTurnEnded(2), ev.ModelReacted(2),
+    ev.HoldsAll(3),
     ev.GoAwayReceived(1, 58.5), ev.ReconnectRequested("settings", ["system_instruction"]),
     ev.BotStartedSpeaking(1), ev.BotStoppedSpeaking(1, "transport"), ev.Interrupted(1),
     ev.SettingsChanged(["voice"], {"voice": "Puck"}, True),

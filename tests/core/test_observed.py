@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from session_store import events as ev
-from session_store.decide import (CancellationArrived, FunctionCall, GoAway, HandshakeFailed,
-                                  InteractionStatusObserved, InterruptionObserved,
+from session_store.decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived,
+                                  HandshakeFailed, InteractionStatusObserved, InterruptionObserved,
                                   OutcomeAnswered, ProgressReturned, ResultArrived,
                                   ResultReturned,
                                   ServerMessageRejected, SessionLeft, SessionReady,
@@ -68,6 +68,8 @@ CASES = [
     (RUNNING, ToolStopped("c1", frozenset())),
     ([CONNECTED, ev.HandleIssued(1, "h1"), ev.Disconnected(1, "error")],
      HandshakeFailed("h1", False, "1011 internal")),
+    ([CONNECTED, ev.HoldsAll(1)], HandleArrived(1, "h2", 4)),
+    ([CONNECTED, ev.SendUnread(1)], HandleArrived(1, "h2", 4)),  # withheld (index unkept)
     (RUNNING, ResultReturned("c1", (ev.ToolCallCompleted("c1", {"rows": SECRET_ARGS}),))),
     ([CONNECTED, ev.ToolCallRequested("c1", "track", {}, 1, "non_blocking"),
       ev.ToolCallStarted("c1", 1, "s:c1", 1)], ProgressReturned("c1", {"at": "depot"}, "SILENT")),
@@ -100,6 +102,9 @@ def test_what_the_decided_events_hold_is_referenced_not_copied():
     _, back, _ = logged(state_of(ev.HandleIssued(1, "h1")), SessionReady(2, "h1", "cd" * 32))
     assert back.refs == {"handle": [0, "handle"], "prompt_sha256": [0, "system_instruction_sha256"]}
     assert "h1" not in json.dumps(back.data)  # the handle is stored once, where redaction knows it
+    for gate in (ev.HoldsAll(1), ev.SendUnread(1)):  # issued, withheld
+        _, back, _ = logged(state_of(CONNECTED, gate), HandleArrived(1, "h-secret", 4))
+        assert "h-secret" not in json.dumps(back.data) and back.refs["handle"] == [0, "handle"]
 
 
 def test_a_stopped_call_keeps_only_the_wire_ids_that_name_it():

@@ -1,17 +1,22 @@
 """Decisions the service used to make in its shell, now pure: which handles are withheld
-(session_store.withholding), the answer owed for a call stopped without a result, a result
-kept while the log was down, an intermediate result's part number, and the transport's
-speech carried across a new or closed session. Hand-built streams, no I/O."""
+(session_store.withholding, on the gate the log folds), the answer owed for a call stopped
+without a result, a result kept while the log was down, an intermediate result's part
+number, and the transport's speech carried across a new or closed session. Hand-built
+streams, no I/O."""
 
 from __future__ import annotations
 
 from session_store import events as ev
 from session_store.answers import (STOPPED_ERROR, cancelled_on_wire, next_progress,
                                    stopped_failure, unless_answered)
-from session_store.decide import ResultArrived, SessionLeft, SessionReady, decide
+from session_store.compaction import compact
+from session_store.decide import (HandleArrived, ResultArrived, SessionLeft, SessionReady,
+                                  decide)
 from session_store.policy import Policy
+from session_store.projection import from_snapshot, to_snapshot
+from session_store.state import Withholding
 from session_store.storable import Unstorable
-from session_store.withholding import HandleGate, Incoming
+from session_store.withholding import after_all, model_output
 
 from .helpers import Log, opened
 
@@ -27,40 +32,109 @@ def running(*call_ids: str) -> Log:
 
 
 # --------------------------------------------------------------------------- handles
+# The gate is folded from the log (SessionState.withholding); a handle is decided on it
+# (decide.HandleArrived); a server message is logged only if it moves the gate.
+
+def gate_log() -> Log:
+    log = Log()
+    log.add(opened(), ev.Connected(1))
+    return log
+
+
+def arrived(log: Log, generation: int, handle: str, index: int | None = None) -> ev.Event:
+    """decide on a handle arriving, its event added to the log."""
+    [decided] = decide(log.state(), HandleArrived(generation, handle, index), ALL)
+    log.add(decided)
+    return decided
+
+
+def output(log: Log, generation: int, *, reaction: bool = True,
+           turn_ended: bool = False) -> ev.Event | None:
+    """A server message's model output, logged as the service logs it (if it moves the gate)."""
+    moved = model_output(log.state().withholding, generation, reaction=reaction,
+                         turn_ended=turn_ended)
+    if moved is not None:
+        log.add(moved)
+    return moved
+
 
 def test_a_session_that_holds_all_it_was_told_issues_its_handles():
-    gate = HandleGate()
-    gate.holds_everything(1)
-    assert gate.receive(Incoming(1, "h1", 3)) == ev.HandleIssued(1, "h1", 3)
+    log = gate_log()
+    log.add(ev.HoldsAll(1))
+    assert arrived(log, 1, "h1", 3) == ev.HandleIssued(1, "h1", 3)
 
 
 def test_handles_after_a_send_are_withheld_until_the_model_reacts():
-    gate = HandleGate()
-    gate.holds_everything(1)
-    gate.sending(1, model_generating=False)
-    assert gate.receive(Incoming(1, "h1")) == ev.HandleWithheld(1, "h1")
-    assert gate.receive(Incoming(1, reaction=True)) is None
-    assert gate.receive(Incoming(1, "h2", 7)) == ev.HandleIssued(1, "h2", 7)
+    log = gate_log()
+    log.add(ev.HoldsAll(1), ev.SendUnread(1, turn_under_way=False))
+    assert arrived(log, 1, "h1") == ev.HandleWithheld(1, "h1")
+    assert output(log, 1) == ev.ModelReacted(1)
+    assert output(log, 1) is None  # (the rest of the turn moves nothing: not logged)
+    assert arrived(log, 1, "h2", 7) == ev.HandleIssued(1, "h2", 7)
 
 
 def test_a_turn_under_way_at_the_send_must_end_before_a_reaction_counts():
-    gate = HandleGate()
-    gate.sending(1, model_generating=True)
-    gate.receive(Incoming(1, reaction=True))  # output of the turn begun before the send
-    assert gate.receive(Incoming(1, "h1")) == ev.HandleWithheld(1, "h1")
-    gate.receive(Incoming(1, reaction=True, turn_ended=True))  # that turn is over
-    assert gate.receive(Incoming(1, "h2")) == ev.HandleWithheld(1, "h2")
-    gate.receive(Incoming(1, reaction=True))  # the next turn reacts to the send
-    assert gate.receive(Incoming(1, "h3")) == ev.HandleIssued(1, "h3", None)
+    log = gate_log()
+    log.add(ev.SendUnread(1, turn_under_way=True))
+    assert output(log, 1) is None  # output of the turn begun before the send
+    assert arrived(log, 1, "h1") == ev.HandleWithheld(1, "h1")
+    assert output(log, 1, turn_ended=True) == ev.EarlierTurnEnded(1)  # that turn is over
+    assert arrived(log, 1, "h2") == ev.HandleWithheld(1, "h2")
+    assert output(log, 1, reaction=False, turn_ended=True) is None  # (an end, no output)
+    assert output(log, 1) == ev.ModelReacted(1)  # the next turn reacts to the send
+    assert arrived(log, 1, "h3") == ev.HandleIssued(1, "h3", None)
+
+
+def test_a_send_during_a_turn_stays_behind_that_turn_when_another_send_follows():
+    log = gate_log()
+    log.add(ev.HoldsAll(1), ev.SendUnread(1, turn_under_way=True), ev.SendUnread(1, False))
+    assert log.state().withholding == Withholding(0, 1, True)
+    assert output(log, 1) is None
+    assert arrived(log, 1, "h1") == ev.HandleWithheld(1, "h1")
 
 
 def test_a_send_on_another_session_is_not_this_ones():
-    gate = HandleGate()
-    gate.sending(1, model_generating=False)
-    gate.holds_everything(2)
-    assert gate.receive(Incoming(2, reaction=True)) is None
-    assert gate.receive(Incoming(2, "h")) == ev.HandleIssued(2, "h", None)
-    assert gate.receive(Incoming(1, "old")) == ev.HandleWithheld(1, "old")
+    log = gate_log()
+    log.add(ev.SendUnread(1, False), ev.Connected(2), ev.HoldsAll(2))
+    assert output(log, 2) is None
+    assert arrived(log, 2, "h") == ev.HandleIssued(2, "h", None)
+    assert arrived(log, 1, "old") == ev.HandleWithheld(1, "old")
+
+
+def test_a_fresh_session_withholds_its_handles_until_it_holds_all():
+    """Before its seed (or the word that it needs none), nothing says a fresh session's
+    state holds the conversation: its handles are withheld."""
+    log = gate_log()
+    assert log.state().withholding == Withholding()
+    assert arrived(log, 1, "h0") == ev.HandleWithheld(1, "h0")
+
+
+def test_the_gate_the_noted_facts_leave_is_the_one_the_log_folds():
+    """The service decides what a message logs on the gate plus the facts noted and not
+    committed yet (`after_all`): the same gate the fold reaches once they are in."""
+    log = gate_log()
+    noted = [ev.HoldsAll(1), ev.BotStartedSpeaking(1), ev.SendUnread(1, True),
+             ev.EarlierTurnEnded(1)]
+    expected = after_all(log.state().withholding, noted)
+    log.add(*noted)
+    assert log.state().withholding == expected == Withholding(0, 1, False)
+
+
+def test_a_snapshot_keeps_the_gate():
+    log = gate_log()
+    log.add(ev.HoldsAll(1), ev.SendUnread(1, True))
+    state = from_snapshot(to_snapshot(compact(log.state())))
+    assert state.withholding == Withholding(0, 1, True)
+
+
+def test_a_log_without_the_gates_events_folds_to_the_gate_of_a_fresh_worker():
+    """An old log (handles logged as issued or withheld by the worker's own gate) folds as
+    before: the gate is empty, and every other part of the state is what it was."""
+    log = gate_log()
+    log.add(ev.HandleWithheld(1, "h0"), ev.HandleIssued(1, "h1", 2))
+    state = log.state()
+    assert state.withholding == Withholding()
+    assert list(state.handles) == ["h1"] and state.newest_handle == "h1"
 
 
 # --------------------------------------------------------------------------- results

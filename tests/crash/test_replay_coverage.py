@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(900)
 #: Kinds of observation every run of the scenarios below makes between them.
 EXPECTED_KINDS = {"SessionReady", "SessionLeft", "ToolCallsArrived", "SpeechStarted",
                   "SpeechStopped", "SettingsUpdate", "GoAway",
-                  "ProgressReturned", "OutcomeAnswered"}
+                  "ProgressReturned", "OutcomeAnswered", "HandleArrived"}
 
 
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])

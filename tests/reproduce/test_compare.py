@@ -94,3 +94,24 @@ def test_a_tool_call_is_sent_where_the_commit_has_it():
     assert steps == [("Audio", 2), ("ToolCall", 2), ("ResumptionUpdate", 2)]
     call = build(log)["connections"][0]["steps"][1]
     assert [c["id"] for c in call["args"]["calls"]] == ["a", "b"]  # one toolCall, both calls
+
+
+def test_a_log_from_before_the_handles_gate_compares_without_its_events():
+    """A re-run logs the gate's facts and each handle's observation (HandleArrived); a log
+    written before them has neither: they are left out of the comparison, the handle itself
+    is compared. A log that has them compares them all."""
+    observed = line(7, 40, "decision.observed", kind="HandleArrived", events=1,
+                    refs={"handle": [0, "handle"]}, withheld="", data={"generation": 1})
+    rerun = LOG[:5] + [line(6, 40, "connection.model_reacted", generation=1), observed,
+                       line(8, 40, "connection.handle_issued", generation=1, handle="h")]
+    assert first_divergence(LOG, rerun) is None
+    withheld = rerun[:7] + [line(8, 40, "connection.handle_withheld", generation=1,
+                                 handle="h")]
+    assert first_divergence(LOG, withheld).version == 6  # the handle, as the log numbers it
+    # Written by today's code (it has a gate event): a gate event it lacks is a divergence.
+    today = LOG[:5] + [line(6, 35, "connection.send_unread", generation=1,
+                            turn_under_way=False)] + [dict(x, version=7) for x in LOG[5:]]
+    again = today[:6] + [line(7, 40, "connection.model_reacted", generation=1),
+                         dict(observed, version=8),
+                         line(9, 40, "connection.handle_issued", generation=1, handle="h")]
+    assert first_divergence(today, again).version == 7

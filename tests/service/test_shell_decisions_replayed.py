@@ -1,6 +1,7 @@
 """Decisions that used to be made in the service's shell — what an arriving result is (an
-unknown id, a second result, a value the log cannot store, an intermediate result dropped)
-and whether a failed handshake passes its handle over — are observations decided on the log
+unknown id, a second result, a value the log cannot store, an intermediate result dropped),
+whether a failed handshake passes its handle over, and whether a handle is issued or
+withheld — are observations decided on the log
 by the driver, on both databases: a worker that takes over folds what they decided, and
 `replay` decides each again (its coverage counts them)."""
 
@@ -13,9 +14,11 @@ from session_store import Policy, load_state
 from session_store import events as ev
 from session_store.audit import replay
 from session_store.audit.replay import logged_decisions
-from session_store.decide import (FunctionCall, HandshakeFailed, ProgressReturned,
-                                  ResultArrived, SessionReady, ToolCallsArrived)
+from session_store.decide import (FunctionCall, HandleArrived, HandshakeFailed,
+                                  ProgressReturned, ResultArrived, SessionReady,
+                                  ToolCallsArrived)
 from session_store.delivery import StartCall
+from session_store.state import Withholding
 from session_store.storable import Unstorable
 
 NEW_KINDS = {"ResultArrived", "ProgressReturned", "HandshakeFailed"}
@@ -94,3 +97,42 @@ async def test_a_changed_rule_for_handshakes_shows_in_replay(store):
         records[at - 1]]
     report = replay(forged, policy)
     assert not report.ok and report.divergences[0].kind == "decide", report.to_json()
+
+
+async def test_handles_are_decided_on_the_gate_the_next_worker_folds(store):
+    """The handles' gate (withholding.py) as the driver logs it: what the service notes
+    (a send unread, the model's reaction, a session holding all) rides the next commit, a
+    handle is decided on the gate with those notes in, and the next worker folds that gate."""
+    policy = Policy()
+    first = CallDriver(store, "call-g", policy, worker_id="w1")
+    await first.attach(model="m", tools=["lookup"], settings={})
+    await first.observe(SessionReady(1, None, "ab" * 32))
+    first.note(ev.HoldsAll(1))
+    first.note(ev.SendUnread(1, turn_under_way=False))
+    assert first.gate() == Withholding(0, 1, False)  # noted, not committed: the gate ahead
+    versions = first.state.version
+    decision = await first.observe(HandleArrived(1, "h-crossing"))
+    assert decision.events[1:] == [ev.HandleWithheld(1, "h-crossing")]
+    assert first.state.version == versions + 4  # the notes, the observation, its event
+    assert first.state.withholding == Withholding(0, 1, False)
+
+    second = CallDriver(store, "call-g", policy, worker_id="w2")
+    await second.attach(model="m", tools=["lookup"], settings={})
+    assert second.state.withholding == Withholding(0, 1, False)
+    await second.observe(SessionReady(2, None, "ab" * 32))
+    second.note(ev.SendUnread(2, turn_under_way=True))
+    second.note(ev.EarlierTurnEnded(2))
+    assert (await second.observe(HandleArrived(2, "h-a"))).events[1:] == [
+        ev.HandleWithheld(2, "h-a")]
+    second.note(ev.ModelReacted(2))
+    assert (await second.observe(HandleArrived(2, "h-b", 3))).events[1:] == [
+        ev.HandleIssued(2, "h-b", 3)]
+
+    records = await store.read("call-g")
+    report = replay(records, policy)
+    decisions = list(logged_decisions(records))
+    assert report.ok, report.to_json()
+    assert report.coverage == f"{len(decisions)} of {len(decisions)} decisions replayed"
+    assert [d.kind for d in decisions].count("HandleArrived") == 3
+    stored = await load_state(store, "call-g", use_snapshot=False)
+    assert stored.withholding == Withholding(2, 0, False) and list(stored.handles) == ["h-b"]

@@ -8,6 +8,8 @@ from session_store import events as ev
 from session_store.audit import parse_policy, replay
 from session_store.decide import NO_NAME_ERROR
 from session_store.policy import Policy
+from session_store.projection import fold
+from session_store.state import Withholding
 
 from .helpers import chain, reissued_call, support_call
 
@@ -451,3 +453,68 @@ def test_a_log_continued_by_newer_code_replays_both_parts():
     recs = chain("support-1", old + [(last + 10, r.event) for r in new[1:]])
     report = replay(recs)
     assert (report.reconstructed, report.decisions_logged) == (6, 1), report.to_json()
+
+
+def gate_call():
+    """A session's handles, decided on the gate the log folds (withholding.py): issued while
+    the session holds all it was told, withheld after a send until the model reacts."""
+    from session_store.decide import HandleArrived, SessionReady
+    return [
+        (10, SessionReady(1, None, "ab" * 32)),
+        (20, HandleArrived(1, "h-early")),  # before the seed: withheld
+        (30, ev.HoldsAll(1)),
+        (40, HandleArrived(1, "h-1", 2)),
+        (50, ev.SendUnread(1, turn_under_way=True)),
+        (60, HandleArrived(1, "h-2")),
+        (70, ev.EarlierTurnEnded(1)),
+        (80, HandleArrived(1, "h-3")),
+        (90, ev.ModelReacted(1)),
+        (100, HandleArrived(1, "h-4", 5)),
+    ]
+
+
+def test_handles_are_decided_again_on_the_gate_the_log_folds():
+    recs = logged_call(gate_call())
+    kinds = [(r.type, r.data.get("handle")) for r in recs if r.type.startswith(
+        "connection.handle_")]
+    assert kinds == [("connection.handle_withheld", "h-early"),
+                     ("connection.handle_issued", "h-1"),
+                     ("connection.handle_withheld", "h-2"),
+                     ("connection.handle_withheld", "h-3"),
+                     ("connection.handle_issued", "h-4")]
+    report = replay(recs)
+    assert report.ok, report.to_json()
+    assert report.coverage == "6 of 6 decisions replayed" and report.decisions_checked == 6
+
+
+def test_a_handle_the_log_issued_where_the_gate_withholds_it_is_a_divergence():
+    """Code that issued a handle crossing a send (the bug withholding fixes) shows up where
+    it did: today's decision on the same gate withholds it."""
+    recs = logged_call(gate_call())
+    events = [((r.recorded_at_us - recs[0].recorded_at_us) / 1000, r.event) for r in recs]
+    at = next(i for i, (_t, e) in enumerate(events) if getattr(e, "handle", None) == "h-2")
+    events[at] = (events[at][0], ev.HandleIssued(1, "h-2", None))
+    report = replay(chain("r", events))
+    [d] = report.divergences
+    assert (d.kind, d.version) == ("decide", at + 1) and d.observation["observation"] == \
+        "HandleArrived"
+    assert d.decided == [{"type": "connection.handle_withheld",
+                          "data": {"generation": 1, "handle": "h-2"}}]
+
+
+def test_a_log_from_before_the_folded_gate_replays_as_before():
+    """Logged observations, but handles logged by the worker's own gate (no HandleArrived,
+    no gate events): they are not decisions, and the rest replays as it did."""
+    from session_store.decide import FunctionCall, SessionReady, ToolCallsArrived
+    recs = logged_call([
+        (10, SessionReady(1, None, "ab" * 32)),
+        (20, ev.HandleWithheld(1, "h-0")),
+        (30, ev.HandleIssued(1, "h-1", 1)),
+        (40, ToolCallsArrived((FunctionCall("c1", "lookup_order", {"id": 1}),), 1)),
+        (50, ev.HandleIssued(1, "h-2", 2)),
+    ])
+    report = replay(recs)
+    assert report.ok, report.to_json()
+    assert report.coverage == "2 of 2 decisions replayed" and not report.reconstructed
+    state = fold(recs)
+    assert state.withholding == Withholding() and list(state.handles) == ["h-1", "h-2"]

@@ -361,7 +361,8 @@ class Redactor:
         self._full_observation(o, masked)
         o.pop("observation")
         cfg = self.config
-        if (kind in ("SessionReady", "HandshakeFailed") and isinstance(o.get("handle"), str)
+        if (kind in ("SessionReady", "HandshakeFailed", "HandleArrived")
+                and isinstance(o.get("handle"), str)
                 and cfg.handles):
             o["handle"] = self.fingerprint(o["handle"])
             masked.append("data.data.handle")

@@ -150,6 +150,27 @@ def _handle_withheld(b: TimelineDraft, rec, d):
             f"{words(d.get('generation'))} (it may predate content just sent)", "warn")
 
 
+def _send_unread(b: TimelineDraft, rec, d):
+    turn = "; a model turn under way, its next turn reacts" if d.get("turn_under_way") else ""
+    return (f"generation {words(d.get('generation'))}: content going out the model has not "
+            f"read yet: its handles are withheld until it reacts{turn}")
+
+
+def _earlier_turn_ended(b: TimelineDraft, rec, d):
+    return (f"generation {words(d.get('generation'))}: the model turn under way at the send "
+            "ended: its next output reacts to what was sent")
+
+
+def _model_reacted(b: TimelineDraft, rec, d):
+    return (f"generation {words(d.get('generation'))}: the model reacted to what was sent: "
+            "its handles are issued again")
+
+
+def _holds_all(b: TimelineDraft, rec, d):
+    return (f"generation {words(d.get('generation'))} holds all it was told: its handles "
+            "are issued")
+
+
 def _handle_refused(b: TimelineDraft, rec, d):
     why = ("the server refused to resume from it (expired or unknown)"
            if d.get("reason") == "refused" else
@@ -283,6 +304,11 @@ KINDS: dict[str, Kind] = {
     "connection.handle_issued": Kind("connection", _handle_issued),
     "connection.handle_withheld": Kind("connection", _handle_withheld),
     "connection.handle_refused": Kind("connection", _handle_refused),
+    # The handles' gate (withholding.py): bookkeeping, not drawn on the swimlanes.
+    "connection.send_unread": Kind("connection", _send_unread, None),
+    "connection.earlier_turn_ended": Kind("connection", _earlier_turn_ended, None),
+    "connection.model_reacted": Kind("connection", _model_reacted, None),
+    "connection.holds_all": Kind("connection", _holds_all, None),
     "connection.go_away": Kind("connection", _go_away),
     "connection.reconnect_requested": Kind("connection", _reconnect_requested),
     "speech.bot_started": Kind("speech", _bot_started, None),

@@ -1,0 +1,64 @@
+"""The handles' gate as the service sees it: what goes out that the model has not read, the
+model output that shows it read it, a session that holds all it was told, and the handles
+that arrive, each turned into a fact for the log. It decides nothing and keeps nothing:
+whether a handle is issued or withheld is decided on the gate the log folds
+(session_store.withholding, decide.HandleArrived), so a worker that takes over and
+`replay` see the same gate.
+
+The gate's events ride commits that happen anyway (a send's confirmation, the handle that
+arrives, the model's speech starting: `LogWriter.along`), so a turn commits as often as
+before."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from session_store import events as ev
+from session_store.decide import HandleArrived
+from session_store.withholding import model_output
+
+from .driver import CallDriver
+from .log_writer import LogWriter, When
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """What of a server message the gate needs."""
+
+    generation: int
+    handle: str | None = None  # a resumable handle it issues
+    last_consumed_index: int | None = None
+    reaction: bool = False  # model output, a toolCall or a turnComplete
+    turn_ended: bool = False  # turnComplete or interrupted
+
+
+class HandleGate:
+    """Reports the gate's inputs to the log, for one service."""
+
+    def __init__(self, driver: CallDriver, log: LogWriter):
+        self._driver = driver
+        self._log = log
+
+    def sending(self, generation: int, model_generating: bool) -> None:
+        """Something the server gives no sign of having read goes out on this session: noted
+        before the send, so a handle read after it is decided after it."""
+        self._log.along(ev.SendUnread(generation, model_generating))
+
+    def holds_everything(self, generation: int) -> None:
+        """This session holds all it was told: resumed from a handle, or sent nothing."""
+        self._log.along(ev.HoldsAll(generation))
+
+    async def receive(self, message: Incoming) -> None:
+        """A server message: the handle it issues, decided on the log; or the model output
+        that moves the gate (most messages move nothing: withholding.model_output)."""
+        if message.handle:
+            # Logged in order, without holding up the receive loop (and the audio behind it).
+            await self._log.log(HandleArrived(message.generation, message.handle,
+                                              message.last_consumed_index), when=When.LAZY)
+            return
+        if not (message.reaction or message.turn_ended):
+            return
+        moved = model_output(self._driver.gate(), message.generation,
+                             reaction=message.reaction, turn_ended=message.turn_ended)
+        if moved is not None:
+            self._log.along(moved)
