@@ -62,6 +62,8 @@ class Decision:
     #: Asked only when the commit logs intents (`intend`): `due` walks every call.
     effects: list[Effect] = field(default_factory=list)
     intents: list[ev.Event] = field(default_factory=list)
+    #: Set by the step that performed it (service/step.py): anything was done.
+    acted: bool = False
 
 
 def default_worker_id() -> str:
