@@ -12,13 +12,16 @@ a part that owns its own state:
 - `results` (results.py): tool results, logged with the intent to send them;
 - `session_link` (link.py): the session, its handle, reconnects and handshake failures;
 - `seeder` (seeding.py): what a fresh session is told of the call so far;
-- `setup_context` (setup_context.py): settings and tools, and what a setup carries now.
+- `setup_context` (setup_context.py): settings and tools, and what a setup carries now;
+- `stepper` (step.py): the one step every commit goes through, and what follows from it.
 
 The flow is always: an observation goes to the log writer, the driver decides it on the log
-(session_store.decide) and appends the decision, then the effects due run. Startup after a
-crash is the same path: attach (new fencing epoch), connect with the handle the log allows,
-and perform what is due. Every private pipecat hook overridden or read here is pinned by
-tests/service/test_pipecat_contract.py.
+(session_store.decide) and appends the decision, then the effects due run: one step
+(`stepper`, step.py), which also handles a newer worker's fencing (`on_fenced`). The parts
+never write pipecat's attributes: they hand `apply` the `PipecatState` they want (port.py).
+Startup after a crash is the same path: attach (new fencing epoch), connect with the handle
+the log allows, and perform what is due. Every private pipecat hook overridden or read here
+is pinned by tests/service/test_pipecat_contract.py.
 """
 
 from __future__ import annotations
