@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed
 
 from session_store import events as ev
 from session_store.answers import cancelled_on_wire
-from session_store.delivery import (Reconnect, catch_up_turns, result_as_content,
+from session_store.delivery import (Effect, Reconnect, catch_up_turns, result_as_content,
                                     result_scheduling, result_value)
 from session_store.intents import ALL, LOGGED, SENDS
 from session_store.withholding import HandleGate
@@ -29,8 +29,8 @@ from .driver import Decision
 from .log_writer import LogWriter, When
 from .port import ServicePort
 from .setup_context import SetupContext
-from .step import Drain, Stepper
 from .speech import SpeechTracker
+from .step import Drain, Stepper
 
 
 class Connection(Protocol):
@@ -96,12 +96,16 @@ class EffectRunner:
                 function_name=call.name, tool_call_id=call.call_id, arguments=call.args,
                 context=self._svc._context)])
 
-    async def perform_due(self, kinds: frozenset[type] = ALL) -> None:
-        """Do what the log says is due now (of `kinds`), until nothing is."""
+    async def perform_due(self, kinds: frozenset[type] = ALL, *,
+                          after: Decision | None = None) -> None:
+        """Do what the log says is due now (of `kinds`), until nothing is. `after`: the
+        commit this follows, whose `due` holds for the first round if nothing was committed
+        since (it was asked a moment ago, on the same state)."""
         async with self.due_lock:
             for _ in range(100):
                 try:
-                    acted = await self.perform_round(kinds)
+                    acted = await self.perform_round(kinds, after)
+                    after = None
                 except Exception as exc:  # noqa: BLE001 - the log writer's task retries
                     logger.error(f"{self._svc}: call {self._driver.call_id}: could not "
                                  f"perform what is due, retrying once the log takes it: "
@@ -115,19 +119,27 @@ class EffectRunner:
         await asyncio.sleep(delay)
         await self.perform_due()
 
-    async def perform_round(self, kinds: frozenset[type]) -> bool:
-        """One decision and its effects, `due` asked once: by the commit, on the state with
-        the notes folded in (a note may change it: speech started, content waits), which
-        appends nothing if nothing is due. Only while notes wait (or the log is busy, or
-        the state must be re-read) is it asked first on the state as it is, to see whether
-        a commit is worth making: with nothing due, lazy notes wait to share the next one."""
-        if self._driver.fenced:
+    async def perform_round(self, kinds: frozenset[type], after: Decision | None = None
+                            ) -> bool:
+        """One decision and its effects, `due` asked at most once: by the commit, on the
+        state with the notes folded in (a note may change it: speech started, content
+        waits), which appends nothing if nothing is due. While notes wait (or the log is
+        busy, or the state must be re-read) it is asked first on the state as it is, to see
+        whether a commit is worth making: with nothing due, lazy notes wait to share the next
+        one. `after`: the commit this round follows; if nothing was committed since, its
+        `due` is that answer, asked a moment ago on this very state."""
+        driver = self._driver
+        if driver.fenced:
             return False
         if not self._link.up:
             kinds = kinds - SENDS
-        driver = self._driver
-        if driver.has_notes or driver.busy or driver.stale:
-            wanted = [e for e in driver.due() if type(e) in kinds]
+        effects: list[Effect] | None = None
+        if after is not None and after.due_at == driver.state.version and not driver.stale:
+            effects = after.effects
+        elif driver.has_notes or driver.busy or driver.stale:
+            effects = driver.due()
+        if effects is not None:
+            wanted = [e for e in effects if type(e) in kinds]
             if not any(type(e) in LOGGED for e in wanted):
                 return await self.perform(Decision(effects=wanted), kinds)
         decision = await self._step(intend=kinds, drain=Drain.NO)

@@ -23,7 +23,7 @@ from session_store import events as ev
 from session_store.delivery import StartCall, waits_for_idle, waits_for_silence
 from session_store.errors import StoreUnavailable
 
-from .driver import NOTHING, CallDriver
+from .driver import NOTHING, CallDriver, Decision
 from .step import Drain, Spawn, Stepper
 
 # Backoff of the task that logs noted facts while the log is unavailable (each try itself
@@ -72,7 +72,7 @@ class When(enum.Enum):
 class Effects(Protocol):
     """What the writer's task drains (service/effects.py)."""
 
-    async def perform_due(self) -> None: ...
+    async def perform_due(self, *, after: Decision | None = None) -> None: ...
 
 
 class LogWriter:
@@ -222,6 +222,7 @@ class LogWriter:
             # is stale: an effect's own append failed, and nothing is due until the log is
             # re-read (`retry_effects`).
             while self._driver.has_notes or self._driver.stale:
+                decision: Decision | None = None
                 while self._driver.has_notes or self._driver.stale:
                     self._due.clear()  # this flush takes whatever is noted now
                     try:
@@ -244,7 +245,7 @@ class LogWriter:
                     delay = NOTES_RETRY_FIRST_S
                 self._effects_failed = False
                 assert self.effects is not None
-                await self.effects.perform_due()
+                await self.effects.perform_due(after=decision)
                 if self._effects_failed:  # the log took the re-read, not the effect: wait
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, NOTES_RETRY_MAX_S)

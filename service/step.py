@@ -45,7 +45,7 @@ class Performer(Protocol):
 
     async def perform(self, decision: Decision, kinds: frozenset[type]) -> bool: ...
 
-    async def perform_due(self) -> None: ...
+    async def perform_due(self, *, after: Decision | None = None) -> None: ...
 
 
 #: Events the service decided itself, logged as they are.
@@ -84,10 +84,11 @@ class Stepper:
                     decision = await self._driver.observe(what, intend=intend, timeout=timeout)
                 if intend:
                     decision.acted = await effects.perform(decision, intend)
+            # (Its first round takes the commit's own `due` if nothing was committed since.)
             if drain is Drain.NOW:
-                await effects.perform_due()
+                await effects.perform_due(after=decision)
             elif drain is Drain.LATER:
-                self._spawn(effects.perform_due(), "perform_due")
+                self._spawn(effects.perform_due(after=decision), "perform_due")
         except Fenced:
             await self._on_fenced()
             return None

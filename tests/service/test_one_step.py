@@ -124,7 +124,7 @@ class Effects:
         self.performed.append(decision)
         return True
 
-    async def perform_due(self) -> None:
+    async def perform_due(self, kinds=frozenset(), *, after=None) -> None:
         self.drains += 1
 
 
