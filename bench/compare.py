@@ -85,7 +85,8 @@ def figures(output: str) -> dict[tuple[str, int], list[float]]:
         numbers = [float(n) for n in NUMBER.findall(line)]
         if not numbers:
             continue
-        template = NUMBER.sub("#", line).strip()
+        # (Columns padded to their numbers' widths: spacing is not part of the words.)
+        template = " ".join(NUMBER.sub("#", line).split())
         found[(template, seen[template])] = numbers
         seen[template] += 1
     return found
