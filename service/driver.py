@@ -64,6 +64,11 @@ class Decision:
     #: Asked only when the commit logs intents (`intend`): `due` walks every call.
     effects: list[Effect] = field(default_factory=list)
     intents: list[ev.Event] = field(default_factory=list)
+    #: The log's version at which `effects` is still what `due` says (no intent was staged
+    #: after it was asked); None if it was not asked, or intents changed the state.
+    due_at: int | None = None
+    #: Set by the step that performed it (service/step.py): anything was done.
+    acted: bool = False
 
 
 def default_worker_id() -> str:
@@ -301,6 +306,8 @@ class CallDriver:
                 decision.intents = self._stage(
                     intents(self.state, decision.effects, kinds, self.epoch), at)
                 decision.events += decision.intents
+                if not decision.intents:
+                    decision.due_at = self.state.version
         except BaseException:
             self._stale = True
             self._notes.extendleft(reversed(taken))

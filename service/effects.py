@@ -1,7 +1,7 @@
 """Acting on the log: how DurableGeminiLiveLLMService performs what is due.
 
 Every action follows one rule: the fact or the intent is committed to the log first, then it
-is performed. A commit (`CallDriver.observe`) asks the pure `session_store.delivery.due`
+is performed. A commit (a step, service/step.py) asks the pure `session_store.delivery.due`
 once and logs the intents of what the caller acts on (a `Decision`); `perform` carries out
 that decision. Live operation and takeover after a crash both go through `perform_due`.
 """
@@ -20,9 +20,8 @@ from websockets.exceptions import ConnectionClosed
 
 from session_store import events as ev
 from session_store.answers import cancelled_on_wire
-from session_store.delivery import (Reconnect, catch_up_turns, result_as_content,
+from session_store.delivery import (Effect, Reconnect, catch_up_turns, result_as_content,
                                     result_scheduling, result_value)
-from session_store.errors import Fenced
 from session_store.intents import ALL, LOGGED, SENDS
 
 from .cut_telling import tell_cut
@@ -32,6 +31,7 @@ from .log_writer import LogWriter, When
 from .port import ServicePort
 from .setup_context import SetupContext
 from .speech import SpeechTracker
+from .step import Drain, Stepper
 
 
 class Connection(Protocol):
@@ -50,10 +50,11 @@ class EffectRunner:
     """Performs what the log says is due, one at a time (`due_lock`), for one service."""
 
     def __init__(self, svc: ServicePort, log: LogWriter, speech: SpeechTracker,
-                 handles: HandleGate, setup: SetupContext):
+                 handles: HandleGate, setup: SetupContext, stepper: Stepper):
         self._svc = svc
         self._driver = svc.driver
         self._log = log
+        self._step = stepper.step
         self._setup = setup
         self._speech = speech
         self._handles = handles
@@ -96,15 +97,16 @@ class EffectRunner:
                 function_name=call.name, tool_call_id=call.call_id, arguments=call.args,
                 context=self._svc._context)])
 
-    async def perform_due(self, kinds: frozenset[type] = ALL) -> None:
-        """Do what the log says is due now (of `kinds`), until nothing is."""
+    async def perform_due(self, kinds: frozenset[type] = ALL, *,
+                          after: Decision | None = None) -> None:
+        """Do what the log says is due now (of `kinds`), until nothing is. `after`: the
+        commit this follows, whose `due` holds for the first round if nothing was committed
+        since (it was asked a moment ago, on the same state)."""
         async with self.due_lock:
             for _ in range(100):
                 try:
-                    acted = await self.perform_round(kinds)
-                except Fenced:
-                    await self._svc.on_fenced()
-                    return
+                    acted = await self.perform_round(kinds, after)
+                    after = None
                 except Exception as exc:  # noqa: BLE001 - the log writer's task retries
                     logger.error(f"{self._svc}: call {self._driver.call_id}: could not "
                                  f"perform what is due, retrying once the log takes it: "
@@ -118,18 +120,31 @@ class EffectRunner:
         await asyncio.sleep(delay)
         await self.perform_due()
 
-    async def perform_round(self, kinds: frozenset[type]) -> bool:
-        """One decision and its effects. `due` is asked twice: here, on the state as it is,
-        only to see whether a commit is worth making (with nothing due, lazy notes wait to
-        share the next commit); then by that commit, on the state with the notes folded in,
-        which is the decision (a note may change it: speech started, content waits)."""
+    async def perform_round(self, kinds: frozenset[type], after: Decision | None = None
+                            ) -> bool:
+        """One decision and its effects, `due` asked at most once: by the commit, on the
+        state with the notes folded in (a note may change it: speech started, content
+        waits), which appends nothing if nothing is due. While notes wait (or the log is
+        busy, or the state must be re-read) it is asked first on the state as it is, to see
+        whether a commit is worth making: with nothing due, lazy notes wait to share the next
+        one. `after`: the commit this round follows; if nothing was committed since, its
+        `due` is that answer, asked a moment ago on this very state."""
+        driver = self._driver
+        if driver.fenced:
+            return False
         if not self._link.up:
             kinds = kinds - SENDS
-        wanted = [e for e in self._driver.due() if type(e) in kinds]
-        decision = Decision(effects=wanted)
-        if any(type(e) in LOGGED for e in wanted):
-            decision = await self._driver.observe(intend=kinds & LOGGED)
-        return await self.perform(decision, kinds)
+        effects: list[Effect] | None = None
+        if after is not None and after.due_at == driver.state.version and not driver.stale:
+            effects = after.effects
+        elif driver.has_notes or driver.busy or driver.stale:
+            effects = driver.due()
+        if effects is not None:
+            wanted = [e for e in effects if type(e) in kinds]
+            if not any(type(e) in LOGGED for e in wanted):
+                return await self.perform(Decision(effects=wanted), kinds)
+        decision = await self._step(intend=kinds, drain=Drain.NO)
+        return decision is not None and decision.acted
 
     async def perform(self, decision: Decision, kinds: frozenset[type] = ALL) -> bool:
         """Perform what one commit decided, after it: the calls whose start it logged run,

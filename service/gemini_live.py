@@ -12,18 +12,22 @@ a part that owns its own state:
 - `results` (results.py): tool results, logged with the intent to send them;
 - `session_link` (link.py): the session, its handle, reconnects and handshake failures;
 - `seeder` (seeding.py): what a fresh session is told of the call so far;
-- `setup_context` (setup_context.py): settings and tools, and what a setup carries now.
+- `setup_context` (setup_context.py): settings and tools, and what a setup carries now;
+- `stepper` (step.py): the one step every commit goes through, and what follows from it.
 
 The flow is always: an observation goes to the log writer, the driver decides it on the log
-(session_store.decide) and appends the decision, then the effects due run. Startup after a
-crash is the same path: attach (new fencing epoch), connect with the handle the log allows,
-and perform what is due. Every private pipecat hook overridden or read here is pinned by
-tests/service/test_pipecat_contract.py.
+(session_store.decide) and appends the decision, then the effects due run: one step
+(`stepper`, step.py), which also handles a newer worker's fencing (`on_fenced`). The parts
+never write pipecat's attributes: they hand `apply` the `PipecatState` they want (port.py).
+Startup after a crash is the same path: attach (new fencing epoch), connect with the handle
+the log allows, and perform what is due. Every private pipecat hook overridden or read here
+is pinned by tests/service/test_pipecat_contract.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Coroutine
 from typing import Any, Literal
 
@@ -43,7 +47,7 @@ from session_store import Policy
 from session_store.checks import check_count, check_seconds
 from session_store.decide import ServerMessageRejected
 from session_store.delivery import ResolveInDoubt
-from session_store.errors import CallClosed, Fenced
+from session_store.errors import CallClosed
 from session_store.outcomes import CannotTell, Done, NotDone
 from session_store.storage import SqlEventStore
 
@@ -57,14 +61,16 @@ from .log_writer import STARTS, LogWriter
 from .outcome_checks import (CHECK_TIMEOUT_S, TOOL_GRACE_S, OutcomeCheck, OutcomeChecks,
                              wait_for_tools)
 from .playback import PlaybackPosition
+from .port import PipecatState
 from .receiver import Receiver, parse_time_left
 from .results import ResultIntake
 from .seeding import Seeder
 from .speech import SpeechTracker
 from .speech_log import SpeechLog
+from .step import Stepper
 from .setup_context import SetupContext
-from .translate import (base_prompt, restore_settings, settings_snapshot, tool_names,
-                        tools_from_declarations)
+from .translate import (RESTORED_SETTINGS, base_prompt, restored, settings_snapshot,
+                        tool_names, tools_from_declarations)
 from .watchdog import watch_silence
 from .wire import guard_session, with_frame_limit
 
@@ -152,25 +158,28 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             **kwargs)
         self._max_frame_bytes = max_frame_bytes
         self._driver = CallDriver(store, call_id, policy, worker_id, snapshot_every)
-        # The parts, each owning its state (see the module's docstring).
-        self.log_writer = LogWriter(self._driver, self._spawn, label=f"{self}: call {call_id}",
-                                    on_fenced=self.on_fenced)
+        # The parts, each owning its state (see the module's docstring). Every commit and
+        # what follows from it goes through the one step (step.py).
+        self.stepper = Stepper(self._driver, self._spawn, self.on_fenced)
+        self.log_writer = LogWriter(self._driver, self.stepper, self._spawn,
+                                    label=f"{self}: call {call_id}")
         self.speech = SpeechTracker(speaking_signal, speaking_timeout_s)
         self.speech_log = SpeechLog(self._driver, self.log_writer, self.speech)
         self.setup_context = SetupContext(self, self.log_writer)
         handles = HandleGate(self._driver, self.log_writer)
         self.effects = EffectRunner(self, self.log_writer, self.speech, handles,
-                                    self.setup_context)
+                                    self.setup_context, self.stepper)
         self.receiver = Receiver(self, self.log_writer, self.speech, handles, self.effects,
                                  self.setup_context)
-        self.results = ResultIntake(self, self.log_writer, self.effects)
-        self.seeder = Seeder(self, self.effects, self.speech, handles)
+        self.results = ResultIntake(self, self.log_writer, self.effects, self.stepper)
+        self.seeder = Seeder(self, self.effects, self.speech, handles, self.stepper)
         self.session_link = Link(self, self.log_writer, self.speech, self.seeder,
                                  self.receiver.flush_transcript, reconnect_window_s)
+        self.stepper.effects = self.effects
         self.log_writer.effects = self.effects
         self.effects.link = self.session_link
         self._watchdog_task: asyncio.Task | None = None
-        self.outcome_checks = OutcomeChecks(self._driver, self.log_writer)
+        self.outcome_checks = OutcomeChecks(self._driver, self.log_writer, self.stepper)
         self._tool_grace_s = tool_grace_s
         #: Where the caller's playback is (a playback.PlaybackPosition), if the pipeline knows:
         #: an interrupted turn is then logged as far as the caller heard it.
@@ -215,6 +224,30 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             coroutine.close()
             raise
 
+    @property
+    def pipecat_state(self) -> PipecatState:
+        """What our parts may change of pipecat's own attributes, as they are now."""
+        return PipecatState(
+            session=self._session, session_resumption_handle=self._session_resumption_handle,
+            system_instruction_from_init=self._system_instruction_from_init,
+            base_system_instruction=self._base_system_instruction,
+            tools_from_init=self._tools_from_init, bot_is_responding=self._bot_is_responding,
+            ready_for_realtime_input=self._ready_for_realtime_input,
+            run_llm_when_session_ready=self._run_llm_when_session_ready,
+            settings={key: getattr(self._settings, key, None) for key in RESTORED_SETTINGS})
+
+    def apply(self, state: PipecatState) -> None:
+        """The one place our code writes pipecat's private attributes: each that `state`
+        changes (a part returned it; what it left as read is not written again)."""
+        now = self.pipecat_state
+        for f in dataclasses.fields(PipecatState):
+            value = getattr(state, f.name)
+            if f.name != "settings" and value is not getattr(now, f.name):
+                setattr(self, f"_{f.name}", value)
+        for key, value in state.settings.items():
+            if value is not now.settings.get(key):
+                setattr(self._settings, key, value)
+
     async def on_fenced(self) -> None:
         """A newer worker owns this call: stop talking to Gemini, write nothing more."""
         logger.error(f"{self}: call {self.call_id} was taken over by another worker; stopping")
@@ -244,14 +277,15 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             raise
         logger.info(f"{self}: call {self.call_id} attached at version {state.version}, "
                     f"epoch {self._driver.epoch}")
-        restore_settings(self, state.settings)
+        self.apply(restored(self.pipecat_state, state.settings))
         # Calls a dead worker left in doubt are settled before the new session is seeded, so
         # the model learns their outcome with its history instead of asking again. (Re-runs
         # of idempotent ones wait for the pipeline's StartFrame: no tool runs before it.)
         await self.outcome_checks.settle()
         await self.effects.perform_due(frozenset({ResolveInDoubt}))
         # The first connection resumes from the newest handle the log allows (takeover).
-        self._session_resumption_handle = self._driver.resumption_handle()
+        self.apply(dataclasses.replace(self.pipecat_state,
+                                       session_resumption_handle=self._driver.resumption_handle()))
         await super().setup(setup)
         self._watchdog_task = self._spawn(watch_silence(
             self._driver, self.log_writer, self.speech, self.receiver), "speech_watchdog")
@@ -290,9 +324,6 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         self._consecutive_failures = 0
         try:
             await self.receiver.message(message)
-        except Fenced:
-            await self.on_fenced()
-            return
         except Exception as exc:  # noqa: BLE001 - our bookkeeping must not count as a socket error
             logger.exception(f"{self}: failed to record a server message: {exc}")
         try:
@@ -361,7 +392,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         # session issues there, which the log may have ruled out).
         handle = self.session_link.handle_for(session_resumption_handle
                                               or self._session_resumption_handle)
-        self._session_resumption_handle = handle  # None means a fresh session, seeded
+        # None means a fresh session, seeded.
+        self.apply(dataclasses.replace(self.pipecat_state, session_resumption_handle=handle))
         await super()._connect(session_resumption_handle=handle)
 
     async def _connection_task_handler(self, config):
@@ -395,7 +427,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             return
         if self.session_link.connecting_handle is not None:
             self.receiver.handles.holds_everything(self._driver.state.generation)  # resumed
-        self._bot_is_responding = False
+        self.apply(dataclasses.replace(self.pipecat_state, bot_is_responding=False))
         self.speech.session_ready()
         await super()._handle_session_ready(session)
         await self.effects.perform_due()

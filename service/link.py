@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from google.genai import errors as genai_errors
 from pipecat.services.google.gemini_live.llm import MAX_CONSECUTIVE_FAILURES
@@ -87,7 +88,8 @@ class Link:
             await asyncio.sleep(min(
                 HANDSHAKE_BACKOFF_S * 2 ** max(self._failures_in_row - 1, 0),
                 HANDSHAKE_BACKOFF_MAX_S))
-            self._svc._session = None
+            # (pipecat connects only where it holds no session)
+            self._svc.apply(replace(self._svc.pipecat_state, session=None))
             await self.reconnect_now("handshake_failed")
 
     def failure_counted(self, consecutive_failures: int) -> int:
@@ -114,7 +116,7 @@ class Link:
         """Log the new session before its first message is read (a log that is down holds it
         here, its messages waiting on the socket). False: fenced, or the call is ending."""
         svc = self._svc
-        prompt = str(svc._system_instruction_from_init or "")
+        prompt = str(svc.pipecat_state.system_instruction_from_init or "")
         return await self._log.log(SessionReady(
             self._driver.state.generation + 1, self.connecting_handle,
             hashlib.sha256(prompt.encode()).hexdigest(),
@@ -165,14 +167,15 @@ class Link:
                 when=When.DURABLE):
             return  # fenced (the session is being closed) or the call is ending
         # A new session must carry the settings as they are now (upstream sends the old prompt).
-        if svc._settings.system_instruction is not None:
-            svc._system_instruction_from_init = svc._settings.system_instruction
-        cut = svc._bot_is_responding  # a model turn under way, its turnComplete never to come
+        before = svc.pipecat_state.with_current_prompt()
+        svc.apply(before)
         await svc._disconnect()
-        svc._bot_is_responding = False
-        self._speech.session_replaced(turn_cut=cut)
+        svc.apply(replace(svc.pipecat_state, bot_is_responding=False))
+        # (a model turn was under way: its turnComplete is never to come)
+        self._speech.session_replaced(turn_cut=before.bot_is_responding)
         if self._driver.fenced or state.closed:
             return
         handle = self._driver.resumption_handle()
-        svc._session_resumption_handle = handle  # the log's choice, a fresh session included
+        # The log's choice, a fresh session included.
+        svc.apply(replace(svc.pipecat_state, session_resumption_handle=handle))
         await svc._connect(session_resumption_handle=handle)

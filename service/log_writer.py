@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from loguru import logger
@@ -21,9 +21,10 @@ from loguru import logger
 from session_store import SessionState
 from session_store import events as ev
 from session_store.delivery import StartCall, waits_for_idle, waits_for_silence
-from session_store.errors import Fenced, StoreUnavailable
+from session_store.errors import StoreUnavailable
 
-from .driver import NOTHING, CallDriver
+from .driver import NOTHING, CallDriver, Decision
+from .step import Drain, Spawn, Stepper
 
 # Backoff of the task that logs noted facts while the log is unavailable (each try itself
 # waits up to the store's append_timeout).
@@ -69,25 +70,19 @@ class When(enum.Enum):
 
 
 class Effects(Protocol):
-    """What the writer hands a commit's decisions to (service/effects.py)."""
+    """What the writer's task drains (service/effects.py)."""
 
-    async def run_started(self, events: list[ev.Event]) -> None: ...
-
-    async def perform_due(self) -> None: ...
-
-
-Spawn = Callable[[Coroutine[Any, Any, Any], str], asyncio.Task]
+    async def perform_due(self, *, after: Decision | None = None) -> None: ...
 
 
 class LogWriter:
     """Hands facts to the call's driver in order and keeps them until the log takes them."""
 
-    def __init__(self, driver: CallDriver, spawn: Spawn, *, label: str,
-                 on_fenced: Callable[[], Awaitable[None]]):
+    def __init__(self, driver: CallDriver, stepper: Stepper, spawn: Spawn, *, label: str):
         self._driver = driver
+        self._step = stepper.step
         self._spawn = spawn
         self.label = label  # who speaks in the log lines (the service and its call)
-        self._on_fenced = on_fenced
         self.effects: Effects | None = None  # set once the effect runner exists
         self._task: asyncio.Task | None = None
         self._due = asyncio.Event()  # a fact that must not wait is noted
@@ -116,12 +111,7 @@ class LogWriter:
             return False
         if when is When.HERE:
             return await self._here()
-        started = await self._flush_kept(items, acted_on=when is When.ACTED_ON)
-        if started is None:
-            return False
-        if when is When.ACTED_ON:
-            await self._act(started)
-        return True
+        return await self._flush_kept(items, acted_on=when is When.ACTED_ON)
 
     def along(self, *items: Any) -> None:
         """Note facts that decide nothing now and that a commit nearly always follows at
@@ -153,25 +143,20 @@ class LogWriter:
             await cancel(self._task)
 
     # ------------------------------------------------------------------ the modes
-    async def _act(self, started: list[ev.Event]) -> None:
-        assert self.effects is not None
-        await self.effects.run_started(started)
-        await self.effects.perform_due()
-
-    async def _flush_kept(self, items: tuple, *, acted_on: bool) -> list[ev.Event] | None:
-        """What a flush started (None if nothing was logged: kept, or fenced). An
-        observation handed to the append itself was lost with its exception (a prompt
-        change made during an outage never reconnected: tests/faults/test_effect_retry.py)."""
+    async def _flush_kept(self, items: tuple, *, acted_on: bool) -> bool:
+        """Logged (and, `acted_on`, the calls it lets start run and what is due is done)?
+        False if kept, or fenced. An observation handed to the append itself was lost with
+        its exception (a prompt change made during an outage never reconnected:
+        tests/faults/test_effect_retry.py)."""
         try:
-            decision = await self._driver.observe(intend=STARTS if acted_on else NOTHING)
-            return decision.intents
-        except Fenced:
-            await self._on_fenced()
+            decision = await self._step(intend=STARTS if acted_on else NOTHING,
+                                        drain=Drain.NOW if acted_on else Drain.NO)
         except Exception as exc:  # noqa: BLE001 - kept in the notes: the task retries
             logger.error(f"{self.label}: the log did not take {items!r}; kept and retried: "
                          f"{type(exc).__name__}: {exc}")
             self._wake()
-        return None
+            return False
+        return decision is not None
 
     async def _here(self) -> bool:
         """Through the task, a toolCall waited for the loop to get round to it, behind the
@@ -182,21 +167,16 @@ class LogWriter:
             self._wake()
             return False
         try:
-            decision = await self._driver.observe(intend=STARTS, timeout=LOG_NOW_TIMEOUT_S)
-            assert self.effects is not None
-            await self.effects.run_started(decision.intents)
-        except Fenced:
-            await self._on_fenced()
-            return False
+            # Anything else now due (a result waiting for this session, ...) is not the
+            # receive loop's business: it may wait for the log (Drain.LATER).
+            decision = await self._step(intend=STARTS, drain=Drain.LATER,
+                                        timeout=LOG_NOW_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - the notes are kept: the task retries
             logger.warning(f"{self.label}: logging in the receive loop failed "
                            f"({type(exc).__name__}: {exc}); the notes task retries")
             self._wake()
             return False
-        # Anything else now due (a result waiting for this session, ...) is not the receive
-        # loop's business: it may wait for the log.
-        self._spawn(self.effects.perform_due(), "perform_due")
-        return True
+        return decision is not None
 
     async def _until_logged(self, events: tuple) -> bool:
         """A reconnect during an outage used to fail at its first append and leave the call
@@ -204,14 +184,10 @@ class LogWriter:
         delay = NOTES_RETRY_FIRST_S
         while True:
             try:
-                if len(events) == 1 and not isinstance(events[0], ev.Event):
-                    await self._driver.observe(events[0])  # decided on the log, as it goes in
-                else:
-                    await self._driver.record(*events)
-                return True
-            except Fenced:
-                await self._on_fenced()
-                return False
+                # An observation is decided on the log, as it goes in.
+                one = len(events) == 1 and not isinstance(events[0], ev.Event)
+                decision = await self._step(events[0] if one else events, drain=Drain.NO)
+                return decision is not None
             except StoreUnavailable as exc:
                 if self.call_ending:
                     logger.error(f"{self.label}: ending with {events!r} not logged: {exc}")
@@ -256,12 +232,11 @@ class LogWriter:
             # is stale: an effect's own append failed, and nothing is due until the log is
             # re-read (`retry_effects`).
             while self._driver.has_notes or self._driver.stale:
+                decision: Decision | None = None
                 while self._driver.has_notes or self._driver.stale:
                     self._due.clear()  # this flush takes whatever is noted now
                     try:
-                        decision = await self._driver.observe(intend=STARTS)
-                    except Fenced:
-                        raise
+                        decision = await self._step(intend=STARTS, drain=Drain.NO)
                     except Exception as exc:  # noqa: BLE001 - the log is down: keep, retry
                         # What was noted stays queued and is tried again until the log takes
                         # it: a tool call among the notes must not be left unlogged, unrun
@@ -275,16 +250,14 @@ class LogWriter:
                         await asyncio.sleep(delay)
                         delay = min(delay * 2, NOTES_RETRY_MAX_S)
                         continue
+                    if decision is None:
+                        return  # fenced (the step told the service)
                     delay = NOTES_RETRY_FIRST_S
-                    assert self.effects is not None
-                    await self.effects.run_started(decision.intents)
                 self._effects_failed = False
                 assert self.effects is not None
-                await self.effects.perform_due()
+                await self.effects.perform_due(after=decision)
                 if self._effects_failed:  # the log took the re-read, not the effect: wait
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, NOTES_RETRY_MAX_S)
-        except Fenced:
-            await self._on_fenced()
         except Exception as exc:  # noqa: BLE001 - a task: report, the next append retries
             logger.exception(f"{self.label}: could not log {exc}")

@@ -22,13 +22,13 @@ from loguru import logger
 from session_store.checks import check_seconds
 from session_store.decide import OutcomeAnswered
 from session_store.delivery import CheckOutcome
-from session_store.errors import Fenced
 from session_store.outcomes import CannotTell, CheckAnswer, Done, NotDone
 from session_store.storable import why_unstorable
 from session_store import events as ev
 
 from .driver import CallDriver
 from .log_writer import LogWriter
+from .step import Drain, Stepper
 from .translate import jsonable
 
 #: check(idempotency_key, args) -> Done(result) | NotDone() | CannotTell(reason), or an
@@ -51,9 +51,10 @@ class _Check:
 class OutcomeChecks:
     """The outcome checks of one service's tools, and asking them."""
 
-    def __init__(self, driver: CallDriver, log: LogWriter):
+    def __init__(self, driver: CallDriver, log: LogWriter, stepper: Stepper):
         self._driver = driver
         self._log = log
+        self._step = stepper.step
         self._checks: dict[str, _Check] = {}
 
     def register(self, name: str, check: OutcomeCheck, *, rerun_if_not_done: bool = False,
@@ -84,9 +85,9 @@ class OutcomeChecks:
         for effect, answer in zip(due, answers):
             observed = OutcomeAnswered(effect.call_id, answer)
             try:
-                await self._driver.observe(observed)
-            except Fenced:
-                return  # a newer worker has the call (what is due next reports it)
+                # (What follows from the answers is done by the caller, once they are in.)
+                if await self._step(observed, drain=Drain.NO) is None:
+                    return  # a newer worker has the call
             except Exception as exc:  # noqa: BLE001 - the log is down: kept, logged later
                 logger.error(f"call {self._driver.call_id}: the outcome check's answer for "
                              f"{effect.call_id} was not logged ({type(exc).__name__}: {exc}); "

@@ -20,12 +20,12 @@ from pipecat.frames.frames import FunctionCallResultFrame
 from session_store import events as ev
 from session_store.decide import ProgressReturned, ResultArrived, ToolStopped
 from session_store.delivery import SendResult
-from session_store.errors import Fenced
 from session_store.storable import Unstorable, preview
 
 from .effects import EffectRunner
 from .log_writer import LogWriter
 from .port import ServicePort
+from .step import Stepper
 from .translate import jsonable
 
 
@@ -36,11 +36,13 @@ SEND_RESULTS = frozenset({SendResult})
 class ResultIntake:
     """Takes tool results into the log, for one service (its effects deliver them)."""
 
-    def __init__(self, svc: ServicePort, log: LogWriter, effects: EffectRunner):
+    def __init__(self, svc: ServicePort, log: LogWriter, effects: EffectRunner,
+                 stepper: Stepper):
         self._svc = svc
         self._driver = svc.driver
         self._log = log
         self._effects = effects
+        self._step = stepper.step
 
     async def result(self, frame: FunctionCallResultFrame) -> None:
         """A tool returned (pipecat's result frame): decided on the log (decide.ResultArrived:
@@ -53,29 +55,22 @@ class ResultIntake:
         arrived = ResultArrived(frame.tool_call_id, frame.function_name,
                                 value_of(frame.result), run_llm_of(frame))
         try:
-            async with self._effects.due_lock:
-                try:
-                    decision = await self._driver.observe(arrived, intend=SEND_RESULTS)
-                except Fenced:
-                    raise
-                except asyncio.CancelledError as exc:
-                    # This runs in the call's own task, which the app may cancel
-                    # (cancel_function_calls) while the result commits: the tool ran, and
-                    # its result must not go down with the task.
-                    await self._keep_result(arrived, exc)
-                    raise
-                except Exception as exc:  # noqa: BLE001 - the log is down: keep the result
-                    await self._keep_result(arrived, exc)
-                    return
-                await self._effects.deliver(decision.intents)
-        except Fenced:
-            await self._svc.on_fenced()
+            decision = await self._step(arrived, intend=SEND_RESULTS, hold_effects=True)
+        except asyncio.CancelledError as exc:
+            # This runs in the call's own task, which the app may cancel
+            # (cancel_function_calls) while the result commits: the tool ran, and its
+            # result must not go down with the task.
+            await self._keep_result(arrived, exc)
+            raise
+        except Exception as exc:  # noqa: BLE001 - the log is down: keep the result
+            await self._keep_result(arrived, exc)
             return
+        if decision is None:
+            return  # fenced
         if any(isinstance(e, ev.ToolCallFailed) for e in decision.events):
             logger.error(f"{self._svc}: call {self._driver.call_id}: the result of "
                          f"{arrived.call_id} cannot be stored in the log; the call is "
                          "answered as failed")
-        await self._effects.perform_due()
 
     async def stopped(self, call_id: str) -> None:
         """pipecat stopped a running call without a result (its timeout, or the app's
@@ -89,16 +84,11 @@ class ResultIntake:
             return
         stop = ToolStopped(call_id, self._effects.cancelled_on_wire)
         try:
-            await self._driver.observe(stop)
-        except Fenced:
-            await self._svc.on_fenced()
-            return
+            await self._step(stop)
         except Exception as exc:  # noqa: BLE001 - the log is down: decided again when it is back
             logger.error(f"{self._svc}: call {self._driver.call_id}: could not log that "
                          f"{call_id} was stopped: {type(exc).__name__}: {exc}")
             await self._log.log(stop)
-            return
-        await self._effects.perform_due()
 
     async def _intermediate_result(self, frame: FunctionCallResultFrame) -> None:
         """A tool's intermediate result (`is_final=False`): the NON_BLOCKING call's next part,
@@ -108,19 +98,12 @@ class ResultIntake:
                                     "WHEN_IDLE" if run_llm_of(frame) else "SILENT",
                                     frame.function_name)
         try:
-            async with self._effects.due_lock:
-                decision = await self._driver.observe(progress, intend=SEND_RESULTS)
-                await self._effects.deliver(decision.intents)
-        except Fenced:
-            await self._svc.on_fenced()
-            return
+            await self._step(progress, intend=SEND_RESULTS, hold_effects=True)
         except Exception as exc:  # noqa: BLE001 - the log is down: kept, logged when it is back
             logger.error(f"{self._svc}: call {self._driver.call_id}: an intermediate result "
                          f"of {progress.call_id} was not logged ({type(exc).__name__}: {exc}); "
                          "it is kept")
             await self._log.log(progress)
-            return
-        await self._effects.perform_due()
 
     async def _keep_result(self, arrived: ResultArrived, exc: BaseException) -> None:
         """The log did not take a tool's result (StoreUnavailable: the database is down; or

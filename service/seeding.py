@@ -9,6 +9,8 @@ results, so it follows the same write-ahead rule as any other send: intent, send
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from google.genai.types import Content, Part
 from loguru import logger
 
@@ -20,16 +22,18 @@ from .effects import EffectRunner
 from .handle_gate import HandleGate
 from .port import ServicePort
 from .speech import SpeechTracker
+from .step import Drain, Stepper
 
 
 class Seeder:
     """Seeds fresh sessions from the log, once each (pipecat's side: `svc`)."""
 
     def __init__(self, svc: ServicePort, effects: EffectRunner, speech: SpeechTracker,
-                 handles: HandleGate):
+                 handles: HandleGate, stepper: Stepper):
         self._svc = svc
         self._driver = svc.driver
         self._effects = effects
+        self._step = stepper.step
         self._speech = speech
         self._handles = handles
         self._seeded_generation = 0
@@ -58,9 +62,10 @@ class Seeder:
         if svc._disconnecting:
             return
         if not svc._session:
-            svc._run_llm_when_session_ready = True
+            svc.apply(replace(svc.pipecat_state, run_llm_when_session_ready=True))
             return
-        await self._log_initial_context()
+        if not await self._log_initial_context():
+            return  # fenced
         state = self._driver.state
         if self._seeded_generation == state.generation:
             # pipecat asks again (first context after session ready): one seed per session,
@@ -72,7 +77,7 @@ class Seeder:
             # A resumed session already holds its history: seeding it again would put every
             # earlier result into the model twice (upstream does, on its first context).
             self._handles.holds_everything(generation)
-            svc._ready_for_realtime_input = True
+            self._ready_for_input()
             return
         # A fresh session gets the whole conversation: a state from a snapshot lacks it.
         await self._driver.ensure_history()
@@ -80,7 +85,7 @@ class Seeder:
         plan = seed_plan(state)
         if not plan.turns:
             self._handles.holds_everything(generation)  # nothing to seed: any handle holds it
-            svc._ready_for_realtime_input = True
+            self._ready_for_input()
             return
         # A result no model was seen to take in (a session it went to may have died before
         # it reacted) asks for an answer; else pipecat's rule (2.5 recaps after a reconnect).
@@ -94,8 +99,9 @@ class Seeder:
         # Write-ahead, as any send: what the seed delivers (results, and the turns up to
         # `through`, which a session resumed later from this one's handles then holds).
         intents = _seed_events(plan, generation, sent=False)
-        if intents:
-            await self._driver.record(*intents)
+        # (Under the effects' lock already: the seed's caller drains after it.)
+        if intents and await self._step(intents, drain=Drain.NO) is None:
+            return  # fenced
         session = svc._session
         if generation != self._driver.state.generation or session is None:
             return  # its session went meanwhile: never seed another (`deliver`); the next
@@ -111,15 +117,20 @@ class Seeder:
             self._effects.after_send_failure(exc)
             return
         confirmations = _seed_events(plan, generation, sent=True)
-        if confirmations:
-            await self._driver.record(*confirmations)
-        svc._ready_for_realtime_input = True
+        if confirmations and await self._step(confirmations, drain=Drain.NO) is None:
+            return  # fenced
+        self._ready_for_input()
 
-    async def _log_initial_context(self) -> None:
-        """Log the pipecat context's opening messages once, so any worker can seed from them."""
+    def _ready_for_input(self) -> None:
+        """pipecat may send the caller's audio now (it holds it until the session's seed)."""
+        self._svc.apply(replace(self._svc.pipecat_state, ready_for_realtime_input=True))
+
+    async def _log_initial_context(self) -> bool:
+        """Log the pipecat context's opening messages once, so any worker can seed from them.
+        False if fenced."""
         context = self._svc._context
         if context is None or self._driver.state.messages:
-            return
+            return True
         events = []
         for message in context.get_messages():
             role = message.get("role") if isinstance(message, dict) else None
@@ -132,9 +143,7 @@ class Seeder:
                 events += storable_events([ev.ConversationMessage(
                     "assistant" if role == "assistant" else "user", text, 0)],
                     self._driver.state.generation)
-        if events:
-            await self._driver.record(*events)
-
+        return not events or await self._step(events, drain=Drain.NO) is not None
 
 
 def _seed_events(plan: SeedPlan, generation: int, *, sent: bool) -> list[ev.Event]:

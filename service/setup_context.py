@@ -8,6 +8,7 @@ which with the model's rules says whether the server runs a call NON_BLOCKING.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from session_store.decide import SettingsUpdate
@@ -44,9 +45,9 @@ class SetupContext:
         svc = self._svc
         tools = as_tools_schema(tools)
         declarations = tool_declarations(tools)
-        if declarations == tool_declarations(svc._tools_from_init):
+        if declarations == tool_declarations(svc.pipecat_state.tools_from_init):
             return
-        svc._tools_from_init = tools
+        svc.apply(replace(svc.pipecat_state, tools_from_init=tools))
         await self._log.log(SettingsUpdate(("tools",), {"tools": declarations}),
                             when=When.ACTED_ON)
 
@@ -61,17 +62,17 @@ class SetupContext:
         """The system instruction and tools a new session's setup would carry now (pipecat's
         adapter settles them from the context and the service's own)."""
         svc = self._svc
-        if svc._settings.system_instruction is not None:
-            svc._system_instruction_from_init = svc._settings.system_instruction
+        state = svc.pipecat_state.with_current_prompt()
+        svc.apply(state)
         adapter = svc.get_llm_adapter()
         if svc._context is not None:
             params = await adapter.get_llm_invocation_params(
-                svc._context, system_instruction=svc._system_instruction_from_init,
-                service_tools=svc._tools_from_init)
+                svc._context, system_instruction=state.system_instruction_from_init,
+                service_tools=state.tools_from_init)
             instruction, tools = params["system_instruction"], params["tools"]
         else:
-            instruction = svc._system_instruction_from_init
-            tools = adapter.from_standard_tools(svc._tools_from_init)
+            instruction = state.system_instruction_from_init
+            tools = adapter.from_standard_tools(state.tools_from_init)
         tools = list(tools or [])
         if tools and svc._supports_non_blocking_tools:
             svc._tag_tool_behaviors(tools)

@@ -6,13 +6,16 @@ import dataclasses
 import enum
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 
 from .redaction import redact_settings
+
+if TYPE_CHECKING:
+    from .port import PipecatState
 
 # Settings restored from the log on takeover (plain strings; secrets were never logged). The
 # model too: a call keeps its model (its handles are that model's, and the log's decisions
@@ -73,29 +76,33 @@ def tools_from_declarations(declarations: list) -> ToolsSchema:
     return ToolsSchema(standard_tools=schemas)
 
 
-def restore_settings(svc: Any, logged: dict[str, Any]) -> None:
+def restored(state: PipecatState, logged: dict[str, Any]) -> PipecatState:
     """A takeover continues with the settings the log says are current, not the ones the
-    service `svc` was constructed with (the app may have changed the prompt before the
-    crash). Sets pipecat's own attributes, as its constructor would have."""
-    composed = svc._settings.system_instruction  # as constructed (with pipecat's addons)
+    service was constructed with (the app may have changed the prompt before the crash):
+    pipecat's own attributes as its constructor would have set them (`state` as
+    constructed), for the service to apply."""
+    composed = state.settings.get("system_instruction")  # as constructed (pipecat's addons)
+    settings = dict(state.settings)
     for key in RESTORED_SETTINGS:
         if isinstance(logged.get(key), str):
-            setattr(svc._settings, key, logged[key])
+            settings[key] = logged[key]
+    changes: dict[str, Any] = {"settings": settings}
     tools = logged.get("tools")
-    if isinstance(tools, list) and tools != tool_declarations(svc._tools_from_init):
+    if isinstance(tools, list) and tools != tool_declarations(state.tools_from_init):
         # The app changed the tools before the crash (LLMSetToolsFrame): the log keeps
         # their declarations (the handlers are the app's own, registered by name).
-        svc._tools_from_init = tools_from_declarations(tools)
+        changes["tools_from_init"] = tools_from_declarations(tools)
     prompt = logged.get("system_instruction")
     if isinstance(prompt, str):
-        svc._system_instruction_from_init = prompt
+        changes["system_instruction_from_init"] = prompt
         if prompt != composed:
             # pipecat rebuilds `_settings.system_instruction` from the base prompt it took
             # at construction (`_compose_system_instruction`, on the first context's tool
             # sync): without this the constructed prompt came back there, and the first
             # reconnect after a takeover sent it (tests/service/test_takeover_seed.py).
-            svc._base_system_instruction = base_prompt(prompt, composed,
-                                                       svc._base_system_instruction)
+            changes["base_system_instruction"] = base_prompt(prompt, composed,
+                                                             state.base_system_instruction)
+    return dataclasses.replace(state, **changes)
 
 
 def base_prompt(prompt: str, composed: Any, base: Any) -> str:

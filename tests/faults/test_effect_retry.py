@@ -108,7 +108,7 @@ async def test_send_refused_on_the_new_session_is_retried_without_anything_else_
         llm = ctl.llm
         perform_round = llm.effects.perform_round
 
-        async def round_with_fault(kinds):
+        async def round_with_fault(kinds, *rest):
             # The real fault, at the one moment that matters: the send intent's append.
             if not faulted and any(isinstance(e, SendResult) for e in llm.driver.due()):
                 fault = Unwritable(db).__enter__()
@@ -120,7 +120,7 @@ async def test_send_refused_on_the_new_session_is_retried_without_anything_else_
                     fault.__exit__(None, None, None)
 
                 loop.call_later(DOWN_S, lift)
-            return await perform_round(kinds)
+            return await perform_round(kinds, *rest)
 
         llm.effects.perform_round = round_with_fault
         assert await ctl.wait(lambda: ctl.script_done(1) and not ctl.tap.speaking,
