@@ -95,6 +95,7 @@ class CaseResult:
     takeover_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
     kills_fired: list[str] = field(default_factory=list)  # where each worker really died
+    commit_ends: list[int] = field(default_factory=list)  # each commit's last version
 
     @property
     def ok(self) -> bool:
@@ -200,8 +201,11 @@ async def run_case(scenario_name: str, db_url: str, *, schema: str | None = None
                      if k.at_version is None or len(records) >= k.at_version]
         if problems and server:  # keep what the server saw, next to the worker logs
             server.dump(workdir / f"{call_id}.server.json")
+    # One append stamps all its events with one time: a new stamp is a new commit.
+    ends = [a.version for a, b in zip(records, records[1:])
+            if b.recorded_at_us != a.recorded_at_us] + [r.version for r in records[-1:]]
     return CaseResult(scenario_name, call_id, planned, killed, workers, len(records),
-                      problems, takeovers, time.monotonic() - started, fired_at)
+                      problems, takeovers, time.monotonic() - started, fired_at, ends)
 
 
 async def _call_closed(db_url: str, schema: str | None, call_id: str) -> bool:

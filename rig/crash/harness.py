@@ -2,10 +2,10 @@
 checked (one case: case.py).
 
 Modes:
-- every boundary: a clean run counts the events V the first worker appends; then for each
-  v in 1..V the first worker SIGKILLs itself right after the log reaches v, for each
-  tool it dies between the tool's side effect and the append of its outcome, and once it
-  dies in the commit of a tool's start (a run must wait for that commit);
+- every boundary: a clean run logs the call; then for each of its commits the first worker
+  SIGKILLs itself right after the log reaches that commit's last version, for each tool it
+  dies between the tool's side effect and the append of its outcome, and once it dies in the
+  commit of a tool's start (a run must wait for that commit);
 - random soak: workers are SIGKILLed from outside at random times.
 After each case a fresh worker resumes until the call completes, and I1–I7 are checked
 against the server's record, the tool ledger and the log.
@@ -32,17 +32,20 @@ from .case import CaseResult, Kill, run_case
 from .scenarios import SCENARIOS, SCRIPTED, scripted_for
 
 
-async def count_events(scenario: str, new_db, workdir: Path, model: str | None = None) -> int:
-    """Events the first worker appends when nothing goes wrong (the boundaries to kill at)."""
+async def commit_ends(scenario: str, new_db, workdir: Path,
+                      model: str | None = None) -> list[int]:
+    """The last version of each commit the call logs when nothing goes wrong: the points
+    between appends where a worker can die. A kill after any version inside a commit lands
+    after the whole commit, so one kill per commit covers them all."""
     url, schema = await new_db()
     result = await run_case(scenario, url, schema=schema, workdir=workdir, model=model)
     if not result.ok:
         raise AssertionError(f"{scenario} fails even without a crash: {result.violations}")
-    return result.events
+    return result.commit_ends
 
 
-def boundary_kills(scenario: str, events: int) -> list[list[Kill]]:
-    cases = [[Kill(at_version=v)] for v in range(1, events + 1)]
+def boundary_kills(scenario: str, commit_ends: list[int]) -> list[list[Kill]]:
+    cases = [[Kill(at_version=v)] for v in commit_ends]
     cases += [[Kill(in_tool=name)] for name in SCENARIOS[scenario].tool_names]
     # Dying in the commit of a start: a kill after an append lands once it has committed,
     # and commits are quicker than the tools, so a tool run before its start was logged
@@ -135,8 +138,8 @@ async def run_boundaries(scenarios, new_db, workdir: Path, parallel: int = 3,
                          model: str | None = None) -> list[CaseResult]:
     cases = []
     for s in scenarios:
-        events = await count_events(s, new_db, workdir, model)
-        cases += [(s, k) for k in boundary_kills(s, events)]
+        ends = await commit_ends(s, new_db, workdir, model)
+        cases += [(s, k) for k in boundary_kills(s, ends)]
     return await run_many(cases, new_db, workdir, parallel, model)
 
 

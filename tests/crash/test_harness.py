@@ -7,9 +7,10 @@ import asyncio
 import pytest
 
 from rig.crash.case import Kill, run_case
-from rig.crash.harness import Databases
+from rig.crash.harness import Databases, boundary_kills
 from rig.crash.scenarios import SCENARIOS, ServerPlan
 from service.local_live import LocalLiveServer
+from session_store import open_store
 from tests.local_live.helpers import receive_until, turn_complete
 from tests.local_live.test_profiles import connect, kinds, text_turn
 
@@ -35,6 +36,28 @@ async def test_the_harness_records_where_each_kill_fired(tmp_path):
     assert result.ok, result.violations
     assert result.kills == 1 and len(result.kills_fired) == 1, result.kills_fired
     assert result.kills_fired[0].startswith("after v4: died at v"), result.kills_fired
+
+
+async def test_the_boundaries_are_the_clean_runs_commits(tmp_path):
+    """One kill per commit: a kill after any version inside a commit lands after the whole
+    commit, so the versions of one commit were one case run many times over."""
+    url, _ = await Databases("sqlite", tmp_path)()
+    result = await run_case("single_call", url, workdir=tmp_path)
+    assert result.ok, result.violations
+    store = await open_store(url)
+    try:
+        records = await store.read(result.call_id)
+    finally:
+        await store.close()
+    stamps = {r.version: r.recorded_at_us for r in records}
+    ends = result.commit_ends
+    assert ends[-1] == len(records) and ends == sorted(set(ends))
+    assert 1 < len(ends) < len(records), "a real call commits several events together"
+    for first, last in zip([0, *ends], ends):
+        assert len({stamps[v] for v in range(first + 1, last + 1)}) == 1  # one commit
+        assert last == len(records) or stamps[last + 1] != stamps[last]  # ends there
+    kills = boundary_kills("single_call", ends)
+    assert [k[0].at_version for k in kills if k[0].at_version] == ends
 
 
 async def test_a_fresh_session_says_nothing_until_its_late_seed():
