@@ -66,6 +66,7 @@ def worker_main(variant: str, port: int) -> None:
     if variant == "stock":
         gemini_live.with_shared_tls = lambda options: options
         bot.user_params = lambda *_args, **_kwargs: None  # pipecat's default user-turn strategies
+        bot.WORKER_OPTIONS = {}  # pipecat's default observers (RTVI, turn tracking)
     uvicorn.run(probed(app), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
 
 

@@ -42,6 +42,11 @@ PROMPT = ("You are the phone assistant of an online shop. Be brief and friendly.
           "send_receipt. The caller's number is {caller}.")
 OPENING = "A caller has just been connected. Greet them."
 
+# No RTVI (a phone has no RTVI client: the serializer drops its messages) and no turn
+# tracking (only tracing reads it): pipecat hands every frame's push and processing to each
+# observer through a queue and a task of its own, ~10 % of a worker's CPU (bench/README.md).
+WORKER_OPTIONS = {"enable_rtvi": False, "enable_turn_tracking": False}
+
 
 class CallerAwareTwilioSerializer(TwilioFrameSerializer):
     """Twilio's serializer that also notes the `stop` message: Twilio sends it when the
@@ -121,7 +126,8 @@ async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict,
     pipeline = Pipeline([transport.input(), aggregators.user(), llm, marks, transport.output(),
                          aggregators.assistant()])
     task = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=16000,
-                                                        audio_out_sample_rate=24000))
+                                                        audio_out_sample_rate=24000),
+                          **WORKER_OPTIONS)
 
     @transport.event_handler("on_client_connected")
     async def on_client_connected(transport, client):
