@@ -14,6 +14,7 @@ into it stopped. Other rate pairs go to pipecat's resampler.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -40,7 +41,6 @@ class IntegerRatioResampler(BaseAudioResampler):
                  clear_after_s: float = CLEAR_AFTER_S):
         self._taps, self._cutoff_hz, self._clear_after_s = taps, cutoff_hz, clear_after_s
         self._rates: tuple[int, int] | None = None
-        self._filter = np.zeros(0)
         self._phases: list[np.ndarray] = []  # the filter's taps, one set per output phase
         self._history = np.zeros(0)  # the input's last samples, for the next chunk
         self._phase = 0  # decimating: where in the next chunk the next kept sample is
@@ -62,19 +62,9 @@ class IntegerRatioResampler(BaseAudioResampler):
 
     def _start(self, in_rate: int, out_rate: int) -> None:
         self._rates = (in_rate, out_rate)
-        self._filter = lowpass(self._taps, self._cutoff_hz, max(in_rate, out_rate))
-        factor = max(in_rate, out_rate) // min(in_rate, out_rate)
-        # Polyphase: an output sample needs only every factor-th tap (interpolating: the
-        # others meet stuffed zeros; decimating: their outputs are dropped), so each phase
-        # is a convolution at the lower rate, 1/factor of one at the higher.
-        if out_rate > in_rate:
-            self._phases = [self._filter[p::factor] * factor for p in range(factor)]
-            self._history = np.zeros(len(self._phases[0]) - 1)  # at the input rate
-        else:
-            padded = np.zeros(-(-self._taps // factor) * factor)
-            padded[:self._taps] = self._filter[::-1]
-            self._phases = [padded[r::factor] for r in range(factor)]
-            self._history = np.zeros(self._taps - 1)
+        self._phases = list(_phases(self._taps, self._cutoff_hz, in_rate, out_rate))
+        self._history = np.zeros(len(self._phases[0]) - 1 if out_rate > in_rate
+                                 else self._taps - 1)  # at the input rate
         self._phase = 0
 
     def _run(self, samples: np.ndarray) -> np.ndarray:
@@ -120,6 +110,26 @@ class IntegerRatioResampler(BaseAudioResampler):
         self._rates = None
         if self._other is not None:
             await self._other.reset()
+
+
+@functools.lru_cache(maxsize=16)
+def _phases(taps: int, cutoff_hz: float, in_rate: int, out_rate: int) -> tuple[np.ndarray, ...]:
+    """The filter's taps, one set per output phase; the same for every call and every turn
+    (a resampler starts anew after each pause: designed once, not at every start)."""
+    fir = lowpass(taps, cutoff_hz, max(in_rate, out_rate))
+    factor = max(in_rate, out_rate) // min(in_rate, out_rate)
+    # Polyphase: an output sample needs only every factor-th tap (interpolating: the
+    # others meet stuffed zeros; decimating: their outputs are dropped), so each phase
+    # is a convolution at the lower rate, 1/factor of one at the higher.
+    if out_rate > in_rate:
+        phases = [fir[p::factor] * factor for p in range(factor)]
+    else:
+        padded = np.zeros(-(-taps // factor) * factor)
+        padded[:taps] = fir[::-1]
+        phases = [padded[r::factor] for r in range(factor)]
+    for taps_of_phase in phases:
+        taps_of_phase.setflags(write=False)  # shared by every resampler
+    return tuple(phases)
 
 
 def _to_pcm16(samples: np.ndarray) -> bytes:
