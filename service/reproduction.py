@@ -55,7 +55,9 @@ class _Progress:
     """The re-run's log version, as the log numbers it (its observations of kinds the log
     never holds not counted: `as_logged`), and who waits for it."""
 
-    def __init__(self, on_version: Callable[[int], None], logged: frozenset[str]) -> None:
+    def __init__(self, on_version: Callable[[int], None], logged: frozenset[str],
+                 on_during: Callable[[int], None] = lambda before: None,
+                 steps_during: frozenset[int] = frozenset()) -> None:
         self.version = 0
         self.logged = logged
         self.unlogged = 0  # the re-run's observations not counted so far
@@ -63,13 +65,17 @@ class _Progress:
         self._during: dict[int, int] = {}  # stimuli waiting for the commit from a version
         self._changed = asyncio.Condition()
         self._on_version = on_version
+        # The versions whose commit the server's steps are released during (`on_during`),
+        # as a result is: the log shows the message came in while that commit was in flight.
+        self._steps_during = set(steps_during)
+        self._on_during = on_during
 
     async def begin_append(self, before: int) -> None:
         """An append from version `before` begins: stimuli that arrived while it was under
         way in the call are released now, and reach the service before it returns."""
         async with self._changed:
             self.appending = max(self.appending, before)
-            waiting = self._during.get(before, 0)
+            waiting = self._during.get(before, 0) + self._release_steps(self.appending)
             self._changed.notify_all()
         if waiting:
             await asyncio.sleep(HANDOVER_S)
@@ -89,7 +95,16 @@ class _Progress:
             for v in range(self.version + 1, version + 1):
                 self._on_version(v)
             self.version = max(self.version, version)
+            self._release_steps(self.version - 1)  # the log is past them: at once
             self._changed.notify_all()
+
+    def _release_steps(self, before: int) -> int:
+        """Release the server's steps waiting for a commit from `before` or earlier."""
+        due = sorted(v for v in self._steps_during if v <= before)
+        for v in due:
+            self._steps_during.discard(v)
+            self._on_during(v)
+        return len(due)
 
     async def reached(self, version: int) -> None:
         async with self._changed:
@@ -122,6 +137,11 @@ class _HeldPlayback(PlaybackOutput):
         return await super().write_audio_frame(frame)
 
 
+def _during_signal(before: int) -> str:
+    """The signal of the server's steps released while the commit from `before` is under way."""
+    return f"during v{before}"
+
+
 def _script(conn: dict[str, Any]) -> kit.Script:
     if conn["refuse"] == "handle":
         return kit.Script.refusing_handle()
@@ -129,7 +149,8 @@ def _script(conn: dict[str, Any]) -> kit.Script:
         return kit.Script(refuse_setup=conn["refuse"])
     steps: list[kit.Step] = []
     for s in conn["steps"]:
-        steps.append(kit.WaitSignal(f"v{s['at']}"))
+        gate = _during_signal(s["at"]) if s.get("during_commit") else f"v{s['at']}"
+        steps.append(kit.WaitSignal(gate))
         args = dict(s["args"])
         if s["step"] == "ToolCall":
             args["calls"] = [kit.Call(c["id"], c["name"], c["args"]) for c in args["calls"]]
@@ -246,7 +267,10 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
     loop = asyncio.get_running_loop()
     scripts = [_script(c) for c in spec["connections"]]
     async with kit.LocalLiveServer(scripts) as server:
-        progress = _Progress(lambda v: server.signal(f"v{v}"), observed_kinds(expected))
+        steps_during = frozenset(s["at"] for c in spec["connections"] for s in c["steps"]
+                                 if s.get("during_commit"))
+        progress = _Progress(lambda v: server.signal(f"v{v}"), observed_kinds(expected),
+                             lambda v: server.signal(_during_signal(v)), steps_during)
         server.signal("v0")
         stores = []
         try:

@@ -267,6 +267,23 @@ class _Builder:
         conn["steps"].append({"at": gate, "step": name, "args": args})
 
 
+def noted_tool_calls(commit: Decision) -> list[int]:
+    """The generations whose toolCall in this commit was noted, not committed on arrival.
+    The receive loop commits a toolCall at once unless another commit holds the log, and
+    reads nothing behind it until that is done: an observation logged after the toolCall's
+    in the same commit shows it waited, so it came in while the commit before was in
+    flight. (A log without `decision.observed` shows nothing: none.)"""
+    out: list[int] = []
+    for i, line in enumerate(commit.lines):
+        d = line["data"]
+        if line["type"] == "decision.observed" and d.get("kind") == "ToolCallsArrived" \
+                and any(x["type"] == "decision.observed" for x in commit.lines[i + 1:]):
+            gen = (d.get("data") or {}).get("generation")
+            if isinstance(gen, int):
+                out.append(gen)
+    return out
+
+
 def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, Any]:
     """The reproduction of a call from its export lines (see the module docstring)."""
     if not lines or lines[0]["type"] != "session.opened":
@@ -302,6 +319,7 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
         result_gate = prev_gate if after_connect else gate
         during = {"during_commit": True} if after_connect else {}
         calls: dict[int, list[dict[str, Any]]] = {}  # generation -> this commit's toolCall
+        marks = {g: len(c["steps"]) for g, c in b.by_generation.items()}
         for line in group.lines:
             t, d, v = line["type"], line["data"], line["version"]
             gen = d.get("generation", generation)
@@ -420,6 +438,14 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
             elif t == "anomaly.recorded":
                 b.not_reproduced.append(f"v{v}: anomaly {d.get('kind')} (the log keeps its "
                                         f"kind, not the message that caused it)")
+        for gen in noted_tool_calls(group):
+            conn = b.by_generation.get(gen)
+            # It came in while the commit before was in flight, and what this commit logged
+            # of its connection with it (before it, and the handle right behind it) came in
+            # then too: all of it is released while the re-run commits the commit before.
+            for s in conn["steps"][marks.get(gen, 0):] if conn else ():
+                if s["at"] == gate:
+                    s.update(at=prev_gate, during_commit=True)
         prev_last, prev_gate = group.last, gate
         after_connect = group.lines[-1]["type"] == "connection.connected"
     settings = opened.get("settings", {})

@@ -24,6 +24,11 @@
   as acting: the first red fleet run was a not-done refund re-run before the session where
   the log has it after. (In the checked-in rerun log the race went the other way: re-run
   before the session, context at once.)
+- progress_call_tool_call_noted (PostgreSQL, no kill; 3 of 20 such logs have its shape): the
+  toolCall came in while the bot's speech start was being committed, so it was noted, and
+  the commit that took it also took the resumption handle right behind it, before the
+  call's start. Sent after that commit, it was committed at once with its start, the
+  handle after it.
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ def _lines(name: str) -> list[dict]:
 @pytest.mark.parametrize("name", ["go_away", "prompt_change_turn_while_speaking",
                                   "prompt_change_result_during_connect",
                                   "phone_bot_refund_checked",
-                                  "phone_bot_refund_rerun"])
+                                  "phone_bot_refund_rerun",
+                                  "progress_call_tool_call_noted"])
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 async def test_a_log_that_was_red_reproduces_green(tmp_path, name, db):
     write(tmp_path / "repro", _lines(name))
@@ -93,6 +99,14 @@ def test_the_cause_of_each_red_is_in_the_reproduction():
     runs = build(_lines("prompt_change_result_during_connect"))["tool_runs"]
     (outcome,) = runs["lookup_order-1"][0]["outcomes"]
     assert outcome["during_commit"] is True and outcome["at"] == 20  # the start's commit
+
+    noted = build(_lines("progress_call_tool_call_noted"))["connections"][0]["steps"]
+    # the toolCall, the words before it and the handle behind it go out while the speech's
+    # start (v8-10, from v7) commits; the second toolCall, committed on arrival, after v33
+    assert [(s["step"], s["at"], s.get("during_commit", False)) for s in noted[:6]] == [
+        ("Audio", 7, False), ("OutputTranscript", 7, True), ("TurnComplete", 7, True),
+        ("ToolCall", 7, True), ("ResumptionUpdate", 7, True), ("Audio", 33, False)]
+    assert [s["at"] for s in noted if s["step"] == "ToolCall"] == [7, 33]
 
     workers = build(_lines("phone_bot_moved_call"))["workers"]
     attached = next(x["version"] for x in _lines("phone_bot_moved_call")
