@@ -53,8 +53,12 @@ async def rerun(call: str, label: str, url: str, schema: str | None, dbs: Databa
     t0 = time.monotonic()
     result = await run_reproduction(out, rerun_url, schema=rerun_schema)
     verdict = "green" if result.divergence is None else "RED"
+    # The model's messages the log shows came in during a commit (a noted toolCall): how
+    # often the call ran that race, beside how often its re-run came out red.
+    spec = json.loads((out / "reproduction.json").read_text(encoding="utf-8"))
+    during = sum(1 for c in spec["connections"] for s in c["steps"] if s.get("during_commit"))
     print(f"{label}  events {len(result.actual):3}  re-run {time.monotonic() - t0:5.1f} s  "
-          f"{verdict}", flush=True)
+          f"during a commit {during}  {verdict}", flush=True)
     if result.divergence is not None:
         print("    " + result.divergence.message().replace("\n", "\n    "), flush=True)
         # A red re-run is often a race of the call itself: keep its log to find which.
