@@ -438,12 +438,12 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
             elif t == "anomaly.recorded":
                 b.not_reproduced.append(f"v{v}: anomaly {d.get('kind')} (the log keeps its "
                                         f"kind, not the message that caused it)")
-        for gen in noted_tool_calls(group):
-            conn = b.by_generation.get(gen)
+        for noted in noted_tool_calls(group):
             # It came in while the commit before was in flight, and what this commit logged
             # of its connection with it (before it, and the handle right behind it) came in
             # then too: all of it is released while the re-run commits the commit before.
-            for s in conn["steps"][marks.get(gen, 0):] if conn else ():
+            steps = b.by_generation[noted]["steps"] if noted in b.by_generation else []
+            for s in steps[marks.get(noted, 0):]:
                 if s["at"] == gate:
                     s.update(at=prev_gate, during_commit=True)
         prev_last, prev_gate = group.last, gate
