@@ -237,10 +237,13 @@ def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.
 
 async def _app(spec, worker, task: PipelineWorker, progress: _Progress) -> None:
     """What the app did: start the pipeline (every worker; a worker that took over and did
-    nothing before its session, while that session's start commits), its settings changes
-    and its hang-up, each at its gate."""
+    nothing before its session, while that session's start commits; one whose seed ran on
+    the context, after its session's start), its settings changes and its hang-up, each at
+    its gate."""
     if worker.get("start_at") is not None:
         await progress.during_commit(worker["start_at"])
+    if worker.get("context_after") is not None:
+        await progress.reached(worker["context_after"])
     await task.queue_frames([LLMRunFrame()])
     for change in spec["settings_changes"]:
         if progress.version > change["at"]:

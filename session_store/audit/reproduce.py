@@ -310,6 +310,8 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
     audio_on: set[int] = set()  # generations the model has sent audio on
     speaking = False  # the bot speaks, as the log has it
     prev_last, prev_gate, after_connect = 0, 0, False
+    prev_lines: tuple[dict[str, Any], ...] = ()  # the commit before this one
+    connected_at: dict[int, int] = {}  # generation -> the version of its connection.connected
     for group in commits(lines):
         gate = prev_last
         # A result logged right after a new session connected, before its seed, came in
@@ -335,6 +337,7 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 first_act = False
             if t == "connection.connected":
                 generation = d["generation"]
+                connected_at[generation] = v
                 conn = {"generation": generation, "refuse": None, "steps": []}
                 b.connections.append(conn)
                 b.by_generation[generation] = conn
@@ -446,7 +449,14 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
             for s in steps[marks.get(noted, 0):]:
                 if s["at"] == gate:
                     s.update(at=prev_gate, during_commit=True)
-        prev_last, prev_gate = group.last, gate
+            if workers[-1]["start_at"] is None and noted in connected_at and any(
+                    x["type"] == "conversation.sent" and x["data"].get("via") == "seed"
+                    for x in prev_lines):
+                # The commit before was the session's seed, and the receive loop read the
+                # toolCall meanwhile: the seed ran on the app's first context, not in the
+                # session's start (which holds the receive loop), so that context came after.
+                workers[-1]["context_after"] = connected_at[noted]
+        prev_last, prev_gate, prev_lines = group.last, gate, group.lines
         after_connect = group.lines[-1]["type"] == "connection.connected"
     settings = opened.get("settings", {})
     return {"reproduce_schema": REPRODUCE_SCHEMA, "call": lines[0]["call"],

@@ -29,6 +29,11 @@
   the commit that took it also took the resumption handle right behind it, before the
   call's start. Sent after that commit, it was committed at once with its start, the
   handle after it.
+- progress_call_tool_call_noted_after_seed (PostgreSQL, no kill; 1 of 80 runs after the fix
+  above): the same, noted while the seed's confirmation was committed (the speech start
+  in the toolCall's commit). The seed had run on the app's first context, which came after
+  the session's start: sent before, the context had the seed run in the session's start,
+  which holds the receive loop, and the toolCall was read only after the commit.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ def _lines(name: str) -> list[dict]:
                                   "prompt_change_result_during_connect",
                                   "phone_bot_refund_checked",
                                   "phone_bot_refund_rerun",
-                                  "progress_call_tool_call_noted"])
+                                  "progress_call_tool_call_noted",
+                                  "progress_call_tool_call_noted_after_seed"])
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 async def test_a_log_that_was_red_reproduces_green(tmp_path, name, db):
     write(tmp_path / "repro", _lines(name))
@@ -107,6 +113,16 @@ def test_the_cause_of_each_red_is_in_the_reproduction():
         ("Audio", 7, False), ("OutputTranscript", 7, True), ("TurnComplete", 7, True),
         ("ToolCall", 7, True), ("ResumptionUpdate", 7, True), ("Audio", 33, False)]
     assert [s["at"] for s in noted if s["step"] == "ToolCall"] == [7, 33]
+    assert "context_after" not in build(_lines("progress_call_tool_call_noted"))["workers"][0]
+
+    seeded = build(_lines("progress_call_tool_call_noted_after_seed"))
+    # noted during the seed's confirmation (v6-7, from v5), the speech's audio with it; the
+    # app's context goes in once the session's start (v3) is logged
+    assert [(s["step"], s["at"], s.get("during_commit", False))
+            for s in seeded["connections"][0]["steps"][:5]] == [
+        ("Audio", 5, True), ("OutputTranscript", 5, True), ("TurnComplete", 5, True),
+        ("ToolCall", 5, True), ("ResumptionUpdate", 5, True)]
+    assert seeded["workers"][0]["context_after"] == 3
 
     workers = build(_lines("phone_bot_moved_call"))["workers"]
     attached = next(x["version"] for x in _lines("phone_bot_moved_call")
