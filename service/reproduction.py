@@ -42,6 +42,9 @@ STALL_S = 10.0
 # the service (a few loop turns of plain Python: the tool's callback to the log's lock).
 HANDOVER_S = 0.05
 _SETTINGS = ("model", "system_instruction", "voice", "language")
+# How long an append waits for a held playback's audio to play out (a turn's one chunk is
+# 40 ms): past it, the re-run goes on and the comparison shows what came out of order.
+PLAYED_S = 1.0
 
 
 @dataclass
@@ -123,9 +126,10 @@ class _HeldPlayback(PlaybackOutput):
     """Plays the bot's audio only while the log is where the original call's playback
     ended (so the bot stops speaking at the same decision)."""
 
-    def __init__(self, progress: _Progress, windows: list[dict[str, int]]):
+    def __init__(self, progress: _Progress, windows: list[dict[str, int]],
+                 played: dict[int, asyncio.Event]):
         super().__init__()
-        self._progress, self._windows = progress, windows
+        self._progress, self._windows, self._played = progress, windows, played
 
     def _open(self) -> bool:
         v = self._progress.version
@@ -134,7 +138,11 @@ class _HeldPlayback(PlaybackOutput):
     async def write_audio_frame(self, frame) -> bool:
         while not self._open():
             await self._progress.changed(1.0)
-        return await super().write_audio_frame(frame)
+        done = await super().write_audio_frame(frame)
+        for w in self._windows:  # (the window's audio is out: its stop follows)
+            if w["from"] <= self._progress.version < w["until"] and w["from"] in self._played:
+                self._played[w["from"]].set()
+        return done
 
 
 def _during_signal(before: int) -> str:
@@ -193,7 +201,8 @@ def _check(spec):
     return check
 
 
-async def _worker(spec, store, progress: _Progress, server, runs) -> PipelineWorker:
+async def _worker(spec, store, progress: _Progress, server, runs,
+                  played: dict[int, asyncio.Event]) -> PipelineWorker:
     settings = {k: v for k, v in spec["settings"].items() if k in _SETTINGS}
     settings["model"] = spec["model"]  # (the settings' copy is masked under --redact)
     llm = DurableGeminiLiveLLMService(
@@ -210,14 +219,17 @@ async def _worker(spec, store, progress: _Progress, server, runs) -> PipelineWor
                                    rerun_if_not_done=name in spec["rerun_if_not_done"])
     context = LLMContext(messages=spec["user_turns"] or [{"role": "user", "content": "Hello"}])
     pair = LLMContextAggregatorPair(context)
-    pipeline = Pipeline([pair.user(), llm, _HeldPlayback(progress, spec["playback"]),
+    pipeline = Pipeline([pair.user(), llm, _HeldPlayback(progress, spec["playback"], played),
                          pair.assistant()])
     return PipelineWorker(pipeline, params=PipelineParams(), cancel_on_idle_timeout=False)
 
 
-def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.Event):
+def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.Event,
+            played: dict[int, asyncio.Event]):
     """The store as this worker sees it: appends advance the re-run; past `last_version`
-    they wait, and fail as fenced once the worker is dead."""
+    they wait, and fail as fenced once the worker is dead. An append that opens a playback
+    the log shows ending during a send (`during_send`) returns once that audio is out, so
+    the stop is noted before the send it came during is confirmed."""
     append = store.append
 
     async def append_logged(stream_id, events, expected_version, **kw):
@@ -230,6 +242,11 @@ def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.
         progress.unlogged += sum(1 for e in events if unlogged_observation(
             e.TYPE, e.kind if isinstance(e, ObservationRecorded) else None, progress.logged))
         await progress.advance(version - progress.unlogged)
+        out = played.get(version - progress.unlogged)
+        if out is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(out.wait(), PLAYED_S)
+            await asyncio.sleep(HANDOVER_S)  # the transport's stop, to the service's notes
         return version
 
     store.append = append_logged
@@ -274,6 +291,7 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
                                  if s.get("during_commit"))
         progress = _Progress(lambda v: server.signal(f"v{v}"), observed_kinds(expected),
                              lambda v: server.signal(_during_signal(v)), steps_during)
+        played = {w["from"]: asyncio.Event() for w in spec["playback"] if w.get("during_send")}
         server.signal("v0")
         stores = []
         try:
@@ -281,8 +299,8 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
                 store = await open_store(db_url, **({"schema": schema} if schema else {}))
                 stores.append(store)
                 dead = asyncio.Event()
-                _mortal(store, progress, worker["last_version"], dead)
-                task = await _worker(spec, store, progress, server, runs)
+                _mortal(store, progress, worker["last_version"], dead, played)
+                task = await _worker(spec, store, progress, server, runs, played)
                 run = asyncio.create_task(run_worker(task))
                 app = asyncio.create_task(_app(spec, worker, task, progress))
                 until = worker["last_version"]

@@ -38,6 +38,10 @@ _ACTS = ("tool.call_started", "tool.result_sending", "conversation.sending",
          "settings.context_sending", "connection.connected")
 
 
+# A send's confirmation, logged once the send returned (its intent is in an earlier commit).
+_SENT = ("tool.result_sent", "conversation.sent")
+
+
 @dataclass(frozen=True)
 class Decision:
     """A run of the log's events the re-run is compared in: one logged decision (its
@@ -384,6 +388,10 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 if gen not in turn_ended:
                     b.step(gen, gate, "TurnComplete")
                 playback.append({"from": gate, "until": v})
+                if any(x["type"] in _SENT for x in group.lines if x["version"] > v):
+                    # A send confirmed behind the stop in its commit was under way when the
+                    # stop came: the playback ends before the re-run's send intent returns.
+                    playback[-1]["during_send"] = True
             elif t == "speech.bot_stopped" and d.get("source") == "turn_complete":
                 speaking = False
                 b.step(gen, gate, "TurnComplete")

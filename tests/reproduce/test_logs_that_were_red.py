@@ -34,6 +34,10 @@
   in the toolCall's commit). The seed had run on the app's first context, which came after
   the session's start: sent before, the context had the seed run in the session's start,
   which holds the receive loop, and the toolCall was read only after the commit.
+- progress_call_stop_during_send (PostgreSQL, no kill, load 4-6; 3 of 80 runs): the bot's
+  speech stopped while the second intermediate result was being sent, between its intent's
+  commit and its confirmation's, which logged the stop first. Played from the intent's
+  commit, the audio (40 ms) outlasted the re-run's send: confirmed first, the stop after.
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ def _lines(name: str) -> list[dict]:
                                   "phone_bot_refund_checked",
                                   "phone_bot_refund_rerun",
                                   "progress_call_tool_call_noted",
-                                  "progress_call_tool_call_noted_after_seed"])
+                                  "progress_call_tool_call_noted_after_seed",
+                                  "progress_call_stop_during_send"])
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 async def test_a_log_that_was_red_reproduces_green(tmp_path, name, db):
     write(tmp_path / "repro", _lines(name))
@@ -123,6 +128,11 @@ def test_the_cause_of_each_red_is_in_the_reproduction():
         ("Audio", 5, True), ("OutputTranscript", 5, True), ("TurnComplete", 5, True),
         ("ToolCall", 5, True), ("ResumptionUpdate", 5, True)]
     assert seeded["workers"][0]["context_after"] == 3
+
+    # the stop (v26) came during the send of v24's intent, confirmed behind it (v27-28)
+    stop = build(_lines("progress_call_stop_during_send"))["playback"]
+    assert stop[0] == {"from": 24, "until": 26, "during_send": True}
+    assert not any(w.get("during_send") for w in stop[1:] + build(_lines("go_away"))["playback"])
 
     workers = build(_lines("phone_bot_moved_call"))["workers"]
     attached = next(x["version"] for x in _lines("phone_bot_moved_call")
