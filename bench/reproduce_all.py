@@ -8,6 +8,7 @@ database. Prints one line per case and exits 1 if any re-run diverges.
     python bench/reproduce_all.py --db sqlite
     python bench/reproduce_all.py --db postgres
     python bench/reproduce_all.py --db sqlite --fleet 4   # the phone bot's fleet instead
+    python bench/reproduce_all.py --db postgres --scenario progress_call --kill clean --runs 30
 
 `--fleet N` runs the phone bot's fleet (examples/phone_bot/fleet.py: 2 workers, N calls, one
 worker SIGKILLed mid-tool-call) and reproduces every call the killed worker was serving
@@ -52,8 +53,12 @@ async def rerun(call: str, label: str, url: str, schema: str | None, dbs: Databa
     t0 = time.monotonic()
     result = await run_reproduction(out, rerun_url, schema=rerun_schema)
     verdict = "green" if result.divergence is None else "RED"
+    # The model's messages the log shows came in during a commit (a noted toolCall): how
+    # often the call ran that race, beside how often its re-run came out red.
+    spec = json.loads((out / "reproduction.json").read_text(encoding="utf-8"))
+    during = sum(1 for c in spec["connections"] for s in c["steps"] if s.get("during_commit"))
     print(f"{label}  events {len(result.actual):3}  re-run {time.monotonic() - t0:5.1f} s  "
-          f"{verdict}", flush=True)
+          f"during a commit {during}  {verdict}", flush=True)
     if result.divergence is not None:
         print("    " + result.divergence.message().replace("\n", "\n    "), flush=True)
         # A red re-run is often a race of the call itself: keep its log to find which.
@@ -89,20 +94,29 @@ async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--scenario", action="append", choices=sorted(SCRIPTED))
+    parser.add_argument("--kill", action="append", choices=sorted(KILLS),
+                        help="only these kills (default: every one)")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="each case this many times (a race of the call shows once in N)")
     parser.add_argument("--fleet", type=int, metavar="CALLS",
                         help="reproduce the phone bot fleet's calls instead")
     args = parser.parse_args()
-    ok = True
+    ok, red, runs = True, 0, 0
     with tempfile.TemporaryDirectory(prefix="reproduce-all-") as tmp:
         dbs = Databases(args.db, Path(tmp))
         try:
             if args.fleet:
                 ok = await fleet(args.db, args.fleet, dbs, Path(tmp))
-            for scenario in (args.scenario or SCRIPTED) if not args.fleet else ():
-                for label in KILLS:
-                    ok &= await one(scenario, label, dbs, Path(tmp))
+            for _ in range(args.runs) if not args.fleet else ():
+                for scenario in args.scenario or SCRIPTED:
+                    for label in args.kill or KILLS:
+                        green = await one(scenario, label, dbs, Path(tmp))
+                        ok &= green
+                        red, runs = red + (not green), runs + 1
         finally:
             await dbs.cleanup()
+    if runs > 1:
+        print(f"{runs} re-runs: {runs - red} green, {red} red", flush=True)
     return 0 if ok else 1
 
 

@@ -42,6 +42,9 @@ STALL_S = 10.0
 # the service (a few loop turns of plain Python: the tool's callback to the log's lock).
 HANDOVER_S = 0.05
 _SETTINGS = ("model", "system_instruction", "voice", "language")
+# How long an append waits for a held playback's audio to play out (a turn's one chunk is
+# 40 ms): past it, the re-run goes on and the comparison shows what came out of order.
+PLAYED_S = 1.0
 
 
 @dataclass
@@ -55,7 +58,9 @@ class _Progress:
     """The re-run's log version, as the log numbers it (its observations of kinds the log
     never holds not counted: `as_logged`), and who waits for it."""
 
-    def __init__(self, on_version: Callable[[int], None], logged: frozenset[str]) -> None:
+    def __init__(self, on_version: Callable[[int], None], logged: frozenset[str],
+                 on_during: Callable[[int], None] = lambda before: None,
+                 steps_during: frozenset[int] = frozenset()) -> None:
         self.version = 0
         self.logged = logged
         self.unlogged = 0  # the re-run's observations not counted so far
@@ -63,13 +68,17 @@ class _Progress:
         self._during: dict[int, int] = {}  # stimuli waiting for the commit from a version
         self._changed = asyncio.Condition()
         self._on_version = on_version
+        # The versions whose commit the server's steps are released during (`on_during`),
+        # as a result is: the log shows the message came in while that commit was in flight.
+        self._steps_during = set(steps_during)
+        self._on_during = on_during
 
     async def begin_append(self, before: int) -> None:
         """An append from version `before` begins: stimuli that arrived while it was under
         way in the call are released now, and reach the service before it returns."""
         async with self._changed:
             self.appending = max(self.appending, before)
-            waiting = self._during.get(before, 0)
+            waiting = self._during.get(before, 0) + self._release_steps(self.appending)
             self._changed.notify_all()
         if waiting:
             await asyncio.sleep(HANDOVER_S)
@@ -89,7 +98,16 @@ class _Progress:
             for v in range(self.version + 1, version + 1):
                 self._on_version(v)
             self.version = max(self.version, version)
+            self._release_steps(self.version - 1)  # the log is past them: at once
             self._changed.notify_all()
+
+    def _release_steps(self, before: int) -> int:
+        """Release the server's steps waiting for a commit from `before` or earlier."""
+        due = sorted(v for v in self._steps_during if v <= before)
+        for v in due:
+            self._steps_during.discard(v)
+            self._on_during(v)
+        return len(due)
 
     async def reached(self, version: int) -> None:
         async with self._changed:
@@ -108,9 +126,10 @@ class _HeldPlayback(PlaybackOutput):
     """Plays the bot's audio only while the log is where the original call's playback
     ended (so the bot stops speaking at the same decision)."""
 
-    def __init__(self, progress: _Progress, windows: list[dict[str, int]]):
+    def __init__(self, progress: _Progress, windows: list[dict[str, int]],
+                 played: dict[int, asyncio.Event]):
         super().__init__()
-        self._progress, self._windows = progress, windows
+        self._progress, self._windows, self._played = progress, windows, played
 
     def _open(self) -> bool:
         v = self._progress.version
@@ -119,7 +138,16 @@ class _HeldPlayback(PlaybackOutput):
     async def write_audio_frame(self, frame) -> bool:
         while not self._open():
             await self._progress.changed(1.0)
-        return await super().write_audio_frame(frame)
+        done = await super().write_audio_frame(frame)
+        for w in self._windows:  # (the window's audio is out: its stop follows)
+            if w["from"] <= self._progress.version < w["until"] and w["from"] in self._played:
+                self._played[w["from"]].set()
+        return done
+
+
+def _during_signal(before: int) -> str:
+    """The signal of the server's steps released while the commit from `before` is under way."""
+    return f"during v{before}"
 
 
 def _script(conn: dict[str, Any]) -> kit.Script:
@@ -129,7 +157,8 @@ def _script(conn: dict[str, Any]) -> kit.Script:
         return kit.Script(refuse_setup=conn["refuse"])
     steps: list[kit.Step] = []
     for s in conn["steps"]:
-        steps.append(kit.WaitSignal(f"v{s['at']}"))
+        gate = _during_signal(s["at"]) if s.get("during_commit") else f"v{s['at']}"
+        steps.append(kit.WaitSignal(gate))
         args = dict(s["args"])
         if s["step"] == "ToolCall":
             args["calls"] = [kit.Call(c["id"], c["name"], c["args"]) for c in args["calls"]]
@@ -172,7 +201,8 @@ def _check(spec):
     return check
 
 
-async def _worker(spec, store, progress: _Progress, server, runs) -> PipelineWorker:
+async def _worker(spec, store, progress: _Progress, server, runs,
+                  played: dict[int, asyncio.Event]) -> PipelineWorker:
     settings = {k: v for k, v in spec["settings"].items() if k in _SETTINGS}
     settings["model"] = spec["model"]  # (the settings' copy is masked under --redact)
     llm = DurableGeminiLiveLLMService(
@@ -189,14 +219,17 @@ async def _worker(spec, store, progress: _Progress, server, runs) -> PipelineWor
                                    rerun_if_not_done=name in spec["rerun_if_not_done"])
     context = LLMContext(messages=spec["user_turns"] or [{"role": "user", "content": "Hello"}])
     pair = LLMContextAggregatorPair(context)
-    pipeline = Pipeline([pair.user(), llm, _HeldPlayback(progress, spec["playback"]),
+    pipeline = Pipeline([pair.user(), llm, _HeldPlayback(progress, spec["playback"], played),
                          pair.assistant()])
     return PipelineWorker(pipeline, params=PipelineParams(), cancel_on_idle_timeout=False)
 
 
-def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.Event):
+def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.Event,
+            played: dict[int, asyncio.Event]):
     """The store as this worker sees it: appends advance the re-run; past `last_version`
-    they wait, and fail as fenced once the worker is dead."""
+    they wait, and fail as fenced once the worker is dead. An append that opens a playback
+    the log shows ending during a send (`during_send`) returns once that audio is out, so
+    the stop is noted before the send it came during is confirmed."""
     append = store.append
 
     async def append_logged(stream_id, events, expected_version, **kw):
@@ -209,6 +242,11 @@ def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.
         progress.unlogged += sum(1 for e in events if unlogged_observation(
             e.TYPE, e.kind if isinstance(e, ObservationRecorded) else None, progress.logged))
         await progress.advance(version - progress.unlogged)
+        out = played.get(version - progress.unlogged)
+        if out is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(out.wait(), PLAYED_S)
+            await asyncio.sleep(HANDOVER_S)  # the transport's stop, to the service's notes
         return version
 
     store.append = append_logged
@@ -216,10 +254,13 @@ def _mortal(store, progress: _Progress, last_version: int | None, dead: asyncio.
 
 async def _app(spec, worker, task: PipelineWorker, progress: _Progress) -> None:
     """What the app did: start the pipeline (every worker; a worker that took over and did
-    nothing before its session, while that session's start commits), its settings changes
-    and its hang-up, each at its gate."""
+    nothing before its session, while that session's start commits; one whose seed ran on
+    the context, after its session's start), its settings changes and its hang-up, each at
+    its gate."""
     if worker.get("start_at") is not None:
         await progress.during_commit(worker["start_at"])
+    if worker.get("context_after") is not None:
+        await progress.reached(worker["context_after"])
     await task.queue_frames([LLMRunFrame()])
     for change in spec["settings_changes"]:
         if progress.version > change["at"]:
@@ -246,7 +287,11 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
     loop = asyncio.get_running_loop()
     scripts = [_script(c) for c in spec["connections"]]
     async with kit.LocalLiveServer(scripts) as server:
-        progress = _Progress(lambda v: server.signal(f"v{v}"), observed_kinds(expected))
+        steps_during = frozenset(s["at"] for c in spec["connections"] for s in c["steps"]
+                                 if s.get("during_commit"))
+        progress = _Progress(lambda v: server.signal(f"v{v}"), observed_kinds(expected),
+                             lambda v: server.signal(_during_signal(v)), steps_during)
+        played = {w["from"]: asyncio.Event() for w in spec["playback"] if w.get("during_send")}
         server.signal("v0")
         stores = []
         try:
@@ -254,8 +299,8 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
                 store = await open_store(db_url, **({"schema": schema} if schema else {}))
                 stores.append(store)
                 dead = asyncio.Event()
-                _mortal(store, progress, worker["last_version"], dead)
-                task = await _worker(spec, store, progress, server, runs)
+                _mortal(store, progress, worker["last_version"], dead, played)
+                task = await _worker(spec, store, progress, server, runs, played)
                 run = asyncio.create_task(run_worker(task))
                 app = asyncio.create_task(_app(spec, worker, task, progress))
                 until = worker["last_version"]

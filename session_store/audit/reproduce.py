@@ -38,6 +38,10 @@ _ACTS = ("tool.call_started", "tool.result_sending", "conversation.sending",
          "settings.context_sending", "connection.connected")
 
 
+# A send's confirmation, logged once the send returned (its intent is in an earlier commit).
+_SENT = ("tool.result_sent", "conversation.sent")
+
+
 @dataclass(frozen=True)
 class Decision:
     """A run of the log's events the re-run is compared in: one logged decision (its
@@ -267,6 +271,23 @@ class _Builder:
         conn["steps"].append({"at": gate, "step": name, "args": args})
 
 
+def noted_tool_calls(commit: Decision) -> list[int]:
+    """The generations whose toolCall in this commit was noted, not committed on arrival.
+    The receive loop commits a toolCall at once unless another commit holds the log, and
+    reads nothing behind it until that is done: an observation logged after the toolCall's
+    in the same commit shows it waited, so it came in while the commit before was in
+    flight. (A log without `decision.observed` shows nothing: none.)"""
+    out: list[int] = []
+    for i, line in enumerate(commit.lines):
+        d = line["data"]
+        if line["type"] == "decision.observed" and d.get("kind") == "ToolCallsArrived" \
+                and any(x["type"] == "decision.observed" for x in commit.lines[i + 1:]):
+            gen = (d.get("data") or {}).get("generation")
+            if isinstance(gen, int):
+                out.append(gen)
+    return out
+
+
 def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, Any]:
     """The reproduction of a call from its export lines (see the module docstring)."""
     if not lines or lines[0]["type"] != "session.opened":
@@ -293,6 +314,8 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
     audio_on: set[int] = set()  # generations the model has sent audio on
     speaking = False  # the bot speaks, as the log has it
     prev_last, prev_gate, after_connect = 0, 0, False
+    prev_lines: tuple[dict[str, Any], ...] = ()  # the commit before this one
+    connected_at: dict[int, int] = {}  # generation -> the version of its connection.connected
     for group in commits(lines):
         gate = prev_last
         # A result logged right after a new session connected, before its seed, came in
@@ -302,6 +325,7 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
         result_gate = prev_gate if after_connect else gate
         during = {"during_commit": True} if after_connect else {}
         calls: dict[int, list[dict[str, Any]]] = {}  # generation -> this commit's toolCall
+        marks = {g: len(c["steps"]) for g, c in b.by_generation.items()}
         for line in group.lines:
             t, d, v = line["type"], line["data"], line["version"]
             gen = d.get("generation", generation)
@@ -317,6 +341,7 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 first_act = False
             if t == "connection.connected":
                 generation = d["generation"]
+                connected_at[generation] = v
                 conn = {"generation": generation, "refuse": None, "steps": []}
                 b.connections.append(conn)
                 b.by_generation[generation] = conn
@@ -363,6 +388,10 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 if gen not in turn_ended:
                     b.step(gen, gate, "TurnComplete")
                 playback.append({"from": gate, "until": v})
+                if any(x["type"] in _SENT for x in group.lines if x["version"] > v):
+                    # A send confirmed behind the stop in its commit was under way when the
+                    # stop came: the playback ends before the re-run's send intent returns.
+                    playback[-1]["during_send"] = True
             elif t == "speech.bot_stopped" and d.get("source") == "turn_complete":
                 speaking = False
                 b.step(gen, gate, "TurnComplete")
@@ -420,7 +449,22 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
             elif t == "anomaly.recorded":
                 b.not_reproduced.append(f"v{v}: anomaly {d.get('kind')} (the log keeps its "
                                         f"kind, not the message that caused it)")
-        prev_last, prev_gate = group.last, gate
+        for noted in noted_tool_calls(group):
+            # It came in while the commit before was in flight, and what this commit logged
+            # of its connection with it (before it, and the handle right behind it) came in
+            # then too: all of it is released while the re-run commits the commit before.
+            steps = b.by_generation[noted]["steps"] if noted in b.by_generation else []
+            for s in steps[marks.get(noted, 0):]:
+                if s["at"] == gate:
+                    s.update(at=prev_gate, during_commit=True)
+            if workers[-1]["start_at"] is None and noted in connected_at and any(
+                    x["type"] == "conversation.sent" and x["data"].get("via") == "seed"
+                    for x in prev_lines):
+                # The commit before was the session's seed, and the receive loop read the
+                # toolCall meanwhile: the seed ran on the app's first context, not in the
+                # session's start (which holds the receive loop), so that context came after.
+                workers[-1]["context_after"] = connected_at[noted]
+        prev_last, prev_gate, prev_lines = group.last, gate, group.lines
         after_connect = group.lines[-1]["type"] == "connection.connected"
     settings = opened.get("settings", {})
     return {"reproduce_schema": REPRODUCE_SCHEMA, "call": lines[0]["call"],

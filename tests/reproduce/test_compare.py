@@ -96,6 +96,37 @@ def test_a_tool_call_is_sent_where_the_commit_has_it():
     assert [c["id"] for c in call["args"]["calls"]] == ["a", "b"]  # one toolCall, both calls
 
 
+def test_a_tool_call_noted_during_the_commit_before_goes_out_during_it():
+    """The receive loop commits a toolCall on arrival unless a commit holds the log: one
+    whose commit logs an observation after it (the handle behind it) waited, so it came in
+    while the commit before was under way, with what its commit logged from the model."""
+    def observed(v: int, at: int, kind: str, **data) -> dict:
+        return line(v, at, "decision.observed", kind=kind, events=1, refs={}, withheld="",
+                    data={"generation": 1, **data})
+
+    def steps(handle_at: int) -> list[tuple]:
+        log = LOG[:2] + [
+            observed(3, 30, "SpeechStarted"),
+            line(4, 30, "speech.bot_started", generation=1, source="model"),
+            line(5, 40, "conversation.message", generation=1, role="assistant", text="hi",
+                 late=False),
+            observed(6, 40, "ToolCallsArrived", calls=[{"call_id": "a", "name": "t"}]),
+            line(7, 40, "tool.call_requested", call_id="a", name="t", args={}, generation=1),
+            observed(8, handle_at, "HandleArrived"),
+            line(9, handle_at, "connection.handle_issued", generation=1, handle="h-1")]
+        return [(s["step"], s["at"], s.get("during_commit", False))
+                for s in build(log)["connections"][0]["steps"]]
+
+    # the speech's commit (v3-4) runs from v2: the rest goes out while it is under way
+    assert steps(handle_at=40) == [("Audio", 2, False), ("OutputTranscript", 2, True),
+                                   ("TurnComplete", 2, True), ("ToolCall", 2, True),
+                                   ("ResumptionUpdate", 2, True)]
+    # committed on arrival (the handle in a commit of its own): after the commit before
+    assert steps(handle_at=50) == [("Audio", 2, False), ("OutputTranscript", 4, False),
+                                   ("TurnComplete", 4, False), ("ToolCall", 4, False),
+                                   ("ResumptionUpdate", 7, False)]
+
+
 def test_a_log_from_before_the_handles_gate_compares_without_its_events():
     """A re-run logs the gate's facts and each handle's observation (HandleArrived); a log
     written before them has neither: they are left out of the comparison, the handle itself

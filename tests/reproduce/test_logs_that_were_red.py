@@ -24,6 +24,20 @@
   as acting: the first red fleet run was a not-done refund re-run before the session where
   the log has it after. (In the checked-in rerun log the race went the other way: re-run
   before the session, context at once.)
+- progress_call_tool_call_noted (PostgreSQL, no kill; 3 of 20 such logs have its shape): the
+  toolCall came in while the bot's speech start was being committed, so it was noted, and
+  the commit that took it also took the resumption handle right behind it, before the
+  call's start. Sent after that commit, it was committed at once with its start, the
+  handle after it.
+- progress_call_tool_call_noted_after_seed (PostgreSQL, no kill; 1 of 80 runs after the fix
+  above): the same, noted while the seed's confirmation was committed (the speech start
+  in the toolCall's commit). The seed had run on the app's first context, which came after
+  the session's start: sent before, the context had the seed run in the session's start,
+  which holds the receive loop, and the toolCall was read only after the commit.
+- progress_call_stop_during_send (PostgreSQL, no kill, load 4-6; 3 of 80 runs): the bot's
+  speech stopped while the second intermediate result was being sent, between its intent's
+  commit and its confirmation's, which logged the stop first. Played from the intent's
+  commit, the audio (40 ms) outlasted the re-run's send: confirmed first, the stop after.
 """
 
 from __future__ import annotations
@@ -49,7 +63,10 @@ def _lines(name: str) -> list[dict]:
 @pytest.mark.parametrize("name", ["go_away", "prompt_change_turn_while_speaking",
                                   "prompt_change_result_during_connect",
                                   "phone_bot_refund_checked",
-                                  "phone_bot_refund_rerun"])
+                                  "phone_bot_refund_rerun",
+                                  "progress_call_tool_call_noted",
+                                  "progress_call_tool_call_noted_after_seed",
+                                  "progress_call_stop_during_send"])
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 async def test_a_log_that_was_red_reproduces_green(tmp_path, name, db):
     write(tmp_path / "repro", _lines(name))
@@ -93,6 +110,29 @@ def test_the_cause_of_each_red_is_in_the_reproduction():
     runs = build(_lines("prompt_change_result_during_connect"))["tool_runs"]
     (outcome,) = runs["lookup_order-1"][0]["outcomes"]
     assert outcome["during_commit"] is True and outcome["at"] == 20  # the start's commit
+
+    noted = build(_lines("progress_call_tool_call_noted"))["connections"][0]["steps"]
+    # the toolCall, the words before it and the handle behind it go out while the speech's
+    # start (v8-10, from v7) commits; the second toolCall, committed on arrival, after v33
+    assert [(s["step"], s["at"], s.get("during_commit", False)) for s in noted[:6]] == [
+        ("Audio", 7, False), ("OutputTranscript", 7, True), ("TurnComplete", 7, True),
+        ("ToolCall", 7, True), ("ResumptionUpdate", 7, True), ("Audio", 33, False)]
+    assert [s["at"] for s in noted if s["step"] == "ToolCall"] == [7, 33]
+    assert "context_after" not in build(_lines("progress_call_tool_call_noted"))["workers"][0]
+
+    seeded = build(_lines("progress_call_tool_call_noted_after_seed"))
+    # noted during the seed's confirmation (v6-7, from v5), the speech's audio with it; the
+    # app's context goes in once the session's start (v3) is logged
+    assert [(s["step"], s["at"], s.get("during_commit", False))
+            for s in seeded["connections"][0]["steps"][:5]] == [
+        ("Audio", 5, True), ("OutputTranscript", 5, True), ("TurnComplete", 5, True),
+        ("ToolCall", 5, True), ("ResumptionUpdate", 5, True)]
+    assert seeded["workers"][0]["context_after"] == 3
+
+    # the stop (v26) came during the send of v24's intent, confirmed behind it (v27-28)
+    stop = build(_lines("progress_call_stop_during_send"))["playback"]
+    assert stop[0] == {"from": 24, "until": 26, "during_send": True}
+    assert not any(w.get("during_send") for w in stop[1:] + build(_lines("go_away"))["playback"])
 
     workers = build(_lines("phone_bot_moved_call"))["workers"]
     attached = next(x["version"] for x in _lines("phone_bot_moved_call")
