@@ -18,7 +18,7 @@ from .models import call_mode
 from .policy import Policy
 from .state import CONTEXT_KEYS, CallState, SessionState
 from .answers import arrived_result, next_progress, stopped_failure, unless_answered
-from .outcomes import CheckAnswer, answer_events
+from .outcomes import CheckAnswer, NotAnAnswer, answer_events
 from .storable import bounded, clean, is_text, preview, storable_args
 from .withholding import handle_event
 
@@ -174,9 +174,11 @@ class ResultReturned:
 
 @dataclass(frozen=True)
 class OutcomeAnswered:
-    """What a tool's outcome check answered about a call in doubt (outcomes.py)."""
+    """What a tool's outcome check answered about a call in doubt, as it came (outcomes.py):
+    a `Done` whose result the log cannot store (it may be `Unstorable`) and `NotAnAnswer`
+    are judged by decide, not by the shell."""
     call_id: str
-    answer: CheckAnswer
+    answer: CheckAnswer | NotAnAnswer
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from session_store.decide import (CancellationArrived, FunctionCall, GoAway, Han
 from session_store.events import canonical_json
 from session_store.observed import (OBSERVATION_KINDS, Unreplayable, observation_of,
                                     observation_record)
-from session_store.outcomes import CannotTell, Done
+from session_store.outcomes import CannotTell, Done, NotAnAnswer
 from session_store.policy import Policy
 from session_store.projection import fold
 from session_store.state import SessionState
@@ -76,6 +76,7 @@ CASES = [
     (RUNNING, ResultArrived("c1", "lookup", {"rows": SECRET_ARGS})),
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", Done({"rows": [1, 2]}))),
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", CannotTell("timed out"))),
+    (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", NotAnAnswer("'yes'"))),
 ]
 
 
@@ -162,13 +163,18 @@ def test_a_result_value_the_log_does_not_keep_reads_back_to_the_same_decision():
     nb = [CONNECTED, ev.ToolCallRequested("c2", "track", {}, 1, "non_blocking"),
           ev.ToolCallStarted("c2", 1, "s:c2", 1)]
     done = RUNNING + [ev.ToolCallCompleted("c1", {"ok": 1})]
+    in_doubt = RUNNING + [ev.WorkerAttached("w2", 2)]
     for before, obs in (
             (RUNNING, ResultArrived("c1", "lookup", {"v": float("nan"), "n": SECRET_ARGS})),
             (RUNNING, ResultArrived("c1", "lookup", Unstorable("RecursionError: deep", "[["))),
             (RUNNING, ResultArrived("zz", "lookup", {"rows": SECRET_ARGS})),
             (done, ResultArrived("c1", "lookup", {"rows": SECRET_ARGS})),
             (RUNNING, ProgressReturned("c1", {"rows": SECRET_ARGS}, "SILENT", "lookup")),
-            (nb, ProgressReturned("c2", {"v": float("nan")}, "SILENT", "track"))):
+            (nb, ProgressReturned("c2", {"v": float("nan")}, "SILENT", "track")),
+            # An outcome check's Done whose result the log cannot store: the same rule.
+            (in_doubt, OutcomeAnswered("c1", Done({"v": float("nan"), "n": SECRET_ARGS}))),
+            (in_doubt, OutcomeAnswered("c1", Done(Unstorable("RecursionError: deep", "[[")))),
+            (done, OutcomeAnswered("c1", Done({"v": float("nan"), "n": SECRET_ARGS})))):
         state = state_of(*before)
         text, back, decided = logged(state, obs)
         assert "A-77" not in text, text
