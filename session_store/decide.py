@@ -124,12 +124,15 @@ class SessionLeft:
 @dataclass(frozen=True)
 class HandshakeFailed:
     """A session's setup failed before setupComplete, resuming from `handle` (None: fresh).
-    `refused`: the server refused the setup as such (a close code that says so, see
-    service.link.REFUSING_CLOSE_CODES); anything else says nothing about the handle.
-    `error`: what failed, bounded by the shell."""
+    `error`: what failed, bounded by the shell; `close_code` and `close_reason`: the close
+    the server answered the setup with (None: no close, e.g. a dropped connection, a
+    timeout). Whether that is a refusal is decided here (REFUSING_CLOSE_CODES). `refused`:
+    the shell's own verdict, which logs written before the close code hold instead."""
     handle: str | None
-    refused: bool
     error: str
+    close_code: int | None = None
+    close_reason: str = ""
+    refused: bool = False
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,16 @@ RESYNC_KINDS = frozenset({"malformed_message", "server_error_message",
                           "message_handling_failed"})
 
 NO_NAME_ERROR = "the function call had no name: nothing was run"
+
+#: Close codes with which the Live API refuses a setup as such, before setupComplete: 1007
+#: (INVALID_ARGUMENT, "Request contains an invalid argument") and 1008 (policy violation,
+#: "Requested entity was not found"). A resumption handshake closed so is the handle refused
+#: (expired, unknown): the same setup cannot succeed, it is passed over at once. Anything else
+#: before setupComplete (1011 "Internal error encountered" / "The service is currently
+#: unavailable", also seen when a resume races the close of the session's previous socket; a
+#: dropped connection; a timeout; an HTTP failure before the setup was even sent) says nothing
+#: about the handle: the next try resumes from it again.
+REFUSING_CLOSE_CODES = frozenset({1007, 1008})
 
 #: Transient handshake failures in a row with one handle before it is passed over anyway (a
 #: server that fails on it every time may be unable to restore it). pipecat gives the service
@@ -285,6 +298,12 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
     raise TypeError(f"unknown observation {obs!r}")
 
 
+def handshake_refused(obs: HandshakeFailed) -> bool:
+    """Did the server refuse the setup itself: a close code that says so, or (a log from
+    before the code was logged) the shell's verdict?"""
+    return obs.refused or obs.close_code in REFUSING_CLOSE_CODES
+
+
 def handshake_verdict(state: SessionState, handle: str, refused: bool, earlier: int = 0
                       ) -> tuple[int, bool]:
     """A failed handshake resuming from `handle`: its failures in a row (those the log folded,
@@ -298,14 +317,17 @@ def handshake_verdict(state: SessionState, handle: str, refused: bool, earlier: 
 
 def _decide_handshake(state: SessionState, obs: HandshakeFailed) -> list[ev.Event]:
     detail: dict[str, Any] = {"handle": obs.handle, "error": obs.error}
+    if obs.close_code is not None:
+        detail["close_code"] = obs.close_code
     facts: list[ev.Event] = []
     if obs.handle:
-        failures, passed_over = handshake_verdict(state, obs.handle, obs.refused)
+        refused = handshake_refused(obs)
+        failures, passed_over = handshake_verdict(state, obs.handle, refused)
         if passed_over:  # for good, by whichever worker picks the next handle
             known = state.handles.get(obs.handle)
             facts.append(ev.HandleRefused(known.generation if known else 0, obs.handle,
-                                          "refused" if obs.refused else "failing", failures))
-        detail.update(handle_refused=obs.refused, failures=failures, passed_over=passed_over)
+                                          "refused" if refused else "failing", failures))
+        detail.update(handle_refused=refused, failures=failures, passed_over=passed_over)
     return [ev.AnomalyRecorded("handshake_failed", detail, state.generation), *facts]
 
 

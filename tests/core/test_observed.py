@@ -67,7 +67,8 @@ CASES = [
     ([CONNECTED], SessionLeft(1, "go_away", transport_playing=True)),
     (RUNNING, ToolStopped("c1", frozenset())),
     ([CONNECTED, ev.HandleIssued(1, "h1"), ev.Disconnected(1, "error")],
-     HandshakeFailed("h1", False, "1011 internal")),
+     HandshakeFailed("h1", "1008 None. Requested entity was not found.", 1008,
+                     "Requested entity was not found.")),
     ([CONNECTED, ev.HoldsAll(1)], HandleArrived(1, "h2", 4)),
     ([CONNECTED, ev.SendUnread(1)], HandleArrived(1, "h2", 4)),  # withheld (index unkept)
     (RUNNING, ResultReturned("c1", (ev.ToolCallCompleted("c1", {"rows": SECRET_ARGS}),))),
@@ -185,3 +186,15 @@ def test_a_result_value_the_log_does_not_keep_reads_back_to_the_same_decision():
 
 def as_replayed(events: list[ev.Event]) -> list:
     return [e.kind if isinstance(e, ev.AnomalyRecorded) else e for e in events]
+
+
+def test_a_failed_handshake_logged_before_its_close_code_reads_back_and_decides_as_then():
+    """Logs before the close code hold the shell's verdict (`refused`) and no code."""
+    state = state_of(CONNECTED, ev.HandleIssued(1, "h1"), ev.Disconnected(1, "error"))
+    decided = [ev.AnomalyRecorded("handshake_failed", {"handle": "h1"}, 1),
+               ev.HandleRefused(1, "h1", "refused", 1)]
+    record = ev.ObservationRecorded("HandshakeFailed", {
+        "handle": "h1", "refused": True, "error": "1008 None. Not found."}, 2, {})
+    rebuilt, _ = observation_of(stored(record), decided)
+    assert rebuilt == HandshakeFailed("h1", "1008 None. Not found.", refused=True)
+    assert as_replayed(decide(state, rebuilt, Policy())) == as_replayed(decided)

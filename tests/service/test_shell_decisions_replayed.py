@@ -42,7 +42,7 @@ async def test_shell_decisions_are_logged_replayed_and_seen_by_the_next_worker(s
     await first.observe(ResultArrived("c3", "lookup", Unstorable("RecursionError: deep")))
     await first.observe(ProgressReturned("c1", {"p": 1}, "SILENT", "lookup"))  # dropped
     await first.record(ev.Disconnected(1, "error"))
-    await first.observe(HandshakeFailed("h1", False, "1011 internal error"))
+    await first.observe(HandshakeFailed("h1", "1011 internal error", 1011))
 
     calls = first.state.calls
     assert (calls["c1"].status, calls["c2"].status, calls["c3"].status) == \
@@ -53,7 +53,7 @@ async def test_shell_decisions_are_logged_replayed_and_seen_by_the_next_worker(s
     second = CallDriver(store, "call-s", policy, worker_id="w2")
     await second.attach(model="m", tools=["lookup", "track"], settings={})
     assert second.state.handshake_failures == {"h1": 1}
-    decision = await second.observe(HandshakeFailed("h1", False, "1011 internal error"))
+    decision = await second.observe(HandshakeFailed("h1", "1011 internal error", 1011))
     assert ev.HandleRefused(1, "h1", "failing", 2) in decision.events
     assert second.resumption_handle("h1") is None  # fresh, seeded
 
@@ -84,7 +84,7 @@ async def test_a_changed_rule_for_handshakes_shows_in_replay(store):
     await driver.attach(model="m", tools=["lookup"], settings={})
     await driver.observe(SessionReady(1, None, "ab" * 32))
     await driver.record(ev.HandleIssued(1, "h1", None), ev.Disconnected(1, "error"))
-    await driver.observe(HandshakeFailed("h1", True, "1008 not found"))
+    await driver.observe(HandshakeFailed("h1", "1008 not found", 1008, "not found"))
     records = await store.read("call-t")
     at = next(i for i, r in enumerate(records) if r.type == "connection.handle_refused")
     # Drop the refusal and the decision's count of events with it: the log now says the
