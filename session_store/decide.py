@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import events as ev
-from .delivery import session_knows_call
+from .delivery import SEND_FAILED, session_knows_call
 from .lineage import in_model
 from .models import call_mode
 from .policy import Policy
@@ -136,6 +136,20 @@ class HandshakeFailed:
 
 
 @dataclass(frozen=True)
+class SendFailed:
+    """A send to the session of `generation` failed (`what`: a result, a contextUpdate, the
+    turns a resumed session lacks, a cut's note, a seed; `error` bounded by the shell).
+    `socket_closed`: the socket is closed and the receive loop still reads it. That loop
+    reconnects on the close once it has handed over what the server sent before it;
+    reconnecting from the send would cancel it and lose those messages (seen: a toolCall
+    right before a 1011 close, and its handle with it)."""
+    generation: int
+    what: str
+    socket_closed: bool
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class HandleArrived:
     """Gemini issued a resumable handle on `generation` (`last_consumed_index`: the
     lastConsumedClientMessageIndex it came with, if any). Issued or withheld is decided on
@@ -197,7 +211,7 @@ class ProgressReturned:
 Observation = (ToolCallsArrived | SpeechStarted | SpeechStopped | InterruptionObserved
                | SettingsUpdate | CancellationArrived | GoAway | ServerMessageRejected
                | InteractionStatusObserved | SessionReady | SessionLeft | HandshakeFailed
-               | HandleArrived | ToolStopped
+               | HandleArrived | ToolStopped | SendFailed
                | ResultReturned | ResultArrived | ProgressReturned | OutcomeAnswered)
 
 #: Rejected server messages after which this session's state may differ from the model's (the
@@ -274,6 +288,8 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
             return [ev.Disconnected(obs.generation, obs.reason), *_still_playing(obs)]
         case HandshakeFailed():
             return _decide_handshake(state, obs)
+        case SendFailed():
+            return _decide_send_failed(state, obs)
         case HandleArrived():
             return [handle_event(state.withholding, obs.generation, obs.handle,
                                  obs.last_consumed_index)]
@@ -329,6 +345,21 @@ def _decide_handshake(state: SessionState, obs: HandshakeFailed) -> list[ev.Even
                                           "refused" if refused else "failing", failures))
         detail.update(handle_refused=refused, failures=failures, passed_over=passed_over)
     return [ev.AnomalyRecorded("handshake_failed", detail, state.generation), *facts]
+
+
+def _decide_send_failed(state: SessionState, obs: SendFailed) -> list[ev.Event]:
+    """A closed socket is the receive loop's to report (SessionLeft) and replace: nothing
+    here. Any other failure leaves a socket that cannot be trusted: logged, and the live
+    session replaced at once (delivery.SEND_FAILED); what was not confirmed is sent again
+    by the delivery rules, to the next session."""
+    if obs.socket_closed:
+        return []
+    out: list[ev.Event] = [ev.AnomalyRecorded("send_failed", {
+        "what": obs.what, "error": bounded(obs.error)}, obs.generation)]
+    if (state.connected and obs.generation == state.generation
+            and state.reconnect_pending != SEND_FAILED):
+        out.append(ev.ReconnectRequested(SEND_FAILED))
+    return out
 
 
 def _still_playing(obs: SessionReady | SessionLeft) -> list[ev.Event]:

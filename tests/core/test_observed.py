@@ -9,7 +9,7 @@ from session_store import events as ev
 from session_store.decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived,
                                   HandshakeFailed, InteractionStatusObserved, InterruptionObserved,
                                   OutcomeAnswered, ProgressReturned, ResultArrived,
-                                  ResultReturned,
+                                  ResultReturned, SendFailed,
                                   ServerMessageRejected, SessionLeft, SessionReady,
                                   SettingsUpdate, SpeechStarted, SpeechStopped,
                                   ToolCallsArrived, ToolStopped, decide)
@@ -78,6 +78,7 @@ CASES = [
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", Done({"rows": [1, 2]}))),
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", CannotTell("timed out"))),
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", NotAnAnswer("'yes'"))),
+    ([CONNECTED], SendFailed(1, "result", False, "RuntimeError: the socket is wedged")),
 ]
 
 

@@ -15,13 +15,23 @@ from session_store import events as ev
 from session_store.audit import replay
 from session_store.audit.replay import logged_decisions
 from session_store.decide import (FunctionCall, HandleArrived, HandshakeFailed,
-                                  ProgressReturned, ResultArrived, SessionReady,
-                                  ToolCallsArrived)
-from session_store.delivery import StartCall
+                                  ProgressReturned, ResultArrived, SendFailed,
+                                  SessionReady, ToolCallsArrived)
+from session_store.delivery import SEND_FAILED, Reconnect, StartCall
 from session_store.state import Withholding
 from session_store.storable import Unstorable
 
 NEW_KINDS = {"ResultArrived", "ProgressReturned", "HandshakeFailed"}
+
+
+async def replayed_in_full(store, call_id: str, policy: Policy) -> list[str]:
+    """The kinds of the call's logged decisions, once replay decided every one the same."""
+    records = await store.read(call_id)
+    report = replay(records, policy)
+    decisions = list(logged_decisions(records))
+    assert report.ok, report.to_json()
+    assert report.coverage == f"{len(decisions)} of {len(decisions)} decisions replayed"
+    return [d.kind for d in decisions]
 
 
 async def test_shell_decisions_are_logged_replayed_and_seen_by_the_next_worker(store):
@@ -128,11 +138,29 @@ async def test_handles_are_decided_on_the_gate_the_next_worker_folds(store):
     assert (await second.observe(HandleArrived(2, "h-b", 3))).events[1:] == [
         ev.HandleIssued(2, "h-b", 3)]
 
-    records = await store.read("call-g")
-    report = replay(records, policy)
-    decisions = list(logged_decisions(records))
-    assert report.ok, report.to_json()
-    assert report.coverage == f"{len(decisions)} of {len(decisions)} decisions replayed"
-    assert [d.kind for d in decisions].count("HandleArrived") == 3
+    kinds = await replayed_in_full(store, "call-g", policy)
+    assert kinds.count("HandleArrived") == 3
     stored = await load_state(store, "call-g", use_snapshot=False)
     assert stored.withholding == Withholding(2, 0, False) and list(stored.handles) == ["h-b"]
+
+
+async def test_a_failed_send_is_decided_on_the_log_and_its_reconnect_seen_by_the_next_worker(
+        store):
+    """A send that failed on a live socket (decide.SendFailed): the anomaly and the reconnect
+    it asks for are logged, so the next worker finds the reconnect due and replay checks it;
+    one on a closed socket decides nothing (the receive loop reports the close)."""
+    policy = Policy()
+    first = CallDriver(store, "call-f", policy, worker_id="w1")
+    await first.attach(model="m", tools=["lookup"], settings={})
+    await first.observe(SessionReady(1, None, "ab" * 32))
+    closed = await first.observe(SendFailed(1, "result", True, "ConnectionClosedError: 1011"))
+    assert closed.events == []
+    decision = await first.observe(SendFailed(1, "result", False, "RuntimeError: wedged"))
+    assert decision.events[-1] == ev.ReconnectRequested(SEND_FAILED)
+    assert Reconnect(SEND_FAILED) in first.due()
+
+    second = CallDriver(store, "call-f", policy, worker_id="w2")
+    await second.attach(model="m", tools=["lookup"], settings={})
+    assert second.state.reconnect_pending == SEND_FAILED
+
+    assert (await replayed_in_full(store, "call-f", policy)).count("SendFailed") == 1
