@@ -5,7 +5,7 @@ committed, confirmed by `conversation.cut_told`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from google.genai.types import Content, Part
 from loguru import logger
@@ -19,7 +19,7 @@ from .log_writer import LogWriter, When
 
 async def tell_cut(intent: ev.CutTelling, session, state: SessionState, log: LogWriter, *,
                    sending: Callable[[int], None],
-                   failed: Callable[[Exception], None]) -> bool:
+                   failed: Callable[[Exception, str, int], Awaitable[None]]) -> bool:
     """Send the note as clientContent with turnComplete false: it joins the context and starts
     no reply (the caller is talking; Gemini answers them). Only on the session it is owed to:
     a session that replaced it never held the whole turn. True if it went out."""
@@ -34,7 +34,7 @@ async def tell_cut(intent: ev.CutTelling, session, state: SessionState, log: Log
     except Exception as exc:  # noqa: BLE001 - left under way: the reconnect ends what is owed
         logger.warning(f"telling generation {intent.generation} what the caller heard "
                        f"failed: {exc}")
-        failed(exc)
+        await failed(exc, "cut_note", intent.generation)
         return False
     await log.log(ev.CutTold(intent.generation, intent.cut, intent.via), when=When.LAZY)
     return True

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from session_store import Policy, SessionState, choose_resumption, decide, due, load_state
 from session_store import events as ev
 from session_store.checks import check_count
-from session_store.decide import HandshakeFailed, Observation, handshake_verdict
+from session_store.decide import (HandshakeFailed, Observation, handshake_refused,
+                                  handshake_verdict)
 from session_store.delivery import Effect
 from session_store.errors import CallClosed, ConcurrencyConflict, Fenced, StreamDamaged
 from session_store.events import canonical_json
@@ -409,7 +410,8 @@ class CallDriver:
         earlier: dict[str, int] = {}
         for n in self._notes:  # the failed handshakes noted, as decide will rule on them
             if isinstance(n, HandshakeFailed) and n.handle:
-                if handshake_verdict(self.state, n.handle, n.refused, earlier.get(n.handle, 0))[1]:
+                if handshake_verdict(self.state, n.handle, handshake_refused(n),
+                                     earlier.get(n.handle, 0))[1]:
                     refused.add(n.handle)
                 earlier[n.handle] = earlier.get(n.handle, 0) + 1
         known = self.state.handles.get(requested) if requested is not None else None

@@ -20,6 +20,7 @@ from websockets.exceptions import ConnectionClosed
 
 from session_store import events as ev
 from session_store.answers import cancelled_on_wire
+from session_store.decide import SendFailed
 from session_store.delivery import (Effect, Reconnect, catch_up_turns, result_as_content,
                                     result_scheduling, result_value)
 from session_store.intents import ALL, LOGGED, SENDS
@@ -182,7 +183,7 @@ class EffectRunner:
             await session.send_context_update(system_instruction=instruction, tools=tools)
         except Exception as exc:  # noqa: BLE001 - unconfirmed: sent again by the rules
             logger.warning(f"{svc}: the contextUpdate failed: {exc}")
-            self.after_send_failure(exc)
+            await self.after_send_failure(exc, "context_update", gen)
             return False
         await self._log.log(ev.ContextSent(gen, intent.version), when=When.LAZY)
         return True
@@ -203,7 +204,7 @@ class EffectRunner:
             await session.send_client_content(turns=contents, turn_complete=False)
         except Exception as exc:  # noqa: BLE001 - unconfirmed: sent again by the rules
             logger.warning(f"{svc}: telling the session the turns it lacks failed: {exc}")
-            self.after_send_failure(exc)
+            await self.after_send_failure(exc, "conversation", gen)
             return False
         await self._log.log(ev.ConversationSent(gen, intent.through, "content"),
                             when=When.LAZY)
@@ -238,6 +239,7 @@ class EffectRunner:
 
     async def _send_result(self, call, via: str, part: int = 0) -> bool:
         svc, session = self._svc, self._svc._session
+        generation = self._driver.state.generation
         try:
             if via == "tool_response":
                 response = GeminiLLMAdapter.to_function_response_dict(
@@ -272,18 +274,16 @@ class EffectRunner:
                     turn_complete=True)
         except Exception as exc:  # noqa: BLE001 - unconfirmed: the next session resends it
             logger.warning(f"{svc}: sending the result of {call.call_id} failed: {exc}")
-            self.after_send_failure(exc)
+            await self.after_send_failure(exc, "result", generation)
             return False
         return True
 
-    def after_send_failure(self, exc: Exception) -> None:
-        """A send failed. If the socket is closed, leave the reconnect to the receive loop:
-        it still holds what the server sent before closing (a toolCall, a handle, ...) and
-        raises on the close only after handing all of it over. Reconnecting from here would
-        cancel the loop and silently lose those messages (seen on the wire: a toolCall right
-        before a 1011 close vanished, and its handle with it). Any other send failure leaves
-        a live socket we cannot trust: replace the session."""
+    async def after_send_failure(self, exc: Exception, what: str, generation: int) -> None:
+        """A send failed: observed, and decided on the log (decide.SendFailed: a closed
+        socket is left to the receive loop, any other failure replaces the session, through
+        what is due once it is logged). Handed to the log writer's task, never committed
+        here: this runs under the effects' lock, which that commit's drain takes."""
         task = self._svc._connection_task
-        if isinstance(exc, ConnectionClosed) and task is not None and not task.done():
-            return
-        self._link.schedule("send_failed")
+        closed = isinstance(exc, ConnectionClosed) and task is not None and not task.done()
+        await self._log.log(SendFailed(generation, what, closed,
+                                       f"{type(exc).__name__}: {exc}"[:300]), when=When.SOON)

@@ -27,15 +27,6 @@ from session_store.delivery import undelivered
 
 #: Reconnects that back off when they repeat (see `_replace`).
 PACED_REASONS = RESYNC_KINDS | {"error"}
-#: Close codes with which the Live API refuses a setup as such, before setupComplete: 1007
-#: (INVALID_ARGUMENT, "Request contains an invalid argument") and 1008 (policy violation,
-#: "Requested entity was not found"). A resumption handshake closed so is the handle refused
-#: (expired, unknown): the same setup cannot succeed, it is passed over at once. Anything else
-#: before setupComplete (1011 "Internal error encountered" / "The service is currently
-#: unavailable", also seen when a resume races the close of the session's previous socket; a
-#: dropped connection; a timeout; an HTTP failure before the setup was even sent) says nothing
-#: about the handle: the next try resumes from it again.
-REFUSING_CLOSE_CODES = frozenset({1007, 1008})
 #: How long connection failures in a row are retried before the service is given up.
 #: pipecat gives up at its third failure in a row (about a second of backoff here): a Gemini
 #: blip of a few seconds ended the call, its results undelivered.
@@ -45,10 +36,15 @@ HANDSHAKE_BACKOFF_S = 0.25
 HANDSHAKE_BACKOFF_MAX_S = 2.0
 
 
-def handshake_refused(error: BaseException) -> bool:
-    """Did the server refuse the setup itself (REFUSING_CLOSE_CODES)? google-genai raises an
-    APIError whose code is the close code when the socket closes before setupComplete."""
-    return isinstance(error, genai_errors.APIError) and error.code in REFUSING_CLOSE_CODES
+def handshake_failure(handle: str | None, error: BaseException) -> HandshakeFailed:
+    """A failed handshake as observed: google-genai raises an APIError whose code is the
+    close code (its details the close reason) when the socket closes before setupComplete.
+    Whether that code refuses the handle is decided on the log (decide.REFUSING_CLOSE_CODES)."""
+    code, reason = None, ""
+    if isinstance(error, genai_errors.APIError) and isinstance(error.code, int):
+        code = error.code
+        reason = str(error.details if isinstance(error.details, str) else error.message or "")
+    return HandshakeFailed(handle, str(error)[:500], code, reason[:300])
 
 
 class Link:
@@ -82,8 +78,7 @@ class Link:
         """Logged, and decided on the log (decide.HandshakeFailed): whether the handle is
         passed over, for whichever worker picks the next one, counts the failures in a row
         the log holds."""
-        await self._log.log(HandshakeFailed(self.connecting_handle, handshake_refused(exc),
-                                            str(exc)[:500]), when=When.KEPT)
+        await self._log.log(handshake_failure(self.connecting_handle, exc), when=When.KEPT)
         if await self._svc._handle_connection_error(exc):
             await asyncio.sleep(min(
                 HANDSHAKE_BACKOFF_S * 2 ** max(self._failures_in_row - 1, 0),

@@ -5,8 +5,9 @@ A tool that is not idempotent may declare a check (`register_outcome_check`): gi
 idempotency key of a call a crash left in doubt (and its arguments), it asks the system the
 tool acts on whether the operation took effect. What the answer means for the call is decided
 in the core (session_store.outcomes); this module only asks, bounded by the check's timeout,
-and hands the answer to the log. A check that raises, times out or answers something else
-counts as "cannot tell".
+and hands the answer to the log as it came (a result as JSON, or `Unstorable`; something that
+is no answer as `NotAnAnswer`). A check that raises or times out counts as "cannot tell";
+one that answers what the log cannot take is judged so by the core.
 """
 
 from __future__ import annotations
@@ -22,14 +23,13 @@ from loguru import logger
 from session_store.checks import check_seconds
 from session_store.decide import OutcomeAnswered
 from session_store.delivery import CheckOutcome
-from session_store.outcomes import CannotTell, CheckAnswer, Done, NotDone
-from session_store.storable import why_unstorable
-from session_store import events as ev
+from session_store.outcomes import CannotTell, CheckAnswer, Done, NotAnAnswer, NotDone
+from session_store.storable import clean
 
 from .driver import CallDriver
 from .log_writer import LogWriter
 from .step import Drain, Stepper
-from .translate import jsonable
+from .translate import value_of
 
 #: check(idempotency_key, args) -> Done(result) | NotDone() | CannotTell(reason), or an
 #: awaitable of one.
@@ -94,7 +94,7 @@ class OutcomeChecks:
                              "it is kept")
                 await self._log.log(observed)
 
-    async def _ask(self, effect: CheckOutcome) -> CheckAnswer:
+    async def _ask(self, effect: CheckOutcome) -> CheckAnswer | NotAnAnswer:
         call = self._driver.state.calls[effect.call_id]
         entry = self._checks.get(call.name)
         if entry is None:  # (the policy names only registered tools)
@@ -107,28 +107,25 @@ class OutcomeChecks:
             answer = CannotTell(f"the check did not answer within {entry.timeout_s:g} s")
         except Exception as exc:  # noqa: BLE001 - a failing check cannot tell
             answer = CannotTell(f"the check failed: {type(exc).__name__}: {exc}"[:300])
-        answer = _storable(answer)
+        observed = _as_observed(answer)
         logger.info(f"call {self._driver.call_id}: {call.name} {effect.call_id} was in doubt; "
-                    f"its outcome check says {type(answer).__name__}")
-        return answer
+                    f"its outcome check says {type(observed).__name__}")
+        return observed
 
 
-def _storable(answer: Any) -> CheckAnswer:
-    """The answer as the log can take it: a result it cannot store, or something that is no
-    answer, cannot tell."""
+def _as_observed(answer: Any) -> CheckAnswer | NotAnAnswer:
+    """The answer as an observation carries it: a result as JSON (or `Unstorable`, where it
+    cannot be made JSON), anything that is no answer as the start of its repr. Whether the
+    log can take it is decided on the log (outcomes.answer_events)."""
     if isinstance(answer, Done):
-        try:
-            value = jsonable(answer.result)
-            problem = why_unstorable(ev.ToolCallCompleted("c", value))
-        except (TypeError, ValueError, RecursionError) as exc:
-            problem = f"{type(exc).__name__}: {exc}"[:200]
-        if problem is not None:
-            return CannotTell(f"the check said done, with a result the log cannot store "
-                              f"({problem})")
-        return Done(value)
+        return Done(value_of(answer.result))
     if isinstance(answer, (NotDone, CannotTell)):
         return answer
-    return CannotTell(f"the check answered {answer!r:.80}, not Done, NotDone or CannotTell")
+    try:
+        text = repr(answer)
+    except Exception:  # noqa: BLE001 - a repr that fails still says what came back
+        text = f"<{type(answer).__name__}>"
+    return NotAnAnswer(clean(f"{text:.80}"))
 
 
 async def wait_for_tools(tasks: Collection[asyncio.Task | None], grace_s: float, label: str) -> None:

@@ -20,13 +20,12 @@ from pipecat.frames.frames import FunctionCallResultFrame
 from session_store import events as ev
 from session_store.decide import ProgressReturned, ResultArrived, ToolStopped
 from session_store.delivery import SendResult
-from session_store.storable import Unstorable, preview
 
 from .effects import EffectRunner
 from .log_writer import LogWriter
 from .port import ServicePort
 from .step import Stepper
-from .translate import jsonable
+from .translate import value_of
 
 
 #: What a result's commit decides at once: the results now due (this one's among them).
@@ -117,15 +116,6 @@ class ResultIntake:
                      f"{arrived.call_id} was not logged ({type(exc).__name__}: {exc}); it is "
                      "kept and logged by the notes task")
         await self._log.log(dataclasses.replace(arrived, again=True))
-
-
-def value_of(result: Any) -> Any:
-    """A tool's value as JSON, or what stands for one that cannot be made JSON (a cycle,
-    nesting too deep): whether the log can store it is decided on the log."""
-    try:
-        return jsonable(result)
-    except (TypeError, ValueError, RecursionError) as exc:
-        return Unstorable(f"{type(exc).__name__}: {exc}"[:200], preview(result))
 
 
 def run_llm_of(frame: FunctionCallResultFrame) -> bool:

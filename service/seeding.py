@@ -114,7 +114,7 @@ class Seeder:
                 await session.send_realtime_input(text=" ")
         except Exception as exc:  # noqa: BLE001 - the seed stays unconfirmed: resent next time
             logger.warning(f"{svc}: seeding failed: {exc}")
-            self._effects.after_send_failure(exc)
+            await self._effects.after_send_failure(exc, "seed", generation)
             return
         confirmations = _seed_events(plan, generation, sent=True)
         if confirmations and await self._step(confirmations, drain=Drain.NO) is None:

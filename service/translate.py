@@ -12,6 +12,8 @@ import pydantic
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 
+from session_store.storable import Unstorable, preview
+
 from .redaction import redact_settings
 
 if TYPE_CHECKING:
@@ -28,6 +30,15 @@ SNAPSHOT_SETTINGS = ("model", "system_instruction", "voice", "language", "modali
 def jsonable(value: Any) -> Any:
     """A tool result or arguments as plain JSON (what the log stores and the model is told)."""
     return json.loads(json.dumps(value, default=str))
+
+
+def value_of(result: Any) -> Any:
+    """A tool's value (a result, an outcome check's `Done`) as JSON, or what stands for one that cannot be made JSON (a cycle,
+    nesting too deep): whether the log can store it is decided on the log."""
+    try:
+        return jsonable(result)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return Unstorable(f"{type(exc).__name__}: {exc}"[:200], preview(result))
 
 
 def settings_snapshot(settings: Any) -> dict[str, Any]:

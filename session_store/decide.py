@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import events as ev
-from .delivery import session_knows_call
+from .delivery import SEND_FAILED, session_knows_call
 from .lineage import in_model
 from .models import call_mode
 from .policy import Policy
 from .state import CONTEXT_KEYS, CallState, SessionState
 from .answers import arrived_result, next_progress, stopped_failure, unless_answered
-from .outcomes import CheckAnswer, answer_events
+from .outcomes import CheckAnswer, NotAnAnswer, answer_events
 from .storable import bounded, clean, is_text, preview, storable_args
 from .withholding import handle_event
 
@@ -124,12 +124,29 @@ class SessionLeft:
 @dataclass(frozen=True)
 class HandshakeFailed:
     """A session's setup failed before setupComplete, resuming from `handle` (None: fresh).
-    `refused`: the server refused the setup as such (a close code that says so, see
-    service.link.REFUSING_CLOSE_CODES); anything else says nothing about the handle.
-    `error`: what failed, bounded by the shell."""
+    `error`: what failed, bounded by the shell; `close_code` and `close_reason`: the close
+    the server answered the setup with (None: no close, e.g. a dropped connection, a
+    timeout). Whether that is a refusal is decided here (REFUSING_CLOSE_CODES). `refused`:
+    the shell's own verdict, which logs written before the close code hold instead."""
     handle: str | None
-    refused: bool
     error: str
+    close_code: int | None = None
+    close_reason: str = ""
+    refused: bool = False
+
+
+@dataclass(frozen=True)
+class SendFailed:
+    """A send to the session of `generation` failed (`what`: a result, a contextUpdate, the
+    turns a resumed session lacks, a cut's note, a seed; `error` bounded by the shell).
+    `socket_closed`: the socket is closed and the receive loop still reads it. That loop
+    reconnects on the close once it has handed over what the server sent before it;
+    reconnecting from the send would cancel it and lose those messages (seen: a toolCall
+    right before a 1011 close, and its handle with it)."""
+    generation: int
+    what: str
+    socket_closed: bool
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -174,9 +191,11 @@ class ResultReturned:
 
 @dataclass(frozen=True)
 class OutcomeAnswered:
-    """What a tool's outcome check answered about a call in doubt (outcomes.py)."""
+    """What a tool's outcome check answered about a call in doubt, as it came (outcomes.py):
+    a `Done` whose result the log cannot store (it may be `Unstorable`) and `NotAnAnswer`
+    are judged by decide, not by the shell."""
     call_id: str
-    answer: CheckAnswer
+    answer: CheckAnswer | NotAnAnswer
 
 
 @dataclass(frozen=True)
@@ -192,7 +211,7 @@ class ProgressReturned:
 Observation = (ToolCallsArrived | SpeechStarted | SpeechStopped | InterruptionObserved
                | SettingsUpdate | CancellationArrived | GoAway | ServerMessageRejected
                | InteractionStatusObserved | SessionReady | SessionLeft | HandshakeFailed
-               | HandleArrived | ToolStopped
+               | HandleArrived | ToolStopped | SendFailed
                | ResultReturned | ResultArrived | ProgressReturned | OutcomeAnswered)
 
 #: Rejected server messages after which this session's state may differ from the model's (the
@@ -203,6 +222,16 @@ RESYNC_KINDS = frozenset({"malformed_message", "server_error_message",
                           "message_handling_failed"})
 
 NO_NAME_ERROR = "the function call had no name: nothing was run"
+
+#: Close codes with which the Live API refuses a setup as such, before setupComplete: 1007
+#: (INVALID_ARGUMENT, "Request contains an invalid argument") and 1008 (policy violation,
+#: "Requested entity was not found"). A resumption handshake closed so is the handle refused
+#: (expired, unknown): the same setup cannot succeed, it is passed over at once. Anything else
+#: before setupComplete (1011 "Internal error encountered" / "The service is currently
+#: unavailable", also seen when a resume races the close of the session's previous socket; a
+#: dropped connection; a timeout; an HTTP failure before the setup was even sent) says nothing
+#: about the handle: the next try resumes from it again.
+REFUSING_CLOSE_CODES = frozenset({1007, 1008})
 
 #: Transient handshake failures in a row with one handle before it is passed over anyway (a
 #: server that fails on it every time may be unable to restore it). pipecat gives the service
@@ -259,6 +288,8 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
             return [ev.Disconnected(obs.generation, obs.reason), *_still_playing(obs)]
         case HandshakeFailed():
             return _decide_handshake(state, obs)
+        case SendFailed():
+            return _decide_send_failed(state, obs)
         case HandleArrived():
             return [handle_event(state.withholding, obs.generation, obs.handle,
                                  obs.last_consumed_index)]
@@ -283,6 +314,12 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
     raise TypeError(f"unknown observation {obs!r}")
 
 
+def handshake_refused(obs: HandshakeFailed) -> bool:
+    """Did the server refuse the setup itself: a close code that says so, or (a log from
+    before the code was logged) the shell's verdict?"""
+    return obs.refused or obs.close_code in REFUSING_CLOSE_CODES
+
+
 def handshake_verdict(state: SessionState, handle: str, refused: bool, earlier: int = 0
                       ) -> tuple[int, bool]:
     """A failed handshake resuming from `handle`: its failures in a row (those the log folded,
@@ -296,15 +333,33 @@ def handshake_verdict(state: SessionState, handle: str, refused: bool, earlier: 
 
 def _decide_handshake(state: SessionState, obs: HandshakeFailed) -> list[ev.Event]:
     detail: dict[str, Any] = {"handle": obs.handle, "error": obs.error}
+    if obs.close_code is not None:
+        detail["close_code"] = obs.close_code
     facts: list[ev.Event] = []
     if obs.handle:
-        failures, passed_over = handshake_verdict(state, obs.handle, obs.refused)
+        refused = handshake_refused(obs)
+        failures, passed_over = handshake_verdict(state, obs.handle, refused)
         if passed_over:  # for good, by whichever worker picks the next handle
             known = state.handles.get(obs.handle)
             facts.append(ev.HandleRefused(known.generation if known else 0, obs.handle,
-                                          "refused" if obs.refused else "failing", failures))
-        detail.update(handle_refused=obs.refused, failures=failures, passed_over=passed_over)
+                                          "refused" if refused else "failing", failures))
+        detail.update(handle_refused=refused, failures=failures, passed_over=passed_over)
     return [ev.AnomalyRecorded("handshake_failed", detail, state.generation), *facts]
+
+
+def _decide_send_failed(state: SessionState, obs: SendFailed) -> list[ev.Event]:
+    """A closed socket is the receive loop's to report (SessionLeft) and replace: nothing
+    here. Any other failure leaves a socket that cannot be trusted: logged, and the live
+    session replaced at once (delivery.SEND_FAILED); what was not confirmed is sent again
+    by the delivery rules, to the next session."""
+    if obs.socket_closed:
+        return []
+    out: list[ev.Event] = [ev.AnomalyRecorded("send_failed", {
+        "what": obs.what, "error": bounded(obs.error)}, obs.generation)]
+    if (state.connected and obs.generation == state.generation
+            and state.reconnect_pending != SEND_FAILED):
+        out.append(ev.ReconnectRequested(SEND_FAILED))
+    return out
 
 
 def _still_playing(obs: SessionReady | SessionLeft) -> list[ev.Event]:

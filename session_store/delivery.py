@@ -149,6 +149,10 @@ class Reconnect:
 Effect = (StartCall | ResolveInDoubt | CheckOutcome | SendResult | ApplyContext
           | SendConversation | TellCut | Reconnect)
 
+#: The reconnect a send that failed on a live socket asks for (decide.SendFailed): that
+#: socket cannot be trusted with the next send, so it is replaced at once, not after the turn.
+SEND_FAILED = "send_failed"
+
 OUTCOME_UNKNOWN = ("outcome unknown: the system was interrupted while this tool was running; "
                    "it may or may not have taken effect. Check before retrying.")
 
@@ -208,7 +212,8 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
                      >= state.go_away_deadline_us - int(policy.go_away_margin_s * 1e6))
     if state.opened and (not state.connected or state.reconnect_pending):
         reason = state.reconnect_pending or ("takeover" if state.takeovers else "connection_lost")
-        if not state.connected or deadline_near or (state.idle and not waiting):
+        if (not state.connected or deadline_near or (state.idle and not waiting)
+                or reason == SEND_FAILED):
             effects.append(Reconnect(reason))
     return effects
 

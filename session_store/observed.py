@@ -20,10 +20,11 @@ from .answers import wire_ids_naming
 from .decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived, HandshakeFailed,
                      InteractionStatusObserved,
                      InterruptionObserved, Observation, OutcomeAnswered, ProgressReturned,
-                     ResultArrived, ResultReturned, ServerMessageRejected, SessionLeft, SessionReady,
+                     ResultArrived, ResultReturned, SendFailed, ServerMessageRejected, SessionLeft,
+                     SessionReady,
                      SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,
                      ToolStopped)
-from .outcomes import CannotTell, Done, NotDone
+from .outcomes import CannotTell, Done, NotAnAnswer, NotDone, done_unstorable
 from .state import SessionState
 from .storable import Unstorable, storable_args, why_unstorable
 
@@ -32,9 +33,10 @@ OBSERVATION_KINDS: dict[str, type] = {cls.__name__: cls for cls in (
     ToolCallsArrived, SpeechStarted, SpeechStopped, InterruptionObserved, SettingsUpdate,
     CancellationArrived, GoAway, ServerMessageRejected, InteractionStatusObserved,
     SessionReady, SessionLeft, HandshakeFailed, HandleArrived, ToolStopped, ResultReturned,
-    ResultArrived, ProgressReturned, OutcomeAnswered)}
+    ResultArrived, ProgressReturned, OutcomeAnswered, SendFailed)}
 
-_ANSWERS = {"done": Done, "not_done": NotDone, "cannot_tell": CannotTell}
+_ANSWERS = {"done": Done, "not_done": NotDone, "cannot_tell": CannotTell,
+            "not_an_answer": NotAnAnswer}
 
 
 class Unreplayable(ValueError):
@@ -92,7 +94,7 @@ def observation_record(obs: Observation, decided: Sequence[ev.Event],
             if not ref("value", obs.value, ev.ToolCallProgress, "result"):
                 _value_not_kept(obs, decided, data)
         case OutcomeAnswered():
-            data["answer"] = _answer(obs.answer, ref)
+            data["answer"] = _answer(obs.call_id, obs.answer, ref)
         case ServerMessageRejected():
             # decide keeps it bounded: the anomaly's detail is all the log holds of it.
             anomaly = next((e for e in decided if isinstance(e, ev.AnomalyRecorded)
@@ -150,9 +152,12 @@ def _call(c: FunctionCall, k: int, ref) -> dict[str, Any]:
     return out
 
 
-def _answer(answer, ref) -> dict[str, Any]:
+def _answer(call_id: str, answer, ref) -> dict[str, Any]:
     match answer:
         case Done():
+            problem = done_unstorable(call_id, answer)
+            if problem is not None:  # kept as the problem only (as an arriving result's)
+                return {"answer": "done", "unstorable": problem}
             out: dict[str, Any] = {"answer": "done", "result": answer.result}
             if ref("answer.result", answer.result, ev.ToolCallCompleted, "result"):
                 out["result"] = None
@@ -162,6 +167,8 @@ def _answer(answer, ref) -> dict[str, Any]:
             if ref("answer.reason", answer.reason, ev.ToolOutcomeChecked, "detail"):
                 out["reason"] = None
             return out
+        case NotAnAnswer():
+            return {"answer": "not_an_answer", "preview": answer.preview}  # (bounded)
     return {"answer": "not_done"}
 
 
@@ -203,6 +210,8 @@ def observation_of(record: ev.ObservationRecorded,
                     data["value"] = Unstorable(data.pop("unstorable"))
             case "OutcomeAnswered":
                 answer = dict(data["answer"])
+                if "unstorable" in answer:
+                    answer["result"] = Unstorable(answer.pop("unstorable"))
                 data["answer"] = _ANSWERS[answer.pop("answer")](**answer)
         return cls(**data), frozenset(not_logged)
     except (KeyError, TypeError, AttributeError) as exc:

@@ -4,9 +4,12 @@ handles that can still be chosen, looks past it to the older one."""
 
 from __future__ import annotations
 
+import pytest
+
 from session_store import events as ev
 from session_store.compaction import compact
-from session_store.decide import HANDLE_ATTEMPTS, HandshakeFailed, decide, handshake_verdict
+from session_store.decide import (HANDLE_ATTEMPTS, REFUSING_CLOSE_CODES, HandshakeFailed, decide,
+                                  handshake_verdict)
 from session_store.delivery import choose_resumption
 from session_store.policy import Policy
 from session_store.projection import from_snapshot, to_snapshot
@@ -52,22 +55,43 @@ def test_compaction_keeps_the_older_handle_a_refusal_leaves_choosable():
 
 # --------------------------------------------------------------------------- failed handshakes
 
-def failed(log: Log, handle: str | None, refused: bool = False) -> list[ev.Event]:
-    """decide on a failed handshake, its events added to the log."""
-    decided = decide(log.state(), HandshakeFailed(handle, refused, "1011 internal"), ALL)
+def failed(log: Log, handle: str | None, code: int | None = 1011) -> list[ev.Event]:
+    """decide on a failed handshake (closed with `code`), its events added to the log."""
+    decided = decide(log.state(), HandshakeFailed(handle, f"{code} closed", code), ALL)
     log.add(*decided)
     return decided
 
 
-def test_a_refusal_passes_its_handle_over_at_once():
+@pytest.mark.parametrize("code", [1007, 1008])
+def test_a_refusing_close_code_passes_its_handle_over_at_once(code):
     log = two_handles()
     log.add(ev.Disconnected(1, "error"))
-    anomaly, refusal = failed(log, "h2", refused=True)
+    anomaly, refusal = failed(log, "h2", code)
     assert isinstance(anomaly, ev.AnomalyRecorded) and anomaly.kind == "handshake_failed"
-    assert anomaly.detail == {"handle": "h2", "error": "1011 internal", "handle_refused": True,
-                              "failures": 1, "passed_over": True}
+    assert anomaly.detail == {"handle": "h2", "error": f"{code} closed", "close_code": code,
+                              "handle_refused": True, "failures": 1, "passed_over": True}
     assert refusal == ev.HandleRefused(1, "h2", "refused", 1)
     assert choose_resumption(log.state(), ALL, log.now_us) == "h1"
+
+
+@pytest.mark.parametrize("code", [1011, 1006, 1000, 503, None])
+def test_any_other_close_or_none_says_nothing_about_the_handle(code):
+    assert code not in REFUSING_CLOSE_CODES
+    log = two_handles()
+    log.add(ev.Disconnected(1, "error"))
+    [anomaly] = failed(log, "h2", code)
+    assert anomaly.detail["handle_refused"] is False and not anomaly.detail["passed_over"]
+    assert ("close_code" in anomaly.detail) is (code is not None)
+
+
+def test_an_older_logs_verdict_without_a_close_code_still_decides():
+    """Logs written before the close code was observed hold only the shell's `refused`."""
+    log = two_handles()
+    log.add(ev.Disconnected(1, "error"))
+    old = HandshakeFailed("h2", "1008 None. Requested entity was not found.", refused=True)
+    assert decide(log.state(), old, ALL)[1:] == [ev.HandleRefused(1, "h2", "refused", 1)]
+    kept = HandshakeFailed("h2", "1011 internal", refused=False)
+    assert decide(log.state(), kept, ALL)[1:] == []
 
 
 def test_transient_failures_pass_a_handle_over_only_after_handle_attempts_in_a_row():
@@ -104,6 +128,6 @@ def test_a_new_worker_counts_the_failures_its_predecessor_logged():
 def test_a_fresh_sessions_failed_handshake_passes_nothing_over():
     log = two_handles()
     log.add(ev.Disconnected(1, "error"))
-    [anomaly] = failed(log, None)
-    assert anomaly.detail == {"handle": None, "error": "1011 internal"}
+    [anomaly] = failed(log, None, None)
+    assert anomaly.detail == {"handle": None, "error": "None closed"}
     assert log.state().handshake_failures == {}

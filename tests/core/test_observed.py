@@ -9,14 +9,14 @@ from session_store import events as ev
 from session_store.decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived,
                                   HandshakeFailed, InteractionStatusObserved, InterruptionObserved,
                                   OutcomeAnswered, ProgressReturned, ResultArrived,
-                                  ResultReturned,
+                                  ResultReturned, SendFailed,
                                   ServerMessageRejected, SessionLeft, SessionReady,
                                   SettingsUpdate, SpeechStarted, SpeechStopped,
                                   ToolCallsArrived, ToolStopped, decide)
 from session_store.events import canonical_json
 from session_store.observed import (OBSERVATION_KINDS, Unreplayable, observation_of,
                                     observation_record)
-from session_store.outcomes import CannotTell, Done
+from session_store.outcomes import CannotTell, Done, NotAnAnswer
 from session_store.policy import Policy
 from session_store.projection import fold
 from session_store.state import SessionState
@@ -67,7 +67,8 @@ CASES = [
     ([CONNECTED], SessionLeft(1, "go_away", transport_playing=True)),
     (RUNNING, ToolStopped("c1", frozenset())),
     ([CONNECTED, ev.HandleIssued(1, "h1"), ev.Disconnected(1, "error")],
-     HandshakeFailed("h1", False, "1011 internal")),
+     HandshakeFailed("h1", "1008 None. Requested entity was not found.", 1008,
+                     "Requested entity was not found.")),
     ([CONNECTED, ev.HoldsAll(1)], HandleArrived(1, "h2", 4)),
     ([CONNECTED, ev.SendUnread(1)], HandleArrived(1, "h2", 4)),  # withheld (index unkept)
     (RUNNING, ResultReturned("c1", (ev.ToolCallCompleted("c1", {"rows": SECRET_ARGS}),))),
@@ -76,6 +77,8 @@ CASES = [
     (RUNNING, ResultArrived("c1", "lookup", {"rows": SECRET_ARGS})),
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", Done({"rows": [1, 2]}))),
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", CannotTell("timed out"))),
+    (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", NotAnAnswer("'yes'"))),
+    ([CONNECTED], SendFailed(1, "result", False, "RuntimeError: the socket is wedged")),
 ]
 
 
@@ -162,13 +165,18 @@ def test_a_result_value_the_log_does_not_keep_reads_back_to_the_same_decision():
     nb = [CONNECTED, ev.ToolCallRequested("c2", "track", {}, 1, "non_blocking"),
           ev.ToolCallStarted("c2", 1, "s:c2", 1)]
     done = RUNNING + [ev.ToolCallCompleted("c1", {"ok": 1})]
+    in_doubt = RUNNING + [ev.WorkerAttached("w2", 2)]
     for before, obs in (
             (RUNNING, ResultArrived("c1", "lookup", {"v": float("nan"), "n": SECRET_ARGS})),
             (RUNNING, ResultArrived("c1", "lookup", Unstorable("RecursionError: deep", "[["))),
             (RUNNING, ResultArrived("zz", "lookup", {"rows": SECRET_ARGS})),
             (done, ResultArrived("c1", "lookup", {"rows": SECRET_ARGS})),
             (RUNNING, ProgressReturned("c1", {"rows": SECRET_ARGS}, "SILENT", "lookup")),
-            (nb, ProgressReturned("c2", {"v": float("nan")}, "SILENT", "track"))):
+            (nb, ProgressReturned("c2", {"v": float("nan")}, "SILENT", "track")),
+            # An outcome check's Done whose result the log cannot store: the same rule.
+            (in_doubt, OutcomeAnswered("c1", Done({"v": float("nan"), "n": SECRET_ARGS}))),
+            (in_doubt, OutcomeAnswered("c1", Done(Unstorable("RecursionError: deep", "[[")))),
+            (done, OutcomeAnswered("c1", Done({"v": float("nan"), "n": SECRET_ARGS})))):
         state = state_of(*before)
         text, back, decided = logged(state, obs)
         assert "A-77" not in text, text
@@ -179,3 +187,15 @@ def test_a_result_value_the_log_does_not_keep_reads_back_to_the_same_decision():
 
 def as_replayed(events: list[ev.Event]) -> list:
     return [e.kind if isinstance(e, ev.AnomalyRecorded) else e for e in events]
+
+
+def test_a_failed_handshake_logged_before_its_close_code_reads_back_and_decides_as_then():
+    """Logs before the close code hold the shell's verdict (`refused`) and no code."""
+    state = state_of(CONNECTED, ev.HandleIssued(1, "h1"), ev.Disconnected(1, "error"))
+    decided = [ev.AnomalyRecorded("handshake_failed", {"handle": "h1"}, 1),
+               ev.HandleRefused(1, "h1", "refused", 1)]
+    record = ev.ObservationRecorded("HandshakeFailed", {
+        "handle": "h1", "refused": True, "error": "1008 None. Not found."}, 2, {})
+    rebuilt, _ = observation_of(stored(record), decided)
+    assert rebuilt == HandshakeFailed("h1", "1008 None. Not found.", refused=True)
+    assert as_replayed(decide(state, rebuilt, Policy())) == as_replayed(decided)

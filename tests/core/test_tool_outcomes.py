@@ -13,9 +13,11 @@ from session_store import events as ev
 from session_store.decide import FunctionCall, OutcomeAnswered, ToolCallsArrived, decide
 from session_store.delivery import (OUTCOME_UNKNOWN, CheckOutcome, Reconnect, ResolveInDoubt,
                                     StartCall, due, undelivered)
-from session_store.outcomes import NOT_DONE_ERROR, CannotTell, Done, NotDone, answer_events
+from session_store.outcomes import (NOT_DONE_ERROR, CannotTell, Done, NotAnAnswer, NotDone,
+                                    answer_events)
 from session_store.policy import Policy
 from session_store.projection import from_snapshot, to_snapshot
+from session_store.storable import Unstorable
 
 from .helpers import Log, opened
 
@@ -129,6 +131,36 @@ def test_only_cannot_tell_is_outcome_unknown(reason):
         ev.ToolCallFailed("c1", OUTCOME_UNKNOWN, outcome_unknown=True)]
     c1 = log.state().calls["c1"]
     assert (c1.status, c1.outcome_unknown, c1.checked) == ("failed", True, "cannot_tell")
+
+
+@pytest.mark.parametrize("result,problem", [
+    ({"refunded": float("nan")}, "Out of range float"),
+    ({"note": "\ud800"}, "surrogates not allowed"),
+    (Unstorable("RecursionError: maximum recursion depth exceeded", "[[[["), "RecursionError"),
+], ids=["nan", "lone_surrogate", "not_json"])
+def test_a_done_whose_result_the_log_cannot_store_is_outcome_unknown(result, problem):
+    """The rule of an arriving result (answers.arrived_result), decided here rather than in
+    the shell: the operation took effect, but a result the log cannot store is never sent,
+    so the model is told the outcome is unknown; an anomaly keeps the result's start."""
+    log = _started()
+    anomaly, checked, failed = _answer(log, Done(result))
+    assert (anomaly.kind, anomaly.detail["type"]) == ("unstorable_event",
+                                                      "tool.call_completed")
+    assert problem in anomaly.detail["error"]
+    assert (checked.answer, failed) == ("cannot_tell", ev.ToolCallFailed(
+        "c1", OUTCOME_UNKNOWN, outcome_unknown=True))
+    assert checked.detail.startswith("the check said done, with a result the log cannot "
+                                     "store (") and problem in checked.detail
+    c1 = log.state().calls["c1"]
+    assert (c1.status, c1.outcome_unknown, c1.checked) == ("failed", True, "cannot_tell")
+
+
+def test_what_is_no_answer_is_outcome_unknown():
+    log = _started()
+    assert _answer(log, NotAnAnswer("'yes'")) == [
+        ev.ToolOutcomeChecked("c1", "cannot_tell",
+                              "the check answered 'yes', not Done, NotDone or CannotTell"),
+        ev.ToolCallFailed("c1", OUTCOME_UNKNOWN, outcome_unknown=True)]
 
 
 def test_an_answer_for_a_call_no_longer_in_doubt_changes_nothing():

@@ -40,7 +40,7 @@ REFUSED = "handle-from-the-dead-worker"
 @pytest.mark.parametrize("refusal", ["refused", "fails_every_time"])
 async def test_takeover_whose_handle_is_refused_falls_back_to_a_fresh_session(store, refusal):
     """`refused`: the server refuses the handle as the API does (a client-error close, see
-    service.link.REFUSING_CLOSE_CODES): the next handshake is fresh. `fails_every_time`:
+    session_store.decide.REFUSING_CLOSE_CODES): the next handshake is fresh. `fails_every_time`:
     a 1011 before setupComplete says nothing about the handle, so it is tried again
     (HANDLE_ATTEMPTS in all) before it is passed over, and the service is not given up."""
     call_id = f"review-refused-handle-{refusal}"

@@ -22,6 +22,7 @@ from service.local_live import (DROP_SETUP, HANDLE_REFUSED, Audio, Call, Close,
                                 WaitToolResponse)
 
 from session_store.audit import replay
+from session_store.audit.replay import logged_decisions
 
 from .helpers import (Ctl, assert_answered_once, assert_chain_ok, assert_log_settled,
                       assert_ran_once, assert_server_clean, content_via, generation_of,
@@ -164,10 +165,17 @@ async def test_a_refused_handle_is_passed_over_at_once(flavour):
         assert refused.data["detail"]["handle"] == newest
         assert refused.data["detail"]["handle_refused"] is True
         assert run.find("connection.connected", generation=2)[0].data["handle"] == older
+        # The close as the server sent it is logged; that it refuses is decided on the log.
+        observed, = run.find("decision.observed", kind="HandshakeFailed")
+        assert observed.data["data"]["close_code"] == HANDLE_REFUSED[0]
+        assert observed.data["data"]["close_reason"] == HANDLE_REFUSED[1]
+        assert "refused" not in observed.data["data"]
         assert_log_settled(run, anomalies=1)  # the failed handshake
         await assert_chain_ok(run)
         report = replay(run.events)  # today's code makes the same choice of handle
         assert report.ok, [d.message for d in report.divergences]
+        n = len(list(logged_decisions(run.events)))
+        assert report.coverage == f"{n} of {n} decisions replayed", report.coverage
 
 
 @pytest.mark.stock_bug("a failure before setupComplete is not caught: the connection task "

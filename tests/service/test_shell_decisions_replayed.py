@@ -15,13 +15,23 @@ from session_store import events as ev
 from session_store.audit import replay
 from session_store.audit.replay import logged_decisions
 from session_store.decide import (FunctionCall, HandleArrived, HandshakeFailed,
-                                  ProgressReturned, ResultArrived, SessionReady,
-                                  ToolCallsArrived)
-from session_store.delivery import StartCall
+                                  ProgressReturned, ResultArrived, SendFailed,
+                                  SessionReady, ToolCallsArrived)
+from session_store.delivery import SEND_FAILED, Reconnect, StartCall
 from session_store.state import Withholding
 from session_store.storable import Unstorable
 
 NEW_KINDS = {"ResultArrived", "ProgressReturned", "HandshakeFailed"}
+
+
+async def replayed_in_full(store, call_id: str, policy: Policy) -> list[str]:
+    """The kinds of the call's logged decisions, once replay decided every one the same."""
+    records = await store.read(call_id)
+    report = replay(records, policy)
+    decisions = list(logged_decisions(records))
+    assert report.ok, report.to_json()
+    assert report.coverage == f"{len(decisions)} of {len(decisions)} decisions replayed"
+    return [d.kind for d in decisions]
 
 
 async def test_shell_decisions_are_logged_replayed_and_seen_by_the_next_worker(store):
@@ -42,7 +52,7 @@ async def test_shell_decisions_are_logged_replayed_and_seen_by_the_next_worker(s
     await first.observe(ResultArrived("c3", "lookup", Unstorable("RecursionError: deep")))
     await first.observe(ProgressReturned("c1", {"p": 1}, "SILENT", "lookup"))  # dropped
     await first.record(ev.Disconnected(1, "error"))
-    await first.observe(HandshakeFailed("h1", False, "1011 internal error"))
+    await first.observe(HandshakeFailed("h1", "1011 internal error", 1011))
 
     calls = first.state.calls
     assert (calls["c1"].status, calls["c2"].status, calls["c3"].status) == \
@@ -53,7 +63,7 @@ async def test_shell_decisions_are_logged_replayed_and_seen_by_the_next_worker(s
     second = CallDriver(store, "call-s", policy, worker_id="w2")
     await second.attach(model="m", tools=["lookup", "track"], settings={})
     assert second.state.handshake_failures == {"h1": 1}
-    decision = await second.observe(HandshakeFailed("h1", False, "1011 internal error"))
+    decision = await second.observe(HandshakeFailed("h1", "1011 internal error", 1011))
     assert ev.HandleRefused(1, "h1", "failing", 2) in decision.events
     assert second.resumption_handle("h1") is None  # fresh, seeded
 
@@ -84,7 +94,7 @@ async def test_a_changed_rule_for_handshakes_shows_in_replay(store):
     await driver.attach(model="m", tools=["lookup"], settings={})
     await driver.observe(SessionReady(1, None, "ab" * 32))
     await driver.record(ev.HandleIssued(1, "h1", None), ev.Disconnected(1, "error"))
-    await driver.observe(HandshakeFailed("h1", True, "1008 not found"))
+    await driver.observe(HandshakeFailed("h1", "1008 not found", 1008, "not found"))
     records = await store.read("call-t")
     at = next(i for i, r in enumerate(records) if r.type == "connection.handle_refused")
     # Drop the refusal and the decision's count of events with it: the log now says the
@@ -128,11 +138,29 @@ async def test_handles_are_decided_on_the_gate_the_next_worker_folds(store):
     assert (await second.observe(HandleArrived(2, "h-b", 3))).events[1:] == [
         ev.HandleIssued(2, "h-b", 3)]
 
-    records = await store.read("call-g")
-    report = replay(records, policy)
-    decisions = list(logged_decisions(records))
-    assert report.ok, report.to_json()
-    assert report.coverage == f"{len(decisions)} of {len(decisions)} decisions replayed"
-    assert [d.kind for d in decisions].count("HandleArrived") == 3
+    kinds = await replayed_in_full(store, "call-g", policy)
+    assert kinds.count("HandleArrived") == 3
     stored = await load_state(store, "call-g", use_snapshot=False)
     assert stored.withholding == Withholding(2, 0, False) and list(stored.handles) == ["h-b"]
+
+
+async def test_a_failed_send_is_decided_on_the_log_and_its_reconnect_seen_by_the_next_worker(
+        store):
+    """A send that failed on a live socket (decide.SendFailed): the anomaly and the reconnect
+    it asks for are logged, so the next worker finds the reconnect due and replay checks it;
+    one on a closed socket decides nothing (the receive loop reports the close)."""
+    policy = Policy()
+    first = CallDriver(store, "call-f", policy, worker_id="w1")
+    await first.attach(model="m", tools=["lookup"], settings={})
+    await first.observe(SessionReady(1, None, "ab" * 32))
+    closed = await first.observe(SendFailed(1, "result", True, "ConnectionClosedError: 1011"))
+    assert closed.events == []
+    decision = await first.observe(SendFailed(1, "result", False, "RuntimeError: wedged"))
+    assert decision.events[-1] == ev.ReconnectRequested(SEND_FAILED)
+    assert Reconnect(SEND_FAILED) in first.due()
+
+    second = CallDriver(store, "call-f", policy, worker_id="w2")
+    await second.attach(model="m", tools=["lookup"], settings={})
+    assert second.state.reconnect_pending == SEND_FAILED
+
+    assert (await replayed_in_full(store, "call-f", policy)).count("SendFailed") == 1

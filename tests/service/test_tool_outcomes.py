@@ -20,7 +20,7 @@ import pytest
 
 from service.gemini_live import CannotTell, Done, NotDone
 from service.local_live import Audio, Call, Script, ToolCall, TurnComplete
-from session_store.audit.replay import replay
+from session_store.audit.replay import logged_decisions, replay
 from session_store.delivery import OUTCOME_UNKNOWN
 from session_store.policy import Policy
 from session_store.outcomes import NOT_DONE_ERROR
@@ -84,6 +84,8 @@ async def test_a_tool_still_running_after_the_grace_is_in_doubt_never_running(fl
 # --------------------------------------------------------------------------- outcome checks
 
 REFUND = {"order_id": 48213, "refunded": True, "amount": "59.90 EUR"}
+CYCLE: dict = {"order_id": 48213}
+CYCLE["self"] = CYCLE
 
 
 class Check:
@@ -101,7 +103,8 @@ class Check:
         return self.answer
 
 
-async def _take_over_with(flavour, check: Check, setup_delay: float = 0.0, **options):
+async def _take_over_with(flavour, check: Check, setup_delay: float = 0.0, anomalies: int = 0,
+                          **options):
     call_id = f"call-{uuid.uuid4().hex[:10]}"
     await dead_workers_log(flavour.store, call_id, completed=False, model=flavour.model)
 
@@ -118,13 +121,15 @@ async def _take_over_with(flavour, check: Check, setup_delay: float = 0.0, **opt
                          prepare=lambda llm: llm.register_outcome_check(ORDER, check, **options))
     assert check.asked == [(f"{call_id}:c1", {"id": 48213})], "the check was not asked once"
     assert_server_clean(run)
-    assert_log_settled(run)
+    assert_log_settled(run, anomalies=anomalies)
     await assert_chain_ok(run)
     # `session-store replay` decides as the log did, with the policy the call ran with (the
     # check's answer is a decision: "not done" is re-run only where the tool allows it).
     rerun = frozenset({ORDER}) if options.get("rerun_if_not_done") else frozenset()
     report = replay(run.events, Policy(rerun_if_not_done=rerun), call_id=call_id)
     assert report.ok, [d.message for d in report.divergences] or report.error
+    n = len(list(logged_decisions(run.events)))
+    assert report.coverage == f"{n} of {n} decisions replayed", report.coverage
     return run
 
 
@@ -169,21 +174,29 @@ async def test_a_takeovers_rerun_does_not_wait_for_the_gemini_handshake(flavour)
     assert assert_answered_once(run, "c1", ORDER).response["ok"] is True
 
 
-@pytest.mark.parametrize("answer,delay,detail", [
-    (CannotTell("the ledger is unreachable"), 0.0, "the ledger is unreachable"),
-    (RuntimeError("503 from the refunds API"), 0.0, "RuntimeError: 503 from the refunds API"),
-    (Done(REFUND), 3.0, "did not answer within 0.5 s"),
-    ("yes", 0.0, "not Done, NotDone or CannotTell"),
-], ids=["cannot_tell", "raises", "times_out", "no_answer"])
-async def test_outcome_unknown_only_when_the_check_cannot_tell(flavour, answer, delay, detail):
+@pytest.mark.parametrize("answer,delay,detail,anomalies", [
+    (CannotTell("the ledger is unreachable"), 0.0, "the ledger is unreachable", 0),
+    (RuntimeError("503 from the refunds API"), 0.0, "RuntimeError: 503 from the refunds API", 0),
+    (Done(REFUND), 3.0, "did not answer within 0.5 s", 0),
+    ("yes", 0.0, "the check answered 'yes', not Done, NotDone or CannotTell", 0),
+    # Judged on the log (outcomes.answer_events), not in the shell: replay decides it again,
+    # and an anomaly keeps the start of the result (as for a tool's own result).
+    (Done({**REFUND, "amount": float("nan")}), 0.0, "a result the log cannot store", 1),
+    (Done(CYCLE), 0.0, "a result the log cannot store (ValueError: Circular reference", 1),
+], ids=["cannot_tell", "raises", "times_out", "no_answer", "unstorable", "not_json"])
+async def test_outcome_unknown_only_when_the_check_cannot_tell(flavour, answer, delay, detail,
+                                                               anomalies):
     _durable(flavour)
     run = await _take_over_with(flavour, Check(answer, delay=delay), rerun_if_not_done=True,
-                                timeout_s=0.5)
+                                timeout_s=0.5, anomalies=anomalies)
     assert run.runs() == []
     response = assert_answered_once(run, "c1", ORDER).response
     assert response == {"error": OUTCOME_UNKNOWN, "outcome_unknown": True}
     (checked,) = run.find("tool.outcome_checked")
     assert checked.data["answer"] == "cannot_tell" and detail in checked.data["detail"]
+    observed = [e for e in run.events if e.type == "decision.observed"
+                and e.data["kind"] == "OutcomeAnswered"]
+    assert len(observed) == 1  # the answer as it came is logged, and replayed
 
 
 async def test_register_outcome_check_refuses_what_it_cannot_use(flavour):

@@ -357,6 +357,11 @@ def test_a_logged_observation_is_redacted_as_the_events_it_stands_for():
                                              "reason": "no refund for bob@example.com"}}})
     assert "bob@example.com" not in json.dumps(out) and masked
     out, masked = r.redact_data("decision.observed", {
+        "kind": "OutcomeAnswered", "events": 2, "refs": {}, "withheld": "",
+        "data": {"call_id": "c1", "answer": {"answer": "not_an_answer",
+                                             "preview": "'refunded bob@example.com'"}}})
+    assert "bob@example.com" not in json.dumps(out) and masked
+    out, masked = r.redact_data("decision.observed", {
         "kind": "SessionReady", "events": 1, "refs": {}, "withheld": "",
         "data": {"generation": 2, "handle": "secret-handle", "prompt_sha256": "ab"}})
     assert out["data"]["handle"] == r.fingerprint("secret-handle") != "secret-handle"

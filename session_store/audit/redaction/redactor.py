@@ -370,7 +370,7 @@ class Redactor:
             o["value"] = self._walk(o["value"], "data.data.value", masked,
                                     all_leaves=cfg.tool_results == "all", pii=True)
         elif kind == "OutcomeAnswered" and isinstance(o.get("answer"), dict):
-            for key in ("result", "reason"):
+            for key in ("result", "reason", "preview"):  # (preview: of what is no answer)
                 if key in o["answer"]:
                     o["answer"][key] = self._walk(o["answer"][key], f"data.data.answer.{key}",
                                                   masked, all_leaves=cfg.tool_results == "all",

@@ -1,0 +1,61 @@
+"""A send that failed (decide.SendFailed): a closed socket is the receive loop's to report
+and replace; any other failure is logged and replaces the live session at once, even
+mid-turn (the socket cannot be trusted with the next send), decided on the log."""
+
+from __future__ import annotations
+
+from session_store import events as ev
+from session_store.decide import SendFailed, decide
+from session_store.delivery import SEND_FAILED, Reconnect, due
+from session_store.policy import Policy
+
+from .helpers import Log, opened
+
+ALL = Policy()
+
+
+def speaking() -> Log:
+    log = Log()
+    log.add(opened(), ev.Connected(1), ev.BotStartedSpeaking(1))
+    return log
+
+
+def test_a_send_that_failed_on_a_live_socket_replaces_the_session_at_once():
+    log = speaking()
+    decided = decide(log.state(), SendFailed(1, "result", False, "RuntimeError: boom"), ALL)
+    anomaly, request = decided
+    assert (anomaly.kind, anomaly.generation) == ("send_failed", 1)
+    assert anomaly.detail == {"what": "result", "error": "RuntimeError: boom"}
+    assert request == ev.ReconnectRequested(SEND_FAILED)
+    log.add(*decided)
+    # The bot is speaking: a settings reconnect would wait for the turn; this one does not.
+    assert Reconnect(SEND_FAILED) in due(log.state(), ALL, log.now_us)
+    # Another failure before the new session asks nothing more (it is asked already).
+    again = decide(log.state(), SendFailed(1, "cut_note", False, "RuntimeError: boom"), ALL)
+    assert [type(e) for e in again] == [ev.AnomalyRecorded]
+
+
+def test_a_closed_socket_is_left_to_the_receive_loop():
+    assert decide(speaking().state(), SendFailed(1, "result", True, "ConnectionClosed"),
+                  ALL) == []
+
+
+def test_a_failure_on_a_session_already_left_is_only_logged():
+    log = speaking()
+    log.add(ev.Disconnected(1, "go_away"), ev.Connected(2))
+    old = decide(log.state(), SendFailed(1, "seed", False, "RuntimeError: late"), ALL)
+    assert [e.kind for e in old if isinstance(e, ev.AnomalyRecorded)] == ["send_failed"]
+    assert len(old) == 1
+    log.add(ev.Disconnected(2, "error"))  # no live session: the reconnect is due anyway
+    assert len(decide(log.state(), SendFailed(2, "result", False, "x"), ALL)) == 1
+
+
+def test_a_pending_reconnect_that_would_wait_is_made_urgent():
+    log = speaking()
+    log.add(ev.SettingsChanged(["voice"], {"voice": "Puck"}, True, False),
+            ev.ReconnectRequested("settings", ["voice"]))
+    assert not any(isinstance(x, Reconnect) for x in due(log.state(), ALL, log.now_us))
+    log.add(*decide(log.state(), SendFailed(1, "context_update", False, "x"), ALL))
+    s = log.state()
+    assert Reconnect(SEND_FAILED) in due(s, ALL, log.now_us)
+    assert s.reconnect_keys == ["voice"]  # the settings still go with the new session
