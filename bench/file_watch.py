@@ -5,6 +5,8 @@ database file's header (a few preads of cached pages). Here, in the same run on 
 file: plain sqlite3 commits (WAL, synchronous=FULL, one ~200-byte row each) against the
 same commits each followed by the check, alternating commit by commit so that both see
 the same disk and WAL; and the check alone. Prints per-commit p50/p99 and the ratio watched/plain.
+Then what the writer's checkpoint (every 32 commits) gains from the watch: a few pages it
+cannot write, read before and after it (`witness`), against the checkpoint itself.
 
     python bench/file_watch.py            # 3 rounds of 1000 commits each way
     python bench/file_watch.py --quick    # CI smoke run
@@ -60,12 +62,29 @@ def main() -> None:
             t = time.perf_counter()
             watch.check()
             alone.append(time.perf_counter() - t)
+        # The writer's checkpoints: every 32 commits (child.IDLE_CHECKPOINT_AFTER), the pages
+        # they cannot write read before and after (`witness`), against the checkpoint alone.
+        witnessed, checkpointed = [], []
+        for _ in range(max(n // 32, 10)):
+            for _ in range(32):
+                _commit(conn, None)
+            t = time.perf_counter()
+            witness = watch.witness()
+            t_ck = time.perf_counter()
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            t_after = time.perf_counter()
+            watch.check_witness(witness)
+            witnessed.append(t_ck - t + time.perf_counter() - t_after)
+            checkpointed.append(t_after - t_ck)
+            watch.check()
         watch.close()
         conn.close()
     print(f"{'':<22}{'p50 us':>10}{'p99 us':>10}")
     print(f"{'commit':<22}{_p(plain, 50):>10.1f}{_p(plain, 99):>10.1f}")
     print(f"{'commit + check':<22}{_p(watched, 50):>10.1f}{_p(watched, 99):>10.1f}")
     print(f"{'check alone':<22}{_p(alone, 50):>10.1f}{_p(alone, 99):>10.1f}")
+    print(f"{'checkpoint (32)':<22}{_p(checkpointed, 50):>10.1f}{_p(checkpointed, 99):>10.1f}")
+    print(f"{'its witness':<22}{_p(witnessed, 50):>10.1f}{_p(witnessed, 99):>10.1f}")
     print(f"ratio watched/plain: p50 x{_p(watched, 50) / _p(plain, 50):.3f}, "
           f"p99 x{_p(watched, 99) / _p(plain, 99):.3f} ({rounds} x {n} commits each way)")
 

@@ -9,7 +9,9 @@ them gone after a kill -9, and verify said ok), and with the database file trunc
 ~9,300 (then "database disk image is malformed"). Now each commit checks the database file
 and the WAL it has open, before and after it, and the store refuses every append from then
 on (StoreFilesChanged). Changes in place keep the inode (`: > db-wal`, `cp other.db db`):
-each commit also checks the files' content against SQLite's WAL index (watch.py).
+each commit also checks the files' content against SQLite's WAL index (watch.py), and each
+checkpoint of the writer a few pages it cannot write (the file written over while it ran
+passed for its work: 8 of 350 runs of db-overwritten-never under load, 2026-12-06).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ import pytest
 from session_store import SchemaMismatch, StoreUnavailable, open_store
 from session_store.errors import StoreFilesChanged
 from session_store.events import BotStartedSpeaking
+from session_store.storage.migrate import upgrade
+from session_store.storage.sqlite.commit import FilesChanged, checkpoint, connect
+from session_store.storage.sqlite.statements import compile_statements
+from session_store.storage.sqlite.watch import FileWatch
 from tests.service.helpers import migrated_sqlite
 
 
@@ -137,3 +143,66 @@ async def test_appends_after_the_files_changed_are_refused_for_good(tmp_path, in
         for stream in ("call", "another"):  # for good, on every path an append may take
             with pytest.raises(StoreFilesChanged):
                 await store.append(stream, [_event()], 0, urgent=True)
+
+
+async def _watched_checkpoint(tmp_path, during) -> None:
+    """A commit that puts page 1 in the WAL (the database grows), then the writer's idle
+    checkpoint with `during(path)` run as its PRAGMA starts: after the check before it."""
+    path = str(tmp_path / "log.db")
+    await upgrade(f"sqlite+aiosqlite:///{path}")
+    conn = connect(path, compile_statements(), watch=FileWatch(path))
+    try:
+        conn.execute("CREATE TABLE pad (x BLOB)")
+        conn.execute("INSERT INTO pad VALUES (zeroblob(20000))")
+        conn.check_files()
+        conn.set_trace_callback(lambda sql: during(path) if "wal_checkpoint" in sql else None)
+        checkpoint(conn)
+    finally:
+        conn.close()
+
+
+async def test_a_file_overwritten_while_the_checkpoint_runs_is_caught(tmp_path):
+    """Seen under load (db-overwritten-never above, 8 of 350 runs): the bytes written over
+    the file as the idle checkpoint ran. It copied the WAL's pages back over them, page 1 with
+    our header, and truncated the file to our size: the checks after it saw the work of a
+    checkpoint, and the pages not in the WAL stayed another database's."""
+    with pytest.raises(FilesChanged, match="was overwritten .*its page \\d+ changed"):
+        await _watched_checkpoint(tmp_path, _overwrite)
+
+
+async def test_pages_another_process_commits_during_the_checkpoint_are_its_work(tmp_path):
+    """A commit of another connection as the checkpoint starts: the checkpoint copies its
+    pages too (page 2 here, in no frame before it, now with another value): no overwrite."""
+    def commit_elsewhere(path: str) -> None:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("UPDATE alembic_version SET version_num = version_num || 'x'")
+        other.close()
+
+    await _watched_checkpoint(tmp_path, commit_elsewhere)
+
+
+def test_the_pages_of_a_long_wal_are_read_from_every_block_of_its_index(tmp_path):
+    """The witness keeps to pages in no WAL frame, by the index's page numbers: past 4062
+    frames they are in its second 32 KiB block. Each frame's header names its page too."""
+    path = str(tmp_path / "long.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t (x BLOB)")
+    for _ in range(50):
+        conn.execute("INSERT INTO t VALUES (randomblob(400000))")  # ~100 pages a commit
+    watch = FileWatch(path)
+    try:
+        watch.check()
+        assert watch.frames > 4062 + 100
+        with open(f"{path}-wal", "rb") as wal:
+            page_size = int.from_bytes(wal.read(32)[8:12], "big")
+            by_header = []
+            for frame in range(watch.frames):
+                wal.seek(32 + frame * (24 + page_size))
+                by_header.append(int.from_bytes(wal.read(4), "big"))
+        for first, last in ((1, watch.frames), (4000, 4100), (4063, watch.frames)):
+            assert watch._wal_pages(first, last) == set(by_header[first - 1:last])
+    finally:
+        watch.close()
+        conn.close()

@@ -15,7 +15,9 @@ WAL checkpoints run in the child while the log is idle (`IDLE_CHECKPOINT_AFTER` 
 waiting, no request for `IDLE_S`): SQLite's automatic checkpoint runs inside the commit that
 crosses its threshold, and that append (often a tool call's write-ahead commit) waited for the
 WAL's copy into the database and its fsync, about a millisecond, up to 7 (bench/README.md).
-SQLite's own checkpoint stays as the backstop for a log that never idles.
+A log that never idles is checkpointed after the commit that brings it to
+`BACKSTOP_FRAMES`, as SQLite's own checkpoint would (which the connection leaves off: it
+would run inside the commit, where the file watch cannot tell its writes from others').
 
 The child dies with its parent (PR_SET_PDEATHSIG on Linux; strictly, with the thread that
 started it, which is the event loop's): a worker killed mid-call takes its uncommitted batch
@@ -43,6 +45,8 @@ HEADER = struct.Struct("<I")
 #: seconds (a few hundred pages: one such checkpoint takes about a millisecond here).
 IDLE_CHECKPOINT_AFTER = 32
 IDLE_S = 0.004
+#: Checkpoint after a commit that leaves this many WAL frames (SQLite's default threshold).
+BACKSTOP_FRAMES = 1000
 
 
 def frame(obj: Any) -> bytes:
@@ -114,7 +118,7 @@ def _serve(requests: int, replies) -> None:
             try:
                 checkpoint(conn)
             except sqlite3.Error:
-                pass  # (the next idle moment, or SQLite's own backstop, tries again)
+                pass  # (the next idle moment, or the backstop, tries again)
             except FilesChanged as exc:
                 files_changed = exc
         header = _read_exactly(requests, HEADER.size)
@@ -133,7 +137,8 @@ def _serve(requests: int, replies) -> None:
                 conn = connect(path, statements, watch=files)
                 result = None
             else:
-                assert path is not None and statements is not None  # (opened first)
+                # (opened first)
+                assert path is not None and statements is not None and files is not None
                 if conn is None:  # dropped after a failure: a new connection each try
                     conn = connect(path, statements, watch=files)
                     conn.set_trace_callback(None if traced is None else traced.append)
@@ -149,6 +154,12 @@ def _serve(requests: int, replies) -> None:
 
                     plan = commit_batch(conn, statements, batch, cached, planned)
                     commits_since_checkpoint += 1
+                    if files.frames >= BACKSTOP_FRAMES:
+                        commits_since_checkpoint = 0
+                        try:
+                            checkpoint(conn)
+                        except sqlite3.Error:
+                            pass  # (committed all the same: the next commit tries again)
                     if plan is cached:
                         result = None  # committed as the parent planned it
                     else:

@@ -90,12 +90,10 @@ class CommitConnection(sqlite3.Connection):
     is gone: "database disk image is malformed"). Every such commit was acknowledged and
     lost. So each commit checks, after it and before it is acknowledged (`check_files`: two
     stats), that the paths still name the database file and the WAL it has open, and that
-    the database file did not shrink; on a connection that checkpoints, before it too
-    (`check_file`: one stat): SQLite's own checkpoint, inside a commit, would copy the WAL
-    into a file truncated since the last check, and make it as long as it was. The log never
+    the database file did not shrink. No commit checkpoints (wal_autocheckpoint=0): the
+    writer does, between commits (`checkpoint`), checked before and after. The log never
     shrinks its file: only a VACUUM would, which a live store's database must not get."""
 
-    checkpoints: bool  # SQLite checkpoints the WAL inside its commits on this connection
     path: str
     wal_path: str
     size: int  # the largest the database file was seen: it only grows
@@ -147,6 +145,15 @@ class CommitConnection(sqlite3.Connection):
             except Changed as exc:
                 self._changed(str(exc))
 
+    def check_witness(self, witness: tuple) -> None:
+        """After a checkpoint: the pages it could not write are as `FileWatch.witness`
+        read them before it."""
+        try:
+            if self.watch is not None:
+                self.watch.check_witness(witness)
+        except Changed as exc:
+            self._changed(str(exc))
+
     def _changed(self, what: str):
         raise FilesChanged(
             f"{what} while this store had it open: commits since the last checkpoint may be "
@@ -168,14 +175,14 @@ def connect(path: str, statements: Statements, *, busy_timeout_ms: int = BUSY_TI
     try:
         if checkpoints:
             _switch_to_wal(conn, busy_timeout_ms)
-        else:
-            conn.execute("PRAGMA wal_autocheckpoint=0")
+        # SQLite's own checkpoint would run inside a commit, where no check sees it start
+        # (`checkpoint`); the writer runs them instead, the backstop included (child.py).
+        conn.execute("PRAGMA wal_autocheckpoint=0")
         configure(conn, busy_timeout_ms)
         conn.execute("PRAGMA temp_store=MEMORY")  # the view and trigger: no temporary file
         for ddl in statements.append_view:
             conn.execute(ddl)
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # (opens the WAL)
-        conn.checkpoints = checkpoints
         conn.opened(path, watch)
     except BaseException:
         conn.close()
@@ -221,10 +228,8 @@ def commit_batch(conn: CommitConnection, st: Statements, batch: list[_AppendRequ
     read under the write lock. Sets each request's `final_hash` as it plans; `on_planned`
     hears of a plan made here before it is committed (the writer process tells its parent,
     which must know the hashes of a commit whose reply it may never get). FilesChanged if
-    the database's files changed under the connection (before it commits, or after: then
-    it must not be acknowledged)."""
-    if conn.checkpoints:
-        conn.check_file()
+    the database's files changed under the connection (after it commits: it must not be
+    acknowledged)."""
     if cached is not None:
         if _commit_planned(conn, st, cached):
             conn.check_files()
@@ -324,6 +329,11 @@ def _write_plan(conn: sqlite3.Connection, st: Statements, plan: BatchPlan) -> bo
 
 
 def checkpoint(conn: CommitConnection) -> None:
+    # Pages the checkpoint will not write, read before the check that proves them ours: a
+    # file written over while it runs would pass for its work otherwise (watch.py).
+    witness = conn.watch.witness() if conn.watch is not None else None
     conn.check_files()  # (never copy the WAL into a file truncated or replaced under it)
     conn.execute("PRAGMA main.wal_checkpoint(PASSIVE)").fetchall()
     conn.check_files()  # (and what it wrote is what the next check compares with)
+    if witness is not None:
+        conn.check_witness(witness)

@@ -13,16 +13,22 @@ cache (bench/append.py):
 - the database file (header, size, change and modification times) changed only when a
   checkpoint ran: one copies WAL frames into it, and announces itself in the index
   (`nBackfillAttempted`) before it writes a page. Across a checkpoint (or while one is
-  unfinished) the header must be one a checkpoint could write (`_may_follow`).
+  unfinished) the header must be one a checkpoint could write (`_may_follow`);
+- across a checkpoint of ours (`commit.checkpoint`, the only kind on the writer's
+  connection), a few pages no frame of the WAL holds are as before it (`witness`): bytes
+  written over the file as it runs are otherwise taken for its work, since it copies page
+  1 back and truncates the file to its own size (seen once under load, 2026-12-06).
 
 Checked without SQLite's locks: another process may be committing or restarting the WAL
 meanwhile, which can make a snapshot disagree for a moment; a disagreement that persists
 over a few fresh snapshots is not SQLite's. A change made while another process's
-checkpoint runs can be missed: the checkpoint explains it.
+checkpoint runs can be missed: the checkpoint explains it; one that spares the few pages
+witnessed while ours runs, too.
 """
 
 from __future__ import annotations
 
+import array
 import os
 import struct
 import time
@@ -33,6 +39,11 @@ _FRAME_HEADER = 24
 # The WAL index (-shm): two copies of a 48-byte header, then the checkpoint information.
 _INDEX_HEADER = struct.Struct("=IIIBBHIIII8sII")  # native byte order, as SQLite maps it
 _INDEX_READ = 136
+# Then the page number of each frame: the index is 32 KiB blocks, each 4096 page numbers
+# and a hash table, the first block's list shortened by the header.
+_INDEX_BLOCK = 32768
+_PGNO_BLOCK = 4096
+_PGNO_FIRST = _PGNO_BLOCK - _INDEX_READ // 4
 _DB_HEADER = 100
 _ATTEMPTS = 5  # fresh snapshots before a disagreement counts
 
@@ -95,6 +106,7 @@ class FileWatch:
         self._wal_ino: int | None = None
         self._db_seen: tuple | None = None
         self._checkpoints: tuple | None = None
+        self.frames = 0  # in the WAL, by its index at the last check (the writer's backstop)
 
     def close(self) -> None:
         if self._wal_fd is not None:
@@ -107,13 +119,7 @@ class FileWatch:
 
     def check(self) -> None:
         """Changed if a file was written by anything but SQLite since the last check."""
-        problem = None
-        for attempt in range(_ATTEMPTS):
-            problem = self._check_once()
-            if problem is None:
-                return
-            time.sleep(0.001 * attempt)
-        raise Changed(problem)
+        _persisting(self._check_once)
 
     def _index(self) -> tuple | str | None:
         """(salts, frame count, page size, checksum, checkpoint progress) of the WAL index;
@@ -136,6 +142,82 @@ class FileWatch:
         page = 65536 if page == 1 else page
         return salts, frames, page, (ck1, ck2), (salts, backfilled, attempted)
 
+    def witness(self) -> tuple | None:
+        """Before a checkpoint of ours: a few pages of the database file that it will not
+        write (in no frame of the WAL), read now, to be compared after it (`check_witness`).
+        Read before the check that precedes the checkpoint, which proves them ours. None if
+        the index cannot be read."""
+        if self._db is None:
+            return None
+        for attempt in range(_ATTEMPTS):
+            index = self._index()
+            if index is None or isinstance(index, tuple):
+                break
+            time.sleep(0.001 * attempt)
+        if not isinstance(index, tuple):
+            return None
+        salts, frames, page, _checksum, _progress = index
+        in_wal = self._wal_pages(1, frames)
+        if in_wal is None:
+            return None
+        fd = self._db[0]
+        last = os.fstat(fd).st_size // page
+        # The first, the last and a middle page the log does not hold: a database written
+        # over in place (`cp other.db db`) differs there, and the WAL's pages are restored.
+        picked = set()
+        for start, step in ((2, 1), (last, -1), (last // 2, 1)):
+            p = start
+            while 2 <= p <= last and p in in_wal:
+                p += step
+            if 2 <= p <= last:
+                picked.add(p)
+        return salts, frames, page, {p: os.pread(fd, page, (p - 1) * page) for p in picked}
+
+    def check_witness(self, witness: tuple) -> None:
+        """Changed if a page of `witness` changed though no checkpoint could write it: a
+        checkpoint explains every change of the file's header, size and times, so one
+        written over in place while ours ran looks like its work (its header, page 1, and
+        its size are the checkpoint's again after it)."""
+        _persisting(lambda: self._witness_changed(witness))
+
+    def _witness_changed(self, witness: tuple) -> str | None:
+        salts, frames, page, pages = witness
+        index = self._index()
+        if isinstance(index, str):
+            return index
+        if index is None or index[0] != salts or index[1] < frames or self._db is None:
+            return None  # (the log restarted since: which pages went through it is gone)
+        later = self._wal_pages(frames + 1, index[1])  # another process's commits since
+        if later is None:
+            return f"the shared-memory index {self.shm_path} was truncated"
+        fd = self._db[0]
+        for p, seen in pages.items():
+            if p not in later and os.pread(fd, page, (p - 1) * page) != seen:
+                return (f"the database file {self.path} was overwritten (its page {p} changed "
+                        "during a checkpoint, which had no copy of it to write)")
+        return None
+
+    def _wal_pages(self, first: int, last: int) -> set[int] | None:
+        """The page numbers of the WAL's frames `first`..`last` (from 1), by the index: the
+        first of its 32 KiB blocks holds 4062 after the header, every later one 4096."""
+        pages: set[int] = set()
+        if self._shm is None:  # (read after the index, which opens it)
+            return None
+        while first <= last:
+            if first <= _PGNO_FIRST:
+                offset, end = _INDEX_READ + 4 * (first - 1), _PGNO_FIRST
+            else:
+                block = (first - _PGNO_FIRST - 1) // _PGNO_BLOCK + 1
+                zero = _PGNO_FIRST + (block - 1) * _PGNO_BLOCK
+                offset, end = block * _INDEX_BLOCK + 4 * (first - zero - 1), zero + _PGNO_BLOCK
+            count = min(last, end) - first + 1
+            raw = os.pread(self._shm[0], 4 * count, offset)
+            if len(raw) < 4 * count:
+                return None
+            pages.update(array.array("I", raw))
+            first += count
+        return pages
+
     def _wal(self) -> int | None:
         try:
             st = os.stat(self.wal_path)
@@ -152,9 +234,10 @@ class FileWatch:
         index = self._index()
         if isinstance(index, str):
             return index
-        checkpoints = None
+        checkpoints, self.frames = None, 0
         if index is not None:
             salts, frames, page, checksum, checkpoints = index
+            self.frames = frames
             problem = self._check_wal(salts, frames, page, checksum)
             if problem is not None:
                 return problem
@@ -197,6 +280,17 @@ class FileWatch:
         # (Unchanged, changed by a checkpoint, or only its ctime: chmod, chown, a link.)
         self._db_seen, self._checkpoints = seen, checkpoints
         return None
+
+
+def _persisting(problem_of) -> None:
+    """Changed if `problem_of()` names a problem in each of a few fresh snapshots."""
+    problem = None
+    for attempt in range(_ATTEMPTS):
+        problem = problem_of()
+        if problem is None:
+            return
+        time.sleep(0.001 * attempt)
+    raise Changed(problem)
 
 
 def _settled(checkpoints) -> bool:

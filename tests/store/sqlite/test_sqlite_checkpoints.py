@@ -4,8 +4,8 @@ SQLite's automatic checkpoint runs inside the commit that crosses its threshold 
 by default): that append, often a tool call's write-ahead commit, waits for the copy of the
 WAL into the database and its fsync (median 1.3 ms, up to 7 ms here, once every ~220
 commits: in a call, about one tool call in 40). The writer process checkpoints instead
-when no request has come for a moment, and leaves SQLite's own checkpoint as a backstop
-for a log that never idles, so the WAL stays bounded.
+when no request has come for a moment, and after the commit that brings the WAL to
+SQLite's threshold when it never idles (SQLite's own is off), so the WAL stays bounded.
 
 What the WAL holds is read from the wal-index header in the -shm file (its layout:
 https://www.sqlite.org/walformat.html): `mxFrame`, the last valid frame, and `nBackfill`,
