@@ -6,8 +6,10 @@ logged once, and no reconnect is due after it until a takeover or a session come
 from __future__ import annotations
 
 from session_store import events as ev
+from session_store.audit.replay import logged_decisions, replay
 from session_store.decide import GIVE_UP_FAILURES, HandshakeFailed, SessionLeft, decide
 from session_store.delivery import Reconnect, due
+from session_store.observed import observation_record
 from session_store.policy import Policy
 
 from .helpers import T0_US, Log, opened
@@ -142,3 +144,49 @@ def test_older_logs_keep_the_shells_give_up():
         assert not given_up(failed(log, at_s, window_s=None))
     log.add(ev.AnomalyRecorded("connection_given_up", {"failures": 4}, 0))
     assert log.state().given_up and reconnects(log) == []
+
+
+def observed(log: Log, obs, at_s: float, decided: list[ev.Event] | None = None) -> None:
+    """`obs` logged as the service logs it (the observation, then what was decided on it),
+    with `decided` in place of decide's own events if given (a shell that decided itself)."""
+    at = T0_US + int(at_s * S)
+    state = log.state()
+    events = decide(state, obs, ALL, at) if decided is None else decided
+    log.add(observation_record(obs, events, state), *events, at_us=at)
+
+
+def outage(window_s: float | None) -> Log:
+    log = lost_session()
+    observed(log, SessionLeft(1, "error", give_up_after_s=window_s), 0.0)
+    for at_s in (1, 15, 31):
+        observed(log, HandshakeFailed(None, "1011 unavailable", 1011,
+                                      give_up_after_s=window_s), at_s)
+    return log
+
+
+def test_the_give_up_is_replayed_and_a_log_that_went_on_regardless_diverges():
+    log = outage(WINDOW_S)
+    assert log.state().given_up
+    report = replay(log.records())
+    n = len(list(logged_decisions(log.records())))
+    assert report.ok and report.coverage == f"{n} of {n} decisions replayed", report.coverage
+    # A shell that did not give up (its own clock restarted by a takeover, say) logged the
+    # last failure without the outcome: replay says so.
+    kept_on = outage(WINDOW_S)
+    kept_on.events, kept_on.times = kept_on.events[:-3], kept_on.times[:-3]
+    last = HandshakeFailed(None, "1011 unavailable", 1011, give_up_after_s=WINDOW_S)
+    handshake_only = [e for e in decide(kept_on.state(), last, ALL, T0_US + 31 * S)
+                      if not (isinstance(e, ev.AnomalyRecorded) and e.kind == "connection_given_up")]
+    observed(kept_on, last, 31.0, handshake_only)
+    [wrong] = replay(kept_on.records()).divergences
+    assert "connection_given_up" in str(wrong.decided), wrong
+
+
+def test_a_log_with_the_shells_give_up_replays_as_before():
+    log = outage(None)  # (observations as the older service logged them: no window)
+    assert not log.state().given_up
+    log.add(ev.AnomalyRecorded("connection_given_up", {"failures": 4}, 1),
+            ev.SessionClosed("gemini_unreachable"), at_us=T0_US + 31 * S + 1)
+    report = replay(log.records())
+    n = len(list(logged_decisions(log.records())))
+    assert report.ok and report.coverage == f"{n} of {n} decisions replayed", report.coverage
