@@ -40,7 +40,8 @@ from pipecat.frames.frames import (CancelWorkerFrame, EndFrame, FunctionCallCanc
                                    FunctionCallResultFrame, InterruptionFrame, LLMSetToolsFrame,
                                    StartFrame)
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSetup
-from pipecat.services.google.gemini_live.llm import (GeminiLiveLLMService,
+from pipecat.services.google.gemini_live.llm import (MAX_CONSECUTIVE_FAILURES,
+                                                     GeminiLiveLLMService,
                                                      GeminiLiveLLMSettings, InputParams)
 
 from session_store import Policy
@@ -99,7 +100,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     state (a takeover of a long call loads the newest one and the events after it).
     `max_frame_bytes`: the largest server frame read (MAX_FRAME_BYTES).
     `reconnect_window_s`: connection failures in a row are retried for that long (with
-    backoff) before the service is given up (RECONNECT_WINDOW_S; pipecat gives up at three).
+    backoff) before the service is given up (RECONNECT_WINDOW_S; pipecat gave up at three),
+    decided on the log on its clock, so a takeover goes on with the same window.
     `tool_grace_s`: how long a tool still running when the call ends may go on to log its
     outcome (after the end); one still running then stays in doubt.
     """
@@ -320,8 +322,9 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         # A session that delivered a message is progress. pipecat resets its failure count
         # only after 10 s on one connection, so three sessions each closed right after a
         # toolCall (seen in the hostile-wire fuzz) gave the service up, results undelivered.
-        # Handshakes failing in a row still count: an unreachable server is given up.
+        # The log counts failures in a row the same way (SessionLeft.heard), and decides.
         self._consecutive_failures = 0
+        self.session_link.heard = True  # (the log's count ends at such a session: decide)
         try:
             await self.receiver.message(message)
         except Exception as exc:  # noqa: BLE001 - our bookkeeping must not count as a socket error
@@ -408,11 +411,13 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             await self.session_link.handshake_failed(exc)
 
     async def _handle_connection_error(self, error: Exception) -> bool:
-        self._consecutive_failures = self.session_link.failure_counted(
-            self._consecutive_failures)
+        await self.session_link.lost(error)  # (from the receive loop; handshakes: logged)
+        # Giving up is the log's decision (decide.gives_up, over the failures in a row it
+        # holds): pipecat's count is set so that upstream agrees, and pushes its ErrorFrame.
+        self._consecutive_failures = (MAX_CONSECUTIVE_FAILURES - 1 if self.session_link.given_up
+                                      else 0)
         go_on = await super()._handle_connection_error(error)
         if not go_on:
-            await self.session_link.given_up(error)
             await self._call_event_handler("on_connection_given_up", error)
         return go_on
 

@@ -1,9 +1,9 @@
 """The link to Gemini Live: which handle a new session resumes from, reconnects (one at a
 time, in a task of their own, never from inside the receive loop), handshakes that fail
 (a handle passed over only on evidence, decided on the log) and failures in a row retried
-for a window before the service is given up. pipecat's connection hooks stay in the service, which hands them
-here; what goes to the log is decided on it (decide.SessionReady, SessionLeft,
-HandshakeFailed)."""
+for a window before the connection is given up, which is decided on the log too
+(decide.gives_up). pipecat's connection hooks stay in the service, which hands them here;
+what goes to the log is decided on it (decide.SessionReady, SessionLeft, HandshakeFailed)."""
 
 from __future__ import annotations
 
@@ -14,20 +14,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from google.genai import errors as genai_errors
-from pipecat.services.google.gemini_live.llm import MAX_CONSECUTIVE_FAILURES
 
-from session_store import events as ev
 from session_store.decide import RESYNC_KINDS, HandshakeFailed, SessionLeft, SessionReady
 
 from .log_writer import LogWriter, When
 from .port import ServicePort
 from .seeding import Seeder
 from .speech import SpeechTracker
-from session_store.delivery import undelivered
 
 #: Reconnects that back off when they repeat (see `_replace`).
 PACED_REASONS = RESYNC_KINDS | {"error"}
-#: How long connection failures in a row are retried before the service is given up.
+#: How long connection failures in a row are retried before the connection is given up
+#: (decided on the log: decide.gives_up, which the observations carry it to).
 #: pipecat gives up at its third failure in a row (about a second of backoff here): a Gemini
 #: blip of a few seconds ended the call, its results undelivered.
 RECONNECT_WINDOW_S = 30.0
@@ -36,7 +34,8 @@ HANDSHAKE_BACKOFF_S = 0.25
 HANDSHAKE_BACKOFF_MAX_S = 2.0
 
 
-def handshake_failure(handle: str | None, error: BaseException) -> HandshakeFailed:
+def handshake_failure(handle: str | None, error: BaseException,
+                      window_s: float | None = None) -> HandshakeFailed:
     """A failed handshake as observed: google-genai raises an APIError whose code is the
     close code (its details the close reason) when the socket closes before setupComplete.
     Whether that code refuses the handle is decided on the log (decide.REFUSING_CLOSE_CODES)."""
@@ -44,7 +43,8 @@ def handshake_failure(handle: str | None, error: BaseException) -> HandshakeFail
     if isinstance(error, genai_errors.APIError) and isinstance(error.code, int):
         code = error.code
         reason = str(error.details if isinstance(error.details, str) else error.message or "")
-    return HandshakeFailed(handle, str(error)[:500], code, reason[:300])
+    return HandshakeFailed(handle, str(error)[:500], code, reason[:300],
+                           give_up_after_s=window_s)
 
 
 class Link:
@@ -60,8 +60,8 @@ class Link:
         self._flush_transcript = flush_transcript
         self._window_s = window_s
         self.connecting_handle: str | None = None
-        self._failing_since: float | None = None  # the first of the failures in a row
-        self._failures_in_row = 0  # (the backoff's; pipecat's own count is kept short)
+        #: The live session got a server message (which ends a run of failures in the log).
+        self.heard = False
         self._task: asyncio.Task | None = None
         self._reconnecting = False  # a reconnect is under way (whichever task runs it)
         self._resyncs: list[float] = []  # when recent paced reconnects happened
@@ -78,39 +78,38 @@ class Link:
         """Logged, and decided on the log (decide.HandshakeFailed): whether the handle is
         passed over, for whichever worker picks the next one, counts the failures in a row
         the log holds."""
-        await self._log.log(handshake_failure(self.connecting_handle, exc), when=When.KEPT)
+        await self._log.log(handshake_failure(self.connecting_handle, exc, self._window_s),
+                            when=When.KEPT)
         if await self._svc._handle_connection_error(exc):
             await asyncio.sleep(min(
-                HANDSHAKE_BACKOFF_S * 2 ** max(self._failures_in_row - 1, 0),
+                HANDSHAKE_BACKOFF_S * 2 ** max(self._driver.state.failures_in_row - 1, 0),
                 HANDSHAKE_BACKOFF_MAX_S))
             # (pipecat connects only where it holds no session)
             self._svc.apply(replace(self._svc.pipecat_state, session=None))
             await self.reconnect_now("handshake_failed")
 
-    def failure_counted(self, consecutive_failures: int) -> int:
-        """pipecat's failure count for a connection error: within the window it stops short
-        of pipecat's limit, which gives the service up at its third failure in a row."""
-        now = time.monotonic()
-        if self._failing_since is None or consecutive_failures == 0:
-            # (pipecat's count is 0 again once a session or a message went through)
-            self._failing_since, self._failures_in_row = now, 0
-        self._failures_in_row += 1
-        if now - self._failing_since < self._window_s:
-            return min(consecutive_failures, MAX_CONSECUTIVE_FAILURES - 2)
-        return consecutive_failures
+    async def lost(self, error: Exception) -> None:
+        """The receive loop lost the live session to `error`: left, and whether that ends the
+        window of failures in a row decided on the log, before pipecat reconnects or gives
+        up (a failed handshake was decided as such already: no session is live then)."""
+        state = self._driver.state
+        if not state.connected or state.closed:
+            return
+        await self._flush_transcript()  # what was said belongs to the session that heard it
+        await self._log.log(SessionLeft(
+            state.generation, "error", self._speech.old_playback_is_speech, self.heard,
+            self._window_s, str(error)[:300]), when=When.DURABLE)
 
-    async def given_up(self, error: Exception) -> None:
-        """pipecat gives the service up (it pushes an ErrorFrame for the app): the log says
-        so, with what is still undelivered."""
-        await self._log.log(ev.AnomalyRecorded("connection_given_up", {
-            "failures": self._failures_in_row, "error": str(error)[:300],
-            "undelivered": [c.call_id for c in undelivered(self._driver.state)][:20]},
-            self._driver.state.generation), when=When.KEPT)
+    @property
+    def given_up(self) -> bool:
+        """The log gave the connection up (decide.gives_up): pipecat is to stop."""
+        return self._driver.state.given_up
 
     async def session_ready(self) -> bool:
         """Log the new session before its first message is read (a log that is down holds it
         here, its messages waiting on the socket). False: fenced, or the call is ending."""
         svc = self._svc
+        self.heard = False
         prompt = str(svc.pipecat_state.system_instruction_from_init or "")
         return await self._log.log(SessionReady(
             self._driver.state.generation + 1, self.connecting_handle,
@@ -158,8 +157,8 @@ class Link:
         await self._flush_transcript()  # what was said belongs to the session that heard it
         state = self._driver.state
         if state.connected and not await self._log.log(SessionLeft(
-                state.generation, reason, self._speech.old_playback_is_speech),
-                when=When.DURABLE):
+                state.generation, reason, self._speech.old_playback_is_speech, self.heard,
+                self._window_s), when=When.DURABLE):
             return  # fenced (the session is being closed) or the call is ending
         # A new session must carry the settings as they are now (upstream sends the old prompt).
         before = svc.pipecat_state.with_current_prompt()

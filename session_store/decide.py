@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import events as ev
-from .delivery import SEND_FAILED, session_knows_call
+from .delivery import SEND_FAILED, session_knows_call, undelivered
 from .lineage import in_model
 from .models import call_mode
 from .policy import Policy
@@ -115,10 +115,16 @@ class SessionReady:
 
 @dataclass(frozen=True)
 class SessionLeft:
-    """The service closes the live session for `reason` (`transport_playing`: as above)."""
+    """The service closes the live session for `reason` (`transport_playing`: as above;
+    "error": the receive loop lost it). `heard`: the session got a server message, which
+    ends a run of connection failures. `give_up_after_s`: how long such a run may go on
+    before the connection is given up (the service's reconnect window; None: not judged)."""
     generation: int
     reason: str
     transport_playing: bool = False
+    heard: bool = True
+    give_up_after_s: float | None = None
+    error: str = ""  # what lost it ("error"), bounded by the shell
 
 
 @dataclass(frozen=True)
@@ -127,12 +133,14 @@ class HandshakeFailed:
     `error`: what failed, bounded by the shell; `close_code` and `close_reason`: the close
     the server answered the setup with (None: no close, e.g. a dropped connection, a
     timeout). Whether that is a refusal is decided here (REFUSING_CLOSE_CODES). `refused`:
-    the shell's own verdict, which logs written before the close code hold instead."""
+    the shell's own verdict, which logs written before the close code hold instead.
+    `give_up_after_s`: as SessionLeft's (None: logs from when the shell gave up itself)."""
     handle: str | None
     error: str
     close_code: int | None = None
     close_reason: str = ""
     refused: bool = False
+    give_up_after_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -238,6 +246,10 @@ REFUSING_CLOSE_CODES = frozenset({1007, 1008})
 #: up at its third failure in a row: two leave a try for an older handle or a fresh session.
 HANDLE_ATTEMPTS = 2
 
+#: Connection failures in a row before the connection may be given up at all, whatever the
+#: window: pipecat's MAX_CONSECUTIVE_FAILURES, which a window of 0 s left as it was.
+GIVE_UP_FAILURES = 3
+
 
 def decide(state: SessionState, obs: Observation, policy: Policy,
            now_us: int | None = None) -> list[ev.Event]:
@@ -285,9 +297,18 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
         case SessionLeft():
             if not state.connected:
                 return []
-            return [ev.Disconnected(obs.generation, obs.reason), *_still_playing(obs)]
+            gone: list[ev.Event] = [ev.Disconnected(obs.generation, obs.reason, obs.error,
+                                                    heard=obs.heard), *_still_playing(obs)]
+            if obs.reason == "error":
+                # Counted as the fold will: a session that got a message starts a new run.
+                earlier = (0, None) if obs.heard else (state.failures_in_row,
+                                                       state.failing_since_us)
+                gone += _give_up(state, obs.give_up_after_s, now_us, *earlier, obs.error)
+            return gone
         case HandshakeFailed():
-            return _decide_handshake(state, obs)
+            return [*_decide_handshake(state, obs),
+                    *_give_up(state, obs.give_up_after_s, now_us, state.failures_in_row,
+                              state.failing_since_us, obs.error)]
         case SendFailed():
             return _decide_send_failed(state, obs)
         case HandleArrived():
@@ -345,6 +366,29 @@ def _decide_handshake(state: SessionState, obs: HandshakeFailed) -> list[ev.Even
                                           "refused" if refused else "failing", failures))
         detail.update(handle_refused=refused, failures=failures, passed_over=passed_over)
     return [ev.AnomalyRecorded("handshake_failed", detail, state.generation), *facts]
+
+
+def gives_up(failures: int, since_us: int, now_us: int, window_s: float) -> bool:
+    """Is a run of `failures` connection failures in a row, the first at `since_us`, given
+    up at `now_us`? Only once `window_s` has passed since the first, and never before
+    GIVE_UP_FAILURES: a Gemini blip of a few seconds must not end the call."""
+    return failures >= GIVE_UP_FAILURES and now_us - since_us >= int(window_s * 1e6)
+
+
+def _give_up(state: SessionState, window_s: float | None, now_us: int | None, earlier: int,
+             since_us: int | None, error: str) -> list[ev.Event]:
+    """The `connection_given_up` outcome, once, if this failure (after `earlier` ones in its
+    run, the first at `since_us`) ends the window. Without a window (an older shell gave up
+    itself) or a clock, nothing is decided here."""
+    if window_s is None or now_us is None or state.given_up:
+        return []
+    failures, since = earlier + 1, now_us if since_us is None else since_us
+    if not gives_up(failures, since, now_us, window_s):
+        return []
+    return [ev.AnomalyRecorded("connection_given_up", {
+        "failures": failures, "error": bounded(error), "window_s": window_s,
+        "failing_for_s": round((now_us - since) / 1e6, 3),
+        "undelivered": [c.call_id for c in undelivered(state)][:20]}, state.generation)]
 
 
 def _decide_send_failed(state: SessionState, obs: SendFailed) -> list[ev.Event]:

@@ -210,7 +210,8 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
     waiting = bool(waiting_calls)
     deadline_near = (state.go_away_deadline_us is not None and now_us
                      >= state.go_away_deadline_us - int(policy.go_away_margin_s * 1e6))
-    if state.opened and (not state.connected or state.reconnect_pending):
+    # Once the connection is given up (decide.gives_up) the shell stops: no reconnect.
+    if state.opened and not state.given_up and (not state.connected or state.reconnect_pending):
         reason = state.reconnect_pending or ("takeover" if state.takeovers else "connection_lost")
         if (not state.connected or deadline_near or (state.idle and not waiting)
                 or reason == SEND_FAILED):

@@ -54,6 +54,9 @@ class Disconnected(Event):
     generation: int
     reason: str  # settings | go_away | error | shutdown | handshake_failed
     detail: str = ""
+    #: The session got a server message: a run of connection failures ends at it (False
+    #: continues the run; logs before the field count as heard, so a run ends there).
+    heard: bool = True
 
 
 @event_type("connection.handle_issued", schema=2)

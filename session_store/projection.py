@@ -20,7 +20,7 @@ from .state import (CONTEXT_KEYS, CallState, Cover, CutNote, Generation, Handle,
                     Progress, Send, SessionState, Withholding)
 from .withholding import after
 
-PROJECTION_VERSION = 12
+PROJECTION_VERSION = 13
 
 
 def _apply(s: SessionState, rec: RecordedEvent) -> None:
@@ -48,6 +48,8 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
         case ev.WorkerAttached():
             s.worker, s.epoch = e.worker, max(s.epoch, e.epoch)
             s.takeovers += 1
+            # A new worker tries again, within the run of failures it inherits (not a new one).
+            s.given_up = False
             # The old worker's live session and speech died with it.
             s.connected, s.bot_speaking = False, False
             s.cut_notes = []  # owed to the session that died: the next one is seeded
@@ -75,11 +77,18 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             s.go_away_deadline_us = None
             s.bot_speaking = False
             s.handshake_failures.clear()  # a handshake went through: no longer in a row
+            s.given_up = False
         case ev.Disconnected():
             if e.generation == s.generation:
                 s.connected, s.bot_speaking = False, False
                 s.interaction_idle = True
                 s.cut_notes = []
+            # Only a session that got a server message ends a run of failures (pipecat's rule:
+            # setupComplete alone is no progress); its own error, if any, starts the next run.
+            if e.heard:
+                s.failures_in_row, s.failing_since_us = 0, None
+            if e.reason == "error":
+                _failed(s, rec.recorded_at_us)
         case ev.InteractionStatus():
             if e.generation == s.generation:
                 s.interaction_idle = e.status != "IN_PROGRESS"
@@ -196,6 +205,17 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             handle = e.detail.get("handle") if isinstance(e.detail, dict) else None
             if e.kind == "handshake_failed" and isinstance(handle, str) and handle:
                 s.handshake_failures[handle] = s.handshake_failures.get(handle, 0) + 1
+            if e.kind == "handshake_failed":
+                _failed(s, rec.recorded_at_us)
+            elif e.kind == "connection_given_up":  # decided, or (older logs) the shell's
+                s.given_up = True
+
+
+def _failed(s: SessionState, at_us: int) -> None:
+    """One more connection failure in a row, recorded at `at_us`."""
+    s.failures_in_row += 1
+    if s.failing_since_us is None:
+        s.failing_since_us = at_us
 
 
 def _cut_last_answer(s: SessionState, text: str, generation: int) -> None:

@@ -173,6 +173,14 @@ class SessionState:
     # Handshakes that failed in a row, per handle they resumed from (the `handshake_failed`
     # anomalies since the last Connected): every worker counts them alike (HANDLE_ATTEMPTS).
     handshake_failures: dict[str, int] = field(default_factory=dict)
+    # The connection failures in a row (failed handshakes, sessions lost to an error) since
+    # the last session that got a server message, and when the first was recorded: the log's
+    # clock, so a takeover and replay judge the same give-up window (decide.gives_up).
+    failures_in_row: int = 0
+    failing_since_us: int | None = None
+    # The connection was given up (a `connection_given_up` anomaly): no reconnect is due
+    # until a takeover or a session that comes up after all.
+    given_up: bool = False
     # Which of a session's handles are issued or withheld (withholding.py).
     withholding: Withholding = field(default_factory=Withholding)
     reconnect_pending: str | None = None
