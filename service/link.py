@@ -156,9 +156,10 @@ class Link:
             await asyncio.sleep(min(0.25 * (len(self._resyncs) - 1), 2.0))
         await self._flush_transcript()  # what was said belongs to the session that heard it
         state = self._driver.state
+        # (No reconnect window: only a session lost to an error can end in a give-up.)
         if state.connected and not await self._log.log(SessionLeft(
-                state.generation, reason, self._speech.old_playback_is_speech, self.heard,
-                self._window_s), when=When.DURABLE):
+                state.generation, reason, self._speech.old_playback_is_speech, self.heard),
+                when=When.DURABLE):
             return  # fenced (the session is being closed) or the call is ending
         # A new session must carry the settings as they are now (upstream sends the old prompt).
         before = svc.pipecat_state.with_current_prompt()

@@ -113,6 +113,16 @@ def catalogue() -> dict[str, type[Event]]:
     return dict(_CATALOGUE)
 
 
+def field_defaults(name: str) -> dict[str, Any]:
+    """The default of each field of event type `name` that has one ({} if unknown): what a
+    log written before the field existed means by leaving it out."""
+    cls = _CATALOGUE.get(name)
+    if cls is None:
+        return {}
+    return {f.name: f.default for f in dataclasses.fields(typing.cast(Any, cls))
+            if f.default is not dataclasses.MISSING}
+
+
 # Built once: json.dumps with options builds a new encoder on every call (it is on the append
 # hot path, bench/append.py).
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..codec import field_defaults
 from ..events import canonical_json
 
 REPRODUCE_SCHEMA = 1
@@ -120,7 +121,9 @@ def comparable(lines: list[dict[str, Any]], *, ignore_prompt_hash: bool = False
     handles: dict[str, str] = {}
     out = []
     for line in lines:
-        data = dict(line["data"])
+        # As the catalogue reads it: a field added since the log was written takes its
+        # default, so an older log compares with today's re-run on what both say.
+        data = {**field_defaults(line["type"]), **line["data"]}
         for key in _VOLATILE.get(line["type"], ()):
             data.pop(key, None)
         for key in _HANDLE_FIELDS:
