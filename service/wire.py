@@ -10,12 +10,20 @@ without a word. `guard_session` wraps the session's `_receive` so that such a fr
 reported to the service (which logs it as an `AnomalyRecorded` and decides what follows, in
 session_store.decide) and the loop reads on; errors of the socket itself still go to pipecat.
 
+Most frames are one chunk of the model's audio. The SDK parses each through its generic path
+(a converter, a walk for unknown fields, pydantic validation: about half the worker's CPU for
+the frame at 20 live calls, bench/receive_parse.py); `audio_chunk` builds exactly that
+message from the parsed JSON, and anything else, or a chunk it would read differently, goes
+to the SDK's own parse.
+
 The wrapped hooks (`AsyncSession._receive`, `AsyncSession._ws`) are private: pinned by
 tests/service/test_pipecat_contract.py.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -89,22 +97,94 @@ def _only_known_fields(frame: bytes | str) -> bool:
     return isinstance(data, dict) and bool(data) and KNOWN_FIELDS.issuperset(data)
 
 
+def audio_chunk(data: Any) -> types.LiveServerMessage | None:
+    """The message of a parsed frame that is one chunk of the model's audio and nothing else,
+    as the SDK's parse would give it; None for any other frame (the SDK parses those). Only
+    strict standard base64 is taken here: the SDK also reads url-safe or unpadded data, and
+    refuses the rest, so those go to it."""
+    if not (isinstance(data, dict) and len(data) == 1):
+        return None
+    content = data.get("serverContent")
+    turn = content.get("modelTurn") if isinstance(content, dict) and len(content) == 1 else None
+    if not isinstance(turn, dict):
+        return None
+    role = turn.get("role")  # (a turn's role may come with it, or not)
+    if not (len(turn) == 1 + ("role" in turn) and (role is None or isinstance(role, str))):
+        return None
+    parts = turn.get("parts")
+    part = parts[0] if isinstance(parts, list) and len(parts) == 1 else None
+    blob = part.get("inlineData") if isinstance(part, dict) and len(part) == 1 else None
+    if not (isinstance(blob, dict) and len(blob) == 2):
+        return None
+    mime_type, encoded = blob.get("mimeType"), blob.get("data")
+    if not (isinstance(mime_type, str) and isinstance(encoded, str)):
+        return None
+    try:
+        audio = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    # Built without validation: every value is checked above to be what validation makes it.
+    # (Copies of empty messages: constructing fills each model's dozen defaults, 3x the time.)
+    blob = _EMPTY[types.Blob].model_copy(update={"mime_type": mime_type, "data": audio})
+    turn = _EMPTY[types.Content].model_copy(update={
+        "parts": [_EMPTY[types.Part].model_copy(update={"inline_data": blob})],
+        **({"role": role} if "role" in turn else {})})
+    return _EMPTY[types.LiveServerMessage].model_copy(update={
+        "server_content": _EMPTY[types.LiveServerContent].model_copy(
+            update={"model_turn": turn})})
+
+
+#: The messages an audio chunk is made of, empty; every field None, so shallow copies of them
+#: share nothing (tests/service/test_wire.py).
+_EMPTY: dict[type, Any] = {cls: cls.model_construct() for cls in (
+    types.LiveServerMessage, types.LiveServerContent, types.Content, types.Part, types.Blob)}
+
+
+_NOTHING = object()
+
+
 class _FrameTap:
-    """Stands in for the session's websocket: remembers the last frame it handed out, or how
-    the socket closed."""
+    """Stands in for the session's websocket: reads a frame ahead for the service to look at
+    (`read_ahead`), hands it to the SDK's next `recv` if the service does not take it, and
+    remembers the last frame it handed out, or how the socket closed."""
 
     def __init__(self, ws: Any):
         self._ws = ws
         self.frame: bytes | str | None = None
         self.closed: ConnectionClosed | None = None
+        self._ahead: Any = _NOTHING  # a frame read ahead, or what reading it raised
+
+    async def read_ahead(self) -> bytes | str | None:
+        """The next frame, kept for the SDK's next `recv`; None if reading failed (the SDK
+        then meets the failure itself)."""
+        if self._ahead is not _NOTHING:  # (still unread by the SDK: never dropped)
+            return None if isinstance(self._ahead, BaseException) else self._ahead
+        try:
+            try:
+                self._ahead = await self._ws.recv(decode=False)
+            except TypeError:  # (an older websockets: no `decode`)
+                self._ahead = await self._ws.recv()
+        except Exception as exc:  # noqa: BLE001 - raised again at the SDK's recv, as before
+            self._ahead = exc
+            return None
+        return self._ahead
 
     async def recv(self, *args: Any, **kwargs: Any) -> Any:
+        ahead, self._ahead = self._ahead, _NOTHING
+        if isinstance(ahead, BaseException):
+            if isinstance(ahead, ConnectionClosed):
+                self.closed = ahead
+            raise ahead
         try:
-            self.frame = await self._ws.recv(*args, **kwargs)
+            self.frame = ahead if ahead is not _NOTHING else await self._ws.recv(*args, **kwargs)
         except ConnectionClosed as exc:
             self.closed = exc
             raise
         return self.frame
+
+    def taken(self) -> None:
+        """The frame read ahead was taken in by the service: the SDK reads the next one."""
+        self.frame, self._ahead = self._ahead, _NOTHING
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ws, name)
@@ -122,9 +202,24 @@ def guard_session(session: Any, report: Callable[[Rejection], Awaitable[None]],
     session._ws = tap
     receive = session._receive
 
-    async def tolerant_receive():
+    # (Vertex's frames go through a converter first: the SDK parses all of them.)
+    fast = not getattr(getattr(session, "_api_client", None), "vertexai", True)
+
+    async def tolerant_receive() -> Any:
         while True:
             tap.frame = None
+            parsed: Any = None
+            if fast:
+                frame = await tap.read_ahead()
+                if frame is not None and len(frame) <= CHECK_FIELDS_UP_TO:
+                    try:
+                        parsed = json.loads(frame)
+                    except ValueError:
+                        pass  # the SDK raises on it, and it is classified below
+                    chunk = audio_chunk(parsed)
+                    if chunk is not None:
+                        tap.taken()
+                        return chunk
             try:
                 message = await receive()
             except Exception as exc:
@@ -140,6 +235,8 @@ def guard_session(session: Any, report: Callable[[Rejection], Awaitable[None]],
                     "error": f"{type(exc).__name__}: {str(exc)[:PREVIEW_BYTES]}"}))
                 continue
             frame = tap.frame
+            if isinstance(parsed, dict) and parsed and KNOWN_FIELDS.issuperset(parsed):
+                return message  # (parsed once already: the check below would again)
             if frame is not None and len(frame) <= CHECK_FIELDS_UP_TO:
                 rejection = classify(frame, None)
                 if rejection is not None:

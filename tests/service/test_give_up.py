@@ -111,7 +111,12 @@ async def test_a_worker_that_takes_over_during_the_failures_keeps_their_window(f
         if conn.index == 0:
             return Script([Audio(chunks=2), TurnComplete(), Close(1011, "internal error")],
                           reply=())
-        return Script(refuse_setup=1011, refuse_reason=UNAVAILABLE)
+        if conn.index == 1:
+            return Script(refuse_setup=1011, refuse_reason=UNAVAILABLE)
+        # Then a handshake that does not end: the old worker cannot fail a third time and
+        # give up itself before the new one has taken over (on a loaded machine starting the
+        # new worker took longer than the window).
+        return Script(setup_delay=60)
 
     async def old_worker(ctl: Ctl):
         assert await ctl.wait(lambda: ctl.llm.driver.state.failures_in_row >= 2, timeout=10)
