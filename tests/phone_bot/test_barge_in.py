@@ -31,7 +31,7 @@ from examples.phone_bot.telephony import Balancer, PhoneCall
 from rig.crash.harness import Databases
 from service.local_live import (Audio, Interrupted, LocalLiveServer, OutputTranscript, Script,
                                 Sleep, TurnComplete, WaitFor, WaitSignal)
-from service.playback import CUT_MARK
+from session_store.heard import CUT_MARK
 from session_store import Policy, load_state, open_store
 from session_store.audit.replay import logged_decisions, replay
 
