@@ -16,14 +16,15 @@ from loguru import logger
 from session_store import events as ev
 from session_store.decide import (CancellationArrived, FunctionCall, GoAway,
                                   InteractionStatusObserved, InterruptionObserved,
-                                  ServerMessageRejected, ToolCallsArrived, cancelled_with)
+                                  ServerMessageRejected, ToolCallsArrived, TranscriptFlushed,
+                                  cancelled_with)
 from session_store.delivery import waits_for_idle
 
 from .driver import now_us
 from .effects import EffectRunner
 from .handle_gate import HandleGate, Incoming
 from .log_writer import LogWriter, When
-from .playback import CUT_MARK, heard_text
+from .playback import PlaybackPosition
 from .port import ServicePort
 from .setup_context import SetupContext
 from .speech import SpeechTracker
@@ -31,9 +32,6 @@ from .translate import jsonable
 from .wire import Rejection
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*s?\s*$")
-#: How long after the bot's message the user's words may still be the late transcription of
-#: the turn it answered (3.x), if the model says nothing new meanwhile.
-LATE_WORDS_S = 3.0
 
 
 def parse_time_left(value: Any) -> float:
@@ -61,11 +59,13 @@ class Receiver:
         self._effects = effects
         self.handles = handles
         self.last_message = time.monotonic()
-        self._transcript: dict[str, list[str]] = {"user": [], "assistant": [], "late": []}
-        self._answered_at: float | None = None  # when the bot's last message was logged
-        # The bot's last message, logged whole (text, generation): its audio may still be
-        # playing when the caller talks over it.
-        self._said: tuple[str, int] | None = None
+        # What was said since the last flush: the caller's words, each with the seconds since
+        # the bot's last message when it arrived (session_store.heard decides which are
+        # late), and the bot's.
+        self._words: list[tuple[str, float | None]] = []
+        self._said: list[str] = []
+        # When the bot's last message was flushed (monotonic); None once the model goes on.
+        self._answered_at: float | None = None
         self._unknown_logged: set[str] = set()  # unknown message fields already logged
 
     async def message(self, message) -> None:
@@ -125,76 +125,57 @@ class Receiver:
             self._speech.interrupted()  # the transport drops the queued audio
             # Noted, not awaited: this is the receive loop, and the model's next audio is
             # behind it (seen: while PostgreSQL restarted, the answer to a barge-in played
-            # only once the database was back).
-            # The model's previous turn may still have been playing: cut too.
-            await self._log.log(InterruptionObserved(gen), *self._cut_of_finished_turn())
-            if self._svc.playback is not None:  # the turn ends here, as far as it was heard
-                await self.flush_transcript(self._svc.playback.heard_fraction())
+            # only once the database was back). The model's previous turn may still have
+            # been playing: the log decides whether its message is cut too.
+            playback = self._svc.playback
+            await self._log.log(InterruptionObserved(
+                gen, finished_turn_heard=_finished_heard(playback)))
+            if playback is not None:  # the turn ends here, as far as it was heard
+                heard = playback.heard_fraction()
+                if heard is not None:
+                    logger.info(f"{self._svc}: the caller heard {heard:.0%} of the bot's "
+                                "interrupted turn")
+                await self.flush_transcript(heard)
         if sc.model_turn:
             self._speech.heard()
         if sc.input_transcription and sc.input_transcription.text:
-            late = (self._answered_at is not None
-                    and self._driver.state.rules.late_input_transcription
-                    and time.monotonic() - self._answered_at < LATE_WORDS_S)
-            self._transcript["late" if late else "user"].append(sc.input_transcription.text)
+            since = (None if self._answered_at is None
+                     else round(time.monotonic() - self._answered_at, 3))
+            self._words.append((sc.input_transcription.text, since))
         if sc.model_turn or sc.output_transcription:
-            self._answered_at = None  # the model goes on: later words are a new turn's
+            self._answered_at = None  # the model goes on: no answer stands for later words
         if sc.output_transcription and sc.output_transcription.text:
-            self._transcript["assistant"].append(sc.output_transcription.text)
+            self._said.append(sc.output_transcription.text)
 
-    def _transcript_events(self, heard: float | None = None) -> list[ev.Event]:
-        """What was said since the last flush, as one message per role: late words of the
-        turn already answered first (the fold places them with it), then this turn's; the
-        bot's as said, then cut to the `heard` part of its audio (an interrupted turn)."""
-        events: list[ev.Event] = []
-        gen = self._driver.state.generation
-        for role in ("late", "user", "assistant"):
-            text = "".join(self._transcript[role]).strip()
-            self._transcript[role].clear()
-            if not text:
-                continue
-            events.append(ev.ConversationMessage("user" if role == "late" else role, text,
-                                                 gen, late=role == "late"))
-            if role != "assistant":
-                continue
-            self._answered_at = time.monotonic()
-            self._said = (text, gen) if heard is None else None
-            cut = heard_text(text, heard)
-            if cut != text:
-                logger.info(f"{self._svc}: the caller heard {heard or 0:.0%} of the bot's "
-                            f"interrupted turn: {len(cut.split())} of {len(text.split())} words")
-                events.append(ev.ConversationMessageCut(cut or CUT_MARK.strip(), gen))
-        return events
-
-    def _cut_of_finished_turn(self) -> list[ev.Event]:
-        """The bot's last message, logged whole when the model finished its turn, cut to
-        what the caller heard of it, if an interruption stops its audio still playing."""
-        said, self._said = self._said, None
-        playback = self._svc.playback
-        heard = playback.finished_turn_heard() if said and playback is not None else None
-        if said is None or heard is None or heard >= 1.0:
+    def _flushed(self, heard: float | None = None) -> list[TranscriptFlushed]:
+        """What was said since the last flush, to be decided into messages on the log
+        (`heard`: the part of an interrupted turn's audio the caller heard); [] if nothing."""
+        words, said = tuple(self._words), "".join(self._said).strip()
+        self._words.clear()
+        self._said.clear()
+        if not words and not said:
             return []
-        text, gen = said
-        cut = heard_text(text, heard) or CUT_MARK.strip()
-        logger.info(f"{self._svc}: the caller talked over {heard:.0%} into the bot's finished "
-                    f"turn: its message cut to {len(cut.split())} of {len(text.split())} words")
-        return [ev.ConversationMessageCut(cut, gen)]
+        if said:
+            self._answered_at = time.monotonic()
+        return [TranscriptFlushed(self._driver.state.generation, words, said, heard)]
 
     async def pipeline_interruption(self) -> None:
         """pipecat interrupts the bot (a local voice detector heard the caller). With a model
         turn under way Gemini decides (its `interrupted`); after it, the audio still playing
-        stops here, and the log keeps what was heard."""
-        if self._speech.model_generating:
+        stops here, and the log keeps what was heard (decided there). Without a finished
+        turn still playing there is nothing to decide on: nothing is logged."""
+        heard = _finished_heard(self._svc.playback)
+        if heard is None:
             return
-        cut = self._cut_of_finished_turn()
-        if cut:
-            await self._log.log(InterruptionObserved(self._driver.state.generation), *cut)
+        await self._log.log(InterruptionObserved(
+            self._driver.state.generation, local=True,
+            model_turn=self._speech.model_generating, finished_turn_heard=heard))
 
     async def flush_transcript(self, heard: float | None = None) -> None:
-        """What was said (at the turn's end, or a session's)."""
-        events = self._transcript_events(heard)
-        if events:
-            await self._log.log(*events)
+        """What was said (at the turn's end, an interruption, or a session's end)."""
+        flushed = self._flushed(heard)
+        if flushed:
+            await self._log.log(*flushed)
 
     async def tool_call(self, message) -> None:
         gen = self._driver.state.generation
@@ -213,7 +194,7 @@ class Receiver:
             # that is down holds the audio behind the toolCall only briefly (When.HERE).
             # What the bot said before it asked goes first: a seed or catch-up then holds
             # what the caller heard ("let me refund that"), in the order they heard it.
-            await self._log.log(*self._transcript_events(), ToolCallsArrived(calls, gen),
+            await self._log.log(*self._flushed(), ToolCallsArrived(calls, gen),
                                 when=When.HERE)
         else:
             await self._log.log(ev.AnomalyRecorded("empty_tool_call", {}, gen))
@@ -229,3 +210,8 @@ class Receiver:
                        f"{str(rejection.detail)[:300]}")
         await self._log.log(ServerMessageRejected(rejection.kind, rejection.detail,
                                                   self._driver.state.generation))
+
+
+def _finished_heard(playback: PlaybackPosition | None) -> float | None:
+    """Of the model's last finished turn still playing, the part the caller heard."""
+    return playback.finished_turn_heard() if playback is not None else None

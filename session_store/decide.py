@@ -17,6 +17,7 @@ from .lineage import in_model
 from .models import call_mode
 from .policy import Policy
 from .state import CONTEXT_KEYS, CallState, SessionState
+from .heard import interruption_events, transcript_events
 from .answers import arrived_result, next_progress, stopped_failure, unless_answered
 from .outcomes import CheckAnswer, NotAnAnswer, answer_events
 from .storable import bounded, clean, is_text, preview, storable_args
@@ -68,7 +69,31 @@ class SpeechStopped:
 
 @dataclass(frozen=True)
 class InterruptionObserved:
+    """The caller talked over the bot: Gemini's `interrupted`, or (`local`) the pipeline's
+    own barge-in (its voice detector), with `model_turn`: a model turn under way then.
+    `finished_turn_heard`: of the audio of the model's last finished turn, the part the
+    caller heard while it still played (None: it played in full, none finished, or the
+    pipeline does not know its playback). Whether and how the bot's last message is cut is
+    decided on the log (heard.interruption_events)."""
     generation: int
+    local: bool = False
+    model_turn: bool = False
+    finished_turn_heard: float | None = None
+
+
+@dataclass(frozen=True)
+class TranscriptFlushed:
+    """What was said since the last flush (at a turn's end, a toolCall, an interruption, a
+    session's end), as the shell gathered it from the transcriptions: `words`, the caller's,
+    each piece with the seconds since the bot's last message when it arrived (None: no
+    message stands it could belong to, none yet or the model went on since); `said`, the
+    bot's; `heard_fraction`: an interrupted turn's part of its audio the caller heard (None:
+    unknown, or not interrupted). Messages, late words and the cut are decided on the log
+    (heard.transcript_events)."""
+    generation: int
+    words: tuple[tuple[str, float | None], ...] = ()
+    said: str = ""
+    heard_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -219,7 +244,7 @@ class ProgressReturned:
 Observation = (ToolCallsArrived | SpeechStarted | SpeechStopped | InterruptionObserved
                | SettingsUpdate | CancellationArrived | GoAway | ServerMessageRejected
                | InteractionStatusObserved | SessionReady | SessionLeft | HandshakeFailed
-               | HandleArrived | ToolStopped | SendFailed
+               | HandleArrived | ToolStopped | SendFailed | TranscriptFlushed
                | ResultReturned | ResultArrived | ProgressReturned | OutcomeAnswered)
 
 #: Rejected server messages after which this session's state may differ from the model's (the
@@ -266,7 +291,11 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
         case SpeechStopped():
             return [ev.BotStoppedSpeaking(obs.generation, obs.source)] if state.bot_speaking else []
         case InterruptionObserved():
-            return [ev.Interrupted(obs.generation)]
+            return interruption_events(state, obs.generation, obs.local, obs.model_turn,
+                                       obs.finished_turn_heard)
+        case TranscriptFlushed():
+            return transcript_events(state, obs.generation, obs.words, obs.said,
+                                     obs.heard_fraction)
         case SettingsUpdate():
             # Nothing else in a Gemini Live setup applies to a running session: the system
             # instruction and tools go in by contextUpdate where the model takes one; every

@@ -23,7 +23,7 @@ from .decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived, H
                      ResultArrived, ResultReturned, SendFailed, ServerMessageRejected, SessionLeft,
                      SessionReady,
                      SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,
-                     ToolStopped)
+                     ToolStopped, TranscriptFlushed)
 from .outcomes import CannotTell, Done, NotAnAnswer, NotDone, done_unstorable
 from .state import SessionState
 from .storable import Unstorable, storable_args, why_unstorable
@@ -33,7 +33,7 @@ OBSERVATION_KINDS: dict[str, type] = {cls.__name__: cls for cls in (
     ToolCallsArrived, SpeechStarted, SpeechStopped, InterruptionObserved, SettingsUpdate,
     CancellationArrived, GoAway, ServerMessageRejected, InteractionStatusObserved,
     SessionReady, SessionLeft, HandshakeFailed, HandleArrived, ToolStopped, ResultReturned,
-    ResultArrived, ProgressReturned, OutcomeAnswered, SendFailed)}
+    ResultArrived, ProgressReturned, OutcomeAnswered, SendFailed, TranscriptFlushed)}
 
 _ANSWERS = {"done": Done, "not_done": NotDone, "cannot_tell": CannotTell,
             "not_an_answer": NotAnAnswer}
@@ -95,6 +95,14 @@ def observation_record(obs: Observation, decided: Sequence[ev.Event],
                 _value_not_kept(obs, decided, data)
         case OutcomeAnswered():
             data["answer"] = _answer(obs.call_id, obs.answer, ref)
+        case TranscriptFlushed():
+            # The caller's words stay in their pieces (when each arrived decides whether it
+            # is late); the bot's, as the message decided on them says, is kept once.
+            data["words"] = [list(w) for w in obs.words]
+            if not obs.words:
+                del data["words"]
+            if obs.said and ref("said", obs.said, ev.ConversationMessage, "text"):
+                data["said"] = None
         case ServerMessageRejected():
             # decide keeps it bounded: the anomaly's detail is all the log holds of it.
             anomaly = next((e for e in decided if isinstance(e, ev.AnomalyRecorded)
@@ -198,6 +206,8 @@ def observation_of(record: ev.ObservationRecorded,
                 data["keys"] = tuple(data["keys"])
             case "CancellationArrived":
                 data["call_ids"] = tuple(data["call_ids"])
+            case "TranscriptFlushed":
+                data["words"] = tuple((text, since) for text, since in data.get("words", ()))
             case "ToolStopped":
                 data["wire_ids"] = frozenset(data["wire_ids"])
             case "ResultReturned":
@@ -214,7 +224,7 @@ def observation_of(record: ev.ObservationRecorded,
                     answer["result"] = Unstorable(answer.pop("unstorable"))
                 data["answer"] = _ANSWERS[answer.pop("answer")](**answer)
         return cls(**data), frozenset(not_logged)
-    except (KeyError, TypeError, AttributeError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise Unreplayable(f"{record.kind} cannot be read back: {exc}") from None
 
 

@@ -20,7 +20,7 @@ from .state import (CONTEXT_KEYS, CallState, Cover, CutNote, Generation, Handle,
                     Progress, Send, SessionState, Withholding)
 from .withholding import after
 
-PROJECTION_VERSION = 13
+PROJECTION_VERSION = 14
 
 
 def _apply(s: SessionState, rec: RecordedEvent) -> None:
@@ -53,6 +53,7 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             # The old worker's live session and speech died with it.
             s.connected, s.bot_speaking = False, False
             s.cut_notes = []  # owed to the session that died: the next one is seeded
+            s.uncut_answer = None
         case ev.SessionClosed():
             s.closed, s.connected, s.bot_speaking = True, False, False
             s.cut_notes = []
@@ -110,8 +111,10 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             s.reconnect_keys = sorted(set(s.reconnect_keys) | set(e.keys))
         case ev.BotStartedSpeaking():
             s.bot_speaking = True
-        case ev.BotStoppedSpeaking() | ev.Interrupted():
+        case ev.BotStoppedSpeaking():
             s.bot_speaking = False
+        case ev.Interrupted():
+            s.bot_speaking, s.uncut_answer = False, None
         case ev.SettingsChanged():
             s.settings.update(e.values)
             if CONTEXT_KEYS & set(e.keys):
@@ -190,6 +193,7 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             _add_message(s, e, rec.version)
         case ev.ConversationMessageCut():
             _cut_last_answer(s, e.text, e.generation)
+            s.uncut_answer = None
             if s.connected and e.generation == s.generation:
                 s.cut_notes.append(CutNote(rec.version, e.generation, e.text))
         case ev.CutTelling():
@@ -243,7 +247,7 @@ def _add_message(s: SessionState, e: ev.ConversationMessage, version: int) -> No
     s.message_marks.insert(mark_at, mark)
     s.messages += 1
     if e.role == "assistant":
-        s.answer_mark = mark
+        s.answer_mark, s.uncut_answer = mark, (e.text, e.generation)
 
 
 def _confirm_cover(covers: list[Cover], generation: int, through: int, via: str,
@@ -335,6 +339,7 @@ def from_snapshot(text: str) -> SessionState:
     data["cut_turns"] = [tuple(m) for m in data.get("cut_turns", [])]
     data["cut_notes"] = [CutNote(**n) for n in data.get("cut_notes", [])]
     data["answer_mark"] = tuple(data["answer_mark"]) if data.get("answer_mark") else None
+    data["uncut_answer"] = tuple(data["uncut_answer"]) if data.get("uncut_answer") else None
     data["context_sends"] = [Cover(**c) for c in data["context_sends"]]
     data["conversation_sends"] = [Cover(**c) for c in data["conversation_sends"]]
     data["archived"] = set(data["archived"])

@@ -202,6 +202,10 @@ class SessionState:
     message_marks: list[tuple[int, int]] = field(default_factory=list)
     # The mark of the bot's last message: late user words are heard before it (ConversationMessage).
     answer_mark: tuple[int, int] | None = None
+    # The bot's last message as logged whole, (text, generation that said it), while a
+    # barge-in may still cut it (its audio may still be playing): cleared by its cut, by an
+    # interruption (which consults it once) and by a takeover (nothing of it plays there).
+    uncut_answer: tuple[str, int] | None = None
     calls: dict[str, CallState] = field(default_factory=dict)
     # The conversation in log order: (role, text) for user/assistant turns and
     # ("tool", call_id) where a call was made; a fresh session is seeded from it.

@@ -12,7 +12,7 @@ from session_store.decide import (CancellationArrived, FunctionCall, GoAway, Han
                                   ResultReturned, SendFailed,
                                   ServerMessageRejected, SessionLeft, SessionReady,
                                   SettingsUpdate, SpeechStarted, SpeechStopped,
-                                  ToolCallsArrived, ToolStopped, decide)
+                                  ToolCallsArrived, ToolStopped, TranscriptFlushed, decide)
 from session_store.events import canonical_json
 from session_store.observed import (OBSERVATION_KINDS, Unreplayable, observation_of,
                                     observation_record)
@@ -79,6 +79,9 @@ CASES = [
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", CannotTell("timed out"))),
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", NotAnAnswer("'yes'"))),
     ([CONNECTED], SendFailed(1, "result", False, "RuntimeError: the socket is wedged")),
+    ([CONNECTED], TranscriptFlushed(1, (("Refund", None), (" it?", 0.5)), "Done.", 0.5)),
+    ([CONNECTED, ev.ConversationMessage("assistant", "Your order A-77 is refunded.", 1)],
+     InterruptionObserved(1, local=True, finished_turn_heard=0.5)),
 ]
 
 

@@ -31,7 +31,7 @@ from examples.phone_bot.telephony import Balancer, PhoneCall
 from rig.crash.harness import Databases
 from service.local_live import (Audio, Interrupted, LocalLiveServer, OutputTranscript, Script,
                                 Sleep, TurnComplete, WaitFor, WaitSignal)
-from service.playback import CUT_MARK
+from session_store.heard import CUT_MARK
 from session_store import Policy, load_state, open_store
 from session_store.audit.replay import logged_decisions, replay
 
@@ -136,6 +136,15 @@ async def _seed_after_takeover(bot: PhoneBot, caller: PhoneCall, running: asynci
         await asyncio.gather(moved, return_exceptions=True)
 
 
+def _replayed_in_full(records) -> list:
+    """The call's logged decisions, once today's code decided every one the same."""
+    report = replay(records, Policy())
+    decisions = list(logged_decisions(records))
+    n = len(decisions)
+    assert report.ok and report.coverage == f"{n} of {n} decisions replayed", report.to_json()
+    return decisions
+
+
 def _holds_only(seed: str, kept: list[str], words: list[str] = WORDS) -> None:
     assert " ".join(kept) in seed, seed
     unheard = words[len(kept):]
@@ -174,6 +183,12 @@ async def test_a_caller_who_talks_over_the_bot_stops_it_and_the_log_keeps_what_t
         # echoes), never more than a mark's step (1 word).
         expected = len(WORDS) * heard_s / SENTENCE_S
         assert expected - 6 <= len(kept) <= expected + 1.5, (kept, heard_s)
+        # The cut is decided on the log, on the playback fraction the service observed with
+        # the transcript (TranscriptFlushed), and replay decides it again.
+        records = await bot.store.read(caller.call_sid)
+        flushed = [d for d in _replayed_in_full(records) if d.kind == "TranscriptFlushed"
+                   and any(r.type == "conversation.message_cut" for r in d.events)]
+        assert len(flushed) == 1 and 0 < flushed[0].observation.heard_fraction < 1, flushed
 
         # After a takeover the new session is seeded with what the caller heard, not the rest.
         seed = await _seed_after_takeover(bot, caller, running)
@@ -250,6 +265,12 @@ async def test_a_caller_who_talks_over_the_bot_after_the_model_finished_stops_it
         assert expected - 6 <= len(kept) <= expected + 1.5, (kept, heard_s)
         assert (await load_state(bot.store, caller.call_sid)).conversation[-1] == (
             "assistant", heard)
+        # Decided on the log: the local barge-in observed with the finished turn's playback
+        # fraction, the message to cut the fold's; replay decides it again.
+        barge_in = [d for d in _replayed_in_full(records)
+                    if any(r.version == cut for r in d.events)]
+        assert [d.kind for d in barge_in] == ["InterruptionObserved"], barge_in
+        assert barge_in[0].observation.local, barge_in[0].observation
 
         # A takeover seeds a fresh session with what the caller heard only.
         _holds_only(await _seed_after_takeover(bot, caller, running), kept, LONG_WORDS)
@@ -297,10 +318,7 @@ async def test_the_live_session_that_said_the_cut_turn_is_told_what_the_caller_h
         records = await bot.store.read(caller.call_sid)
         cut = next(r.version for r in records if r.type == "conversation.message_cut")
         # Today's code decides the note again from the log, and every decision replays.
-        report = replay(records, Policy())
-        n = len(list(logged_decisions(records)))
-        assert report.ok and report.coverage == f"{n} of {n} decisions replayed", \
-            report.to_json()
+        _replayed_in_full(records)
         said = bot.gemini.connections[0]
         notes = [m.body for m in said.messages("client_content")
                  if m.at > (said.model_output_at or 0)]

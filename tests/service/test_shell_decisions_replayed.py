@@ -1,7 +1,7 @@
 """Decisions that used to be made in the service's shell — what an arriving result is (an
 unknown id, a second result, a value the log cannot store, an intermediate result dropped),
-whether a failed handshake passes its handle over, and whether a handle is issued or
-withheld — are observations decided on the log
+whether a failed handshake passes its handle over, whether a handle is issued or
+withheld, and what the caller heard (messages, late words, cuts) — are observations decided on the log
 by the driver, on both databases: a worker that takes over folds what they decided, and
 `replay` decides each again (its coverage counts them)."""
 
@@ -15,8 +15,10 @@ from session_store import events as ev
 from session_store.audit import replay
 from session_store.audit.replay import logged_decisions
 from session_store.decide import (FunctionCall, HandleArrived, HandshakeFailed,
-                                  ProgressReturned, ResultArrived, SendFailed,
-                                  SessionReady, ToolCallsArrived)
+                                  InterruptionObserved, ProgressReturned, ResultArrived,
+                                  SendFailed, SessionReady, ToolCallsArrived,
+                                  TranscriptFlushed)
+from session_store.heard import CUT_MARK
 from session_store.delivery import SEND_FAILED, Reconnect, StartCall
 from session_store.state import Withholding
 from session_store.storable import Unstorable
@@ -164,3 +166,61 @@ async def test_a_failed_send_is_decided_on_the_log_and_its_reconnect_seen_by_the
     assert second.state.reconnect_pending == SEND_FAILED
 
     assert (await replayed_in_full(store, "call-f", policy)).count("SendFailed") == 1
+
+
+async def test_what_the_caller_heard_is_decided_on_the_log_and_replayed(store):
+    """The transcript and the interruptions as the service observes them (decide.
+    TranscriptFlushed, InterruptionObserved): the messages, the late words and the cuts are
+    decided on the log, the finished message a barge-in cuts is the fold's, and replay
+    decides each again."""
+    policy = Policy()
+    first = CallDriver(store, "call-h", policy, worker_id="w1")
+    await first.attach(model="models/gemini-3.8-live", tools=[], settings={})
+    await first.observe(SessionReady(1, None, "ab" * 32))
+    said = "one two three four five six seven eight nine ten"
+    await first.observe(TranscriptFlushed(1, (("Tell me", None),), said))
+    assert first.state.uncut_answer == (said, 1)
+    # The caller's late words, then a local barge-in over the finished turn still playing.
+    await first.observe(TranscriptFlushed(1, ((" the code word?", 0.8), ("Stop", 5.0))))
+    cut = await first.observe(InterruptionObserved(1, local=True, finished_turn_heard=0.3))
+    assert cut.events[1:] == [ev.Interrupted(1),
+                              ev.ConversationMessageCut("one two three" + CUT_MARK, 1)]
+    # A second barge-in over the same audio: nothing left to cut, nothing logged.
+    assert (await first.observe(InterruptionObserved(1, local=True,
+                                                     finished_turn_heard=0.4))).events == []
+    # Gemini interrupts the next turn a quarter into its audio.
+    await first.observe(InterruptionObserved(1))
+    await first.observe(TranscriptFlushed(1, said="Sorry, as I was saying", heard_fraction=0.25))
+
+    second = CallDriver(store, "call-h", policy, worker_id="w2")
+    await second.attach(model="models/gemini-3.8-live", tools=[], settings={})
+    assert second.state.conversation == [
+        ("user", "Tell me"), ("user", "the code word?"),
+        ("assistant", "one two three" + CUT_MARK), ("user", "Stop"),
+        ("assistant", "Sorry," + CUT_MARK)]
+    assert second.state.uncut_answer is None
+
+    kinds = await replayed_in_full(store, "call-h", policy)
+    assert kinds.count("TranscriptFlushed") == 3 and kinds.count("InterruptionObserved") == 2
+
+
+async def test_a_log_whose_shell_cut_otherwise_diverges_at_that_decision(store):
+    """Replay is not vacuous for what the caller heard: a log whose cut of the finished turn
+    differs from today's (the shell cut it to more words than played) diverges there."""
+    policy = Policy()
+    driver = CallDriver(store, "call-c", policy, worker_id="w1")
+    await driver.attach(model="models/gemini-3.8-live", tools=[], settings={})
+    await driver.observe(SessionReady(1, None, "ab" * 32))
+    await driver.observe(TranscriptFlushed(1, said="one two three four"))
+    await driver.observe(InterruptionObserved(1, local=True, finished_turn_heard=0.5))
+    records = await store.read("call-c")
+    at = next(i for i, r in enumerate(records) if r.type == "conversation.message_cut")
+    cut = records[at]
+    forged = [*records[:at], dataclasses.replace(
+        cut, data_json=cut.data_json.replace("one two —", "one two three —"))]
+    assert forged[-1].data_json != cut.data_json
+    report = replay(forged, policy)
+    assert not report.ok, report.to_json()
+    (divergence,) = report.divergences
+    assert divergence.kind == "decide" and divergence.observation["observation"] == \
+        "InterruptionObserved"

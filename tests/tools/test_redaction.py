@@ -369,3 +369,15 @@ def test_a_logged_observation_is_redacted_as_the_events_it_stands_for():
         "kind": "SettingsUpdate", "events": 2, "refs": {}, "withheld": "",
         "data": {"keys": ["system_instruction"], "values": {"system_instruction": "be kind"}}})
     assert "be kind" not in json.dumps(out)
+
+
+def test_a_transcript_flushed_is_redacted_as_the_messages_it_stands_for():
+    """The caller's words are logged in their pieces (when each arrived decides whether it is
+    late), and the bot's where no message holds them: masked as transcripts are."""
+    r = Redactor(load_config(redact=True, env={}))
+    out, masked = r.redact_data("decision.observed", {
+        "kind": "TranscriptFlushed", "events": 2, "refs": {}, "withheld": "",
+        "data": {"generation": 1, "words": [["I am bob@example.com", None], [" ok", 0.4]],
+                 "said": "Hello bob@example.com"}})
+    assert "bob@example.com" not in json.dumps(out) and masked
+    assert out["data"]["words"][1][1] == 0.4  # when it arrived stays: it decides

@@ -268,8 +268,7 @@ class Redactor:
                           if cfg.tool_results == "all"
                           else self._walk(d["error"], "data.error", masked, pii=True))
         elif event_type in ("conversation.message", "conversation.message_cut") and "text" in d:
-            d["text"] = (self._mask(d["text"], "data.text", masked) if cfg.transcripts
-                         else self._walk(d["text"], "data.text", masked, pii=True))
+            d["text"] = self._transcript(d["text"], "data.text", masked)
         elif event_type == "anomaly.recorded" and isinstance(d.get("detail"), dict):
             d["detail"] = self._anomaly_detail(d["detail"], "data.detail", masked)
         elif event_type == "decision.observed" and isinstance(d.get("data"), dict):
@@ -280,6 +279,11 @@ class Redactor:
                 d["handle"] = self.fingerprint(d["handle"])
                 masked.append("data.handle")
         return d
+
+    def _transcript(self, text: Any, path: str, masked: list[str]) -> Any:
+        """What was said: masked whole under `transcripts`, else its personal data."""
+        return (self._mask(text, path, masked) if self.config.transcripts
+                else self._walk(text, path, masked, pii=True))
 
     def _args(self, args: Any, path: str, masked: list[str]) -> Any:
         """Tool arguments under full redaction: by configured key (or every leaf). A preview
@@ -351,6 +355,14 @@ class Redactor:
             o["detail"] = self._anomaly_detail(o["detail"], "observation.detail", masked)
         elif kind == "SettingsUpdate" and self.config.settings_values and "values" in o:
             o["values"] = self._mask(o["values"], "observation.values", masked)
+        elif kind == "TranscriptFlushed":
+            # The caller's words are kept in their pieces, and the bot's where no message
+            # holds them: transcripts, as the messages are.
+            for i, piece in enumerate(o.get("words") or []):
+                if isinstance(piece, list) and piece and isinstance(piece[0], str):
+                    piece[0] = self._transcript(piece[0], f"observation.words[{i}]", masked)
+            if isinstance(o.get("said"), str) and o["said"]:
+                o["said"] = self._transcript(o["said"], "observation.said", masked)
 
     def _logged_observation(self, kind: Any, data: dict[str, Any],
                             masked: list[str]) -> dict[str, Any]:

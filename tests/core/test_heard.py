@@ -1,0 +1,171 @@
+"""What the caller heard, decided on the log (session_store/heard.py): an interrupted turn cut
+to the part of its audio that played, a local barge-in after a finished turn, and which of
+the caller's words are the late transcription of the turn already answered (3.x)."""
+
+from __future__ import annotations
+
+import json
+
+from session_store import events as ev
+from session_store.decide import InterruptionObserved, TranscriptFlushed, decide
+from session_store.events import canonical_json
+from session_store.heard import CUT_MARK, LATE_WORDS_S, heard_text
+from session_store.observed import observation_of, observation_record
+from session_store.policy import Policy
+from session_store.projection import from_snapshot, to_snapshot
+
+from .helpers import Log
+
+TEXT = "one two three four five six seven eight nine ten"
+G25 = "models/gemini-2.5-flash-native-audio-preview"
+G38 = "models/gemini-3.8-live"
+
+
+def connected(model: str = G38) -> Log:
+    log = Log()
+    log.add(ev.SessionOpened(model, [], "w1", 1), ev.Connected(1))
+    return log
+
+
+def decided(log: Log, obs) -> list[ev.Event]:
+    return decide(log.state(), obs, Policy())
+
+
+# ----------------------------------------------------------------- the cut of a turn
+
+def test_the_heard_part_is_the_words_of_that_part_of_the_audio():
+    assert heard_text(TEXT, 0.3) == "one two three" + CUT_MARK
+    assert heard_text(TEXT, 0.34) == "one two three" + CUT_MARK
+    assert heard_text(TEXT, 0.36) == "one two three four" + CUT_MARK
+
+
+def test_a_turn_heard_in_full_or_of_unknown_playback_is_kept_whole():
+    for fraction in (None, 1.0, 1.5, 0.99):
+        assert heard_text(TEXT, fraction) == TEXT
+
+
+def test_a_turn_cut_before_its_first_word_is_empty():
+    assert heard_text(TEXT, 0.0) == ""
+    assert heard_text(TEXT, -0.2) == ""
+    assert heard_text("   ", 0.5) == "   "
+
+
+def test_an_interrupted_turn_is_logged_as_said_then_cut_to_the_part_heard():
+    log = connected()
+    said = ev.ConversationMessage("assistant", TEXT, 1)
+    for fraction, cut in ((0.0, [ev.ConversationMessageCut(CUT_MARK.strip(), 1)]),
+                          (0.5, [ev.ConversationMessageCut("one two three four five"
+                                                           + CUT_MARK, 1)]),
+                          (1.0, []), (None, [])):
+        obs = TranscriptFlushed(1, (("Stop", None),), f" {TEXT} ", fraction)
+        assert decided(log, obs) == [ev.ConversationMessage("user", "Stop", 1), said, *cut]
+
+
+def test_the_fold_remembers_the_last_whole_answer_until_an_interruption_or_its_cut():
+    log = connected()
+    log.add(ev.ConversationMessage("assistant", "first", 1),
+            ev.ConversationMessage("user", "and?", 1),
+            ev.ConversationMessage("assistant", TEXT, 1))
+    state = log.state()
+    assert state.uncut_answer == (TEXT, 1)
+    assert from_snapshot(to_snapshot(state)).uncut_answer == (TEXT, 1)
+    log.add(ev.Interrupted(1))
+    assert log.state().uncut_answer is None
+    log.add(ev.ConversationMessage("assistant", "again", 1), ev.ConversationMessageCut("—", 1))
+    assert log.state().uncut_answer is None
+    log.add(ev.ConversationMessage("assistant", "later", 1), ev.WorkerAttached("w2", 2))
+    assert log.state().uncut_answer is None  # nothing of it plays on the new worker
+
+
+# ----------------------------------------------------------------- interruptions
+
+def finished() -> Log:
+    log = connected()
+    log.add(ev.ConversationMessage("assistant", TEXT, 1), ev.BotStartedSpeaking(1))
+    return log
+
+
+def test_gemini_interrupting_a_new_turn_cuts_the_finished_one_still_playing():
+    log = finished()
+    assert decided(log, InterruptionObserved(1, finished_turn_heard=0.3)) == [
+        ev.Interrupted(1), ev.ConversationMessageCut("one two three" + CUT_MARK, 1)]
+    # It played in full (or no playback is known): only the interruption.
+    for heard in (None, 1.0):
+        assert decided(log, InterruptionObserved(1, finished_turn_heard=heard)) == [
+            ev.Interrupted(1)]
+
+
+def test_a_local_barge_in_after_a_finished_turn_cuts_its_message():
+    log = finished()
+    events = decided(log, InterruptionObserved(1, local=True, finished_turn_heard=0.5))
+    assert events == [ev.Interrupted(1),
+                      ev.ConversationMessageCut("one two three four five" + CUT_MARK, 1)]
+    assert decided(log, InterruptionObserved(1, local=True, finished_turn_heard=0.0)) == [
+        ev.Interrupted(1), ev.ConversationMessageCut(CUT_MARK.strip(), 1)]
+    log.add(*events)
+    state = log.state()
+    assert state.conversation[-1] == ("assistant", "one two three four five" + CUT_MARK)
+    assert not state.bot_speaking and state.uncut_answer is None
+    # Consulted once: a second barge-in over the same audio cuts nothing again.
+    assert decided(log, InterruptionObserved(1, local=True, finished_turn_heard=0.6)) == []
+
+
+def test_a_local_barge_in_that_cuts_nothing_is_not_an_interruption():
+    log = finished()
+    # A model turn under way: Gemini decides (its `interrupted`).
+    assert decided(log, InterruptionObserved(1, local=True, model_turn=True,
+                                             finished_turn_heard=0.5)) == []
+    # Heard in full, or no message logged whole to cut.
+    assert decided(log, InterruptionObserved(1, local=True, finished_turn_heard=1.0)) == []
+    assert decided(connected(), InterruptionObserved(1, local=True,
+                                                     finished_turn_heard=0.5)) == []
+
+
+# ----------------------------------------------------------------- late words
+
+def test_late_words_inside_the_window_go_with_the_turn_answered_on_3x():
+    log = connected(G38)
+    obs = TranscriptFlushed(1, ((" the code", 0.4), (" word?", 2.9), (" Thanks", 3.0),
+                                (" bye", None)))
+    assert decided(log, obs) == [
+        ev.ConversationMessage("user", "the code word?", 1, late=True),
+        ev.ConversationMessage("user", "Thanks bye", 1)]
+
+
+def test_words_outside_the_window_or_with_no_answer_standing_are_a_turn_of_their_own():
+    log = connected(G38)
+    for since in (LATE_WORDS_S, 7.5, None):
+        assert decided(log, TranscriptFlushed(1, (("Hello", since),))) == [
+            ev.ConversationMessage("user", "Hello", 1)]
+
+
+def test_on_2_5_late_words_do_not_apply():
+    log = connected(G25)
+    assert decided(log, TranscriptFlushed(1, ((" the code word?", 0.2),), "Swordfish.")) == [
+        ev.ConversationMessage("user", "the code word?", 1),
+        ev.ConversationMessage("assistant", "Swordfish.", 1)]
+
+
+def test_nothing_said_decides_nothing():
+    assert decided(connected(), TranscriptFlushed(1, (("  ", 0.1),), " ", 0.5)) == []
+
+
+# ----------------------------------------------------------------- logged and read back
+
+def test_the_observations_read_back_to_the_same_decisions_and_the_answer_is_kept_once():
+    log = finished()
+    state = log.state()
+    for obs in (TranscriptFlushed(1, (("the code", 0.5), (" word?", None)), TEXT, 0.25),
+                TranscriptFlushed(1, said="Sure."),
+                InterruptionObserved(1, local=True, finished_turn_heard=0.5),
+                InterruptionObserved(1, finished_turn_heard=0.2)):
+        events = decide(state, obs, Policy())
+        record = observation_record(obs, events, state)
+        text = canonical_json(record.to_data())
+        back = ev.decode(record.TYPE, record.SCHEMA, json.loads(text))
+        assert isinstance(back, ev.ObservationRecorded)
+        rebuilt, _ = observation_of(back, events)
+        assert rebuilt == obs
+        assert decide(state, rebuilt, Policy()) == events
+        if isinstance(obs, TranscriptFlushed):
+            assert text.count(obs.said) == 0 and back.refs["said"][1] == "text"
