@@ -52,13 +52,13 @@ class ModelRules:
     #: None where no message does that (session_store/cut_notes.py: why, per generation).
     cut_note: Literal["content"] | None = None
     #: A fresh session seeded after a reconnect is asked to answer its seed (pipecat's rule:
-    #: 2.5 recaps where the conversation stood; 3.x waits for the caller).
+    #: 2.5 recalls no seeded history from the caller's audio, so it recaps at once; 3.x
+    #: answers the caller's next words from the history).
     seed_recap_after_reconnect: bool = False
-    #: A seed must end with a user turn (2.5 answers a trailing model turn by repeating it:
-    #: pipecat appends an empty user turn).
+    #: A seed's last turn must be a user turn (2.5's clientContent requires it).
     seed_ends_with_user_turn: bool = False
-    #: A seed the model is to answer also goes with a `realtimeInput.text` (3.x: turnComplete
-    #: on the seed's clientContent alone starts no reply).
+    #: A seed the model is to answer also goes with a `realtimeInput.text` (3.x runs no
+    #: inference on turnComplete without a realtime input).
     seed_answer_by_text: bool = False
 
 

@@ -51,7 +51,7 @@ def seed_answered(plan: SeedPlan, rules: ModelRules, for_reconnect: bool,
 
 def seed_turns(turns: list[tuple[str, str]], rules: ModelRules) -> list[tuple[str, str]]:
     """The seed's turns as they go out ("user" or "model"), shaped as the generation takes
-    them: on 2.5 a seed ends with a user turn (an empty one if it ends on the model's)."""
+    them: on 2.5 a seed ends with a user turn (a blank one if it ends on the model's)."""
     out = [("user" if role == "user" else "model", text) for role, text in turns]
     if rules.seed_ends_with_user_turn and out and out[-1][0] != "user":
         out.append(("user", " "))
@@ -60,5 +60,5 @@ def seed_turns(turns: list[tuple[str, str]], rules: ModelRules) -> list[tuple[st
 
 def seed_answer_text(rules: ModelRules, answer: bool) -> str | None:
     """What goes as `realtimeInput.text` after a seed the model is to answer (None: nothing;
-    3.x starts no reply on the seed's turnComplete alone)."""
+    3.x runs no inference on the seed's turnComplete alone)."""
     return " " if answer and rules.seed_answer_by_text else None

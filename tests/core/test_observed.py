@@ -9,7 +9,7 @@ from session_store import events as ev
 from session_store.decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived,
                                   HandshakeFailed, InteractionStatusObserved, InterruptionObserved,
                                   OutcomeAnswered, ProgressReturned, ResultArrived,
-                                  ResultReturned, SendFailed,
+                                  ResultReturned, SeedAsked, SendFailed,
                                   ServerMessageRejected, SessionLeft, SessionReady,
                                   SettingsUpdate, SpeechStarted, SpeechStopped,
                                   ToolCallsArrived, ToolStopped, decide)
@@ -79,6 +79,7 @@ CASES = [
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", CannotTell("timed out"))),
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", NotAnAnswer("'yes'"))),
     ([CONNECTED], SendFailed(1, "result", False, "RuntimeError: the socket is wedged")),
+    ([ev.ConversationMessage("user", "hi"), ev.Connected(1)], SeedAsked(1, True, True)),
 ]
 
 
