@@ -68,7 +68,11 @@ class Seeder:
         state = self._driver.state
         current = state.generations.get(state.generation)
         if current is None or current.seeded:
-            return  # pipecat asks again (first context after session ready): one seed each
+            # pipecat asks again (first context after session ready): one seed each; a
+            # resumed session's was decided when it came up (it holds all it was told).
+            if current is not None and current.handle is not None:
+                self._ready_for_input()
+            return
         generation = state.generation
         plan: SeedPlan | None = None
         if current.handle is None:
@@ -83,8 +87,9 @@ class Seeder:
                                     drain=Drain.NO)
         if decision is None:
             return  # fenced
-        if any(isinstance(e, ev.HoldsAll) for e in decision.events):
-            self._ready_for_input()
+        if current.handle is not None or any(isinstance(e, ev.HoldsAll)
+                                             for e in decision.events):
+            self._ready_for_input()  # (a resumed one's may have come with a commit before)
             return
         sending = next((e for e in decision.events if isinstance(e, ev.ConversationSending)
                         and e.via == "seed"), None)

@@ -220,7 +220,8 @@ class ProgressReturned:
 @dataclass(frozen=True)
 class SeedAsked:
     """pipecat asks for the seed of the live session of `generation` (its first context, or
-    the session came up after it): `for_reconnect`, it replaces a session lost or left;
+    the session came up after it; a resumed session's is asked as it comes up, since its
+    handles hold all from the start): `for_reconnect`, it replaces a session lost or left;
     `inference_on_context_init`, the app asks for an answer to the opening context (both
     as pipecat passes them). What is seeded, and whether the model is asked to answer,
     is decided here (session_store.seeding)."""
