@@ -46,7 +46,7 @@ from pipecat.services.google.gemini_live.llm import (MAX_CONSECUTIVE_FAILURES,
 
 from session_store import Policy
 from session_store.checks import check_count, check_seconds
-from session_store.decide import ServerMessageRejected
+from session_store.decide import SeedAsked, ServerMessageRejected
 from session_store.delivery import ResolveInDoubt
 from session_store.errors import CallClosed
 from session_store.outcomes import CannotTell, Done, NotDone
@@ -431,7 +431,9 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             await session.close()
             return
         if self.session_link.connecting_handle is not None:
-            self.receiver.handles.holds_everything(self._driver.state.generation)  # resumed
+            # Resumed: it holds all it was told from the start, whenever pipecat asks for its
+            # seed (decided on the log: session_store.seeding).
+            self.log_writer.along(SeedAsked(self._driver.state.generation))
         self.apply(dataclasses.replace(self.pipecat_state, bot_is_responding=False))
         self.speech.session_ready()
         await super()._handle_session_ready(session)

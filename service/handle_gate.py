@@ -1,7 +1,7 @@
 """The handles' gate as the service sees it: what goes out that the model has not read, the
-model output that shows it read it, a session that holds all it was told, and the handles
-that arrive, each turned into a fact for the log. It decides nothing and keeps nothing:
-whether a handle is issued or withheld is decided on the gate the log folds
+model output that shows it read it, and the handles that arrive, each turned into a fact for
+the log (a session that holds all it was told is the seed's decision: session_store.seeding).
+It decides nothing and keeps nothing: whether a handle is issued or withheld is decided on the gate the log folds
 (session_store.withholding, decide.HandleArrived), so a worker that takes over and
 `replay` see the same gate.
 
@@ -43,10 +43,6 @@ class HandleGate:
         """Something the server gives no sign of having read goes out on this session: noted
         before the send, so a handle read after it is decided after it."""
         self._log.along(ev.SendUnread(generation, model_generating))
-
-    def holds_everything(self, generation: int) -> None:
-        """This session holds all it was told: resumed from a handle, or sent nothing."""
-        self._log.along(ev.HoldsAll(generation))
 
     async def receive(self, message: Incoming) -> None:
         """A server message: the handle it issues, decided on the log; or the model output

@@ -1,10 +1,10 @@
 """Seeding: what a fresh Gemini Live session is told of the call so far.
 
-A session resumed from a
-handle already holds its history; a fresh one (first connect, a handle too old, a takeover
-without one) is seeded once from the logged conversation and the results the model has not
-got, by the delivery rules (session_store.delivery.seed_plan). The seed is a send of
-results, so it follows the same write-ahead rule as any other send: intent, send, confirm.
+A session resumed from a handle already holds its history; a fresh one (first connect, a
+handle too old, a takeover without one) is seeded once from the logged conversation and the
+results the model has not got. What is seeded, and whether the model is asked to answer it,
+is decided on the log (decide.SeedAsked, session_store.seeding); this performs the send the
+decision's write-ahead intents name, then confirms it: intent, send, confirm.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from google.genai.types import Content, Part
 from loguru import logger
 
 from session_store import events as ev
+from session_store.decide import SeedAsked
 from session_store.delivery import SeedPlan, seed_plan
+from session_store.seeding import seed_answer_text, seed_turns
 from session_store.storable import storable_events
 
 from .effects import EffectRunner
@@ -36,18 +38,15 @@ class Seeder:
         self._step = stepper.step
         self._speech = speech
         self._handles = handles
-        self._seeded_generation = 0
 
     def awaiting_seed(self) -> bool:
-        """A fresh session takes no result on its own before its seed: the seed carries every
-        result the log has, so one sent just before it reaches the model twice. (Seen in the
-        crash harness: a takeover worker's first session is ready before the pipeline's
-        first context, so pipecat seeds only later; a result sent as content in between was
-        then seeded again.) The seed comes with the first context frame at the latest."""
+        """A fresh session takes no result on its own before its seed is decided: the seed
+        carries every result the log has, so one sent just before it reaches the model
+        twice. Read from the log (`Generation.seeded`), as a worker that takes over reads
+        it. The seed comes with the first context frame at the latest."""
         state = self._driver.state
         current = state.generations.get(state.generation)
-        return (current is not None and current.handle is None
-                and self._seeded_generation != state.generation)
+        return current is not None and current.handle is None and not current.seeded
 
     async def seed(self, for_reconnect: bool) -> None:
         """Seed a fresh session from the log (upstream seeds from the pipecat context)."""
@@ -67,57 +66,61 @@ class Seeder:
         if not await self._log_initial_context():
             return  # fenced
         state = self._driver.state
-        if self._seeded_generation == state.generation:
-            # pipecat asks again (first context after session ready): one seed per session,
-            # or every result in it would reach the model twice.
-            return
-        generation = self._seeded_generation = state.generation
         current = state.generations.get(state.generation)
-        if current is not None and current.handle is not None:
-            # A resumed session already holds its history: seeding it again would put every
-            # earlier result into the model twice (upstream does, on its first context).
-            self._handles.holds_everything(generation)
-            self._ready_for_input()
+        if current is None or current.seeded:
+            # pipecat asks again (first context after session ready): one seed each; a
+            # resumed session's was decided when it came up (it holds all it was told).
+            if current is not None and current.handle is not None:
+                self._ready_for_input()
             return
-        # A fresh session gets the whole conversation: a state from a snapshot lacks it.
-        await self._driver.ensure_history()
-        state = self._driver.state
-        plan = seed_plan(state)
-        if not plan.turns:
-            self._handles.holds_everything(generation)  # nothing to seed: any handle holds it
-            self._ready_for_input()
-            return
-        # A result no model was seen to take in (a session it went to may have died before
-        # it reacted) asks for an answer; else pipecat's rule (2.5 recaps after a reconnect).
-        trigger = (plan.unanswered
-                   or (not for_reconnect and svc._inference_on_context_initialization)
-                   or (for_reconnect and not svc._is_gemini_3))
-        contents = [Content(role="user" if role == "user" else "model", parts=[Part(text=text)])
-                    for role, text in plan.turns]
-        if not svc._is_gemini_3 and contents[-1].role != "user":
-            contents.append(Content(role="user", parts=[Part(text=" ")]))
-        # Write-ahead, as any send: what the seed delivers (results, and the turns up to
-        # `through`, which a session resumed later from this one's handles then holds).
-        intents = _seed_events(plan, generation, sent=False)
-        # (Under the effects' lock already: the seed's caller drains after it.)
-        if intents and await self._step(intents, drain=Drain.NO) is None:
+        generation = state.generation
+        plan: SeedPlan | None = None
+        if current.handle is None:
+            # A fresh session gets the whole conversation: a state from a snapshot lacks it.
+            await self._driver.ensure_history()
+            plan = seed_plan(self._driver.state)
+        # Decided and logged with the write-ahead intents of what the seed delivers (results,
+        # and the turns up to `through`, which a session resumed later from this one's
+        # handles then holds). Under the effects' lock already: the caller drains after it.
+        decision = await self._step(SeedAsked(generation, for_reconnect,
+                                              bool(svc._inference_on_context_initialization)),
+                                    drain=Drain.NO)
+        if decision is None:
             return  # fenced
+        if current.handle is not None or any(isinstance(e, ev.HoldsAll)
+                                             for e in decision.events):
+            self._ready_for_input()  # (a resumed one's may have come with a commit before)
+            return
+        sending = next((e for e in decision.events if isinstance(e, ev.ConversationSending)
+                        and e.via == "seed"), None)
+        if sending is None:
+            return  # not the live session any more, or seeded meanwhile: nothing to send
+        parts = [(e.call_id, e.part) for e in decision.events
+                 if isinstance(e, ev.ToolResultSending)]
+        if plan is None or (plan.through, plan.parts) != (sending.through, parts):
+            plan = seed_plan(self._driver.state)  # the log moved on before the decision
         session = svc._session
         if generation != self._driver.state.generation or session is None:
             return  # its session went meanwhile: never seed another (`deliver`); the next
             # session seeds itself, and the intents above stay unconfirmed (resent then)
+        rules = self._driver.state.rules
+        contents = [Content(role=role, parts=[Part(text=text)])
+                    for role, text in seed_turns(plan.turns, rules)]
         # Handles are withheld until the model reacts to the seed (ev.HandleWithheld).
         self._handles.sending(generation, self._speech.model_generating)
         try:
-            await session.send_client_content(turns=contents, turn_complete=trigger)
-            if svc._is_gemini_3 and trigger:
-                await session.send_realtime_input(text=" ")
+            await session.send_client_content(turns=contents, turn_complete=sending.answer)
+            text = seed_answer_text(rules, sending.answer)
+            if text is not None:
+                await session.send_realtime_input(text=text)
         except Exception as exc:  # noqa: BLE001 - the seed stays unconfirmed: resent next time
             logger.warning(f"{svc}: seeding failed: {exc}")
             await self._effects.after_send_failure(exc, "seed", generation)
             return
-        confirmations = _seed_events(plan, generation, sent=True)
-        if confirmations and await self._step(confirmations, drain=Drain.NO) is None:
+        confirmations: list[ev.Event] = [ev.ToolResultSent(cid, generation, "seed", part)
+                                         for cid, part in parts]
+        confirmations.append(ev.ConversationSent(generation, sending.through, "seed"))
+        if await self._step(confirmations, drain=Drain.NO) is None:
             return  # fenced
         self._ready_for_input()
 
@@ -144,16 +147,6 @@ class Seeder:
                     "assistant" if role == "assistant" else "user", text, 0)],
                     self._driver.state.generation)
         return not events or await self._step(events, drain=Drain.NO) is not None
-
-
-def _seed_events(plan: SeedPlan, generation: int, *, sent: bool) -> list[ev.Event]:
-    """The intents (or, `sent`, the confirmations) of what a seed delivers."""
-    result, turns = ((ev.ToolResultSent, ev.ConversationSent) if sent
-                     else (ev.ToolResultSending, ev.ConversationSending))
-    events: list[ev.Event] = [result(cid, generation, "seed", part) for cid, part in plan.parts]
-    if plan.through:
-        events.append(turns(generation, plan.through, "seed"))
-    return events
 
 
 def _message_text(message: dict) -> str | None:

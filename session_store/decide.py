@@ -20,6 +20,7 @@ from .state import CONTEXT_KEYS, CallState, SessionState
 from .heard import interruption_events, transcript_events
 from .answers import arrived_result, next_progress, stopped_failure, unless_answered
 from .outcomes import CheckAnswer, NotAnAnswer, answer_events
+from .seeding import seed_events
 from .storable import bounded, clean, is_text, preview, storable_args
 from .withholding import handle_event
 
@@ -241,11 +242,25 @@ class ProgressReturned:
     name: str | None = None
 
 
+@dataclass(frozen=True)
+class SeedAsked:
+    """pipecat asks for the seed of the live session of `generation` (its first context, or
+    the session came up after it; a resumed session's is asked as it comes up, since its
+    handles hold all from the start): `for_reconnect`, it replaces a session lost or left;
+    `inference_on_context_init`, the app asks for an answer to the opening context (both
+    as pipecat passes them). What is seeded, and whether the model is asked to answer,
+    is decided here (session_store.seeding)."""
+    generation: int
+    for_reconnect: bool = False
+    inference_on_context_init: bool = False
+
+
 Observation = (ToolCallsArrived | SpeechStarted | SpeechStopped | InterruptionObserved
                | SettingsUpdate | CancellationArrived | GoAway | ServerMessageRejected
                | InteractionStatusObserved | SessionReady | SessionLeft | HandshakeFailed
-               | HandleArrived | ToolStopped | SendFailed | TranscriptFlushed
-               | ResultReturned | ResultArrived | ProgressReturned | OutcomeAnswered)
+                | HandleArrived | ToolStopped | SendFailed | TranscriptFlushed
+                | ResultReturned | ResultArrived | ProgressReturned | OutcomeAnswered
+                | SeedAsked)
 
 #: Rejected server messages after which this session's state may differ from the model's (the
 #: message may have been a toolCall, a handle, a goAway ...): the session is replaced, by the
@@ -354,6 +369,9 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
             return next_progress(state, obs.call_id, obs.value, obs.scheduling, obs.name)
         case OutcomeAnswered():
             return answer_events(state, obs.call_id, obs.answer, policy)
+        case SeedAsked():
+            return seed_events(state, obs.generation, obs.for_reconnect,
+                               obs.inference_on_context_init)
         case ServerMessageRejected():
             out = [ev.AnomalyRecorded(obs.kind, bounded(obs.detail), obs.generation)]
             # Only for the live session: one from a session already left needs nothing more.

@@ -402,10 +402,13 @@ def _conversation_message_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 class ConversationSending(Event):
     """Write-ahead intent: the conversation up to log version `through` is about to go to the
     session of `generation`, as its seed (a fresh session) or as content (a resumed session
-    whose handle predates turns the log has)."""
+    whose handle predates turns the log has). `answer`: the model is asked to answer it
+    (a seed's turnComplete, session_store.seeding; False in logs from before it was
+    logged, whatever that shell asked)."""
     generation: int
     through: int
     via: str  # seed | content
+    answer: bool = False
 
 
 @event_type("conversation.sent")

@@ -51,6 +51,15 @@ class ModelRules:
     #: "content" (clientContent with turnComplete false: a note that starts no reply), or
     #: None where no message does that (session_store/cut_notes.py: why, per generation).
     cut_note: Literal["content"] | None = None
+    #: A fresh session seeded after a reconnect is asked to answer its seed (pipecat's rule:
+    #: 2.5 recalls no seeded history from the caller's audio, so it recaps at once; 3.x
+    #: answers the caller's next words from the history).
+    seed_recap_after_reconnect: bool = False
+    #: A seed's last turn must be a user turn (2.5's clientContent requires it).
+    seed_ends_with_user_turn: bool = False
+    #: A seed the model is to answer also goes with a `realtimeInput.text` (3.x runs no
+    #: inference on turnComplete without a realtime input).
+    seed_answer_by_text: bool = False
 
 
 RULES: dict[str, ModelRules] = {
@@ -58,24 +67,26 @@ RULES: dict[str, ModelRules] = {
                       calls_default_non_blocking=False, blocking_declarations=True,
                       interaction_status=False, context_update=False,
                       response_scheduling=True, intermediate_results=True,
-                      resumption_prompt_token_limit=None, cut_note="content"),
+                      resumption_prompt_token_limit=None, cut_note="content",
+                      seed_recap_after_reconnect=True, seed_ends_with_user_turn=True),
     "3.1": ModelRules("3.1", client_content_mid_session=False, non_blocking_declarations=False,
                       calls_default_non_blocking=False, blocking_declarations=True,
                       interaction_status=False, context_update=False,
                       response_scheduling=False, intermediate_results=False,
-                      resumption_prompt_token_limit=200, late_input_transcription=True),
+                      resumption_prompt_token_limit=200, late_input_transcription=True,
+                      seed_answer_by_text=True),
     "3.8": ModelRules("3.8", client_content_mid_session=False, non_blocking_declarations=True,
                       calls_default_non_blocking=True, blocking_declarations=True,
                       interaction_status=False, context_update=True,
                       response_scheduling=True, intermediate_results=True,
                       resumption_prompt_token_limit=None, late_input_transcription=True,
-                      cut_note="content"),
+                      cut_note="content", seed_answer_by_text=True),
     "3.8-thinking": ModelRules("3.8-thinking", client_content_mid_session=False,
                                non_blocking_declarations=True, calls_default_non_blocking=True,
                                blocking_declarations=False, interaction_status=True,
                                context_update=True, response_scheduling=False,
                                intermediate_results=False, resumption_prompt_token_limit=None,
-                               late_input_transcription=True),
+                               late_input_transcription=True, seed_answer_by_text=True),
 }
 
 

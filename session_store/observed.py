@@ -20,8 +20,8 @@ from .answers import wire_ids_naming
 from .decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived, HandshakeFailed,
                      InteractionStatusObserved,
                      InterruptionObserved, Observation, OutcomeAnswered, ProgressReturned,
-                     ResultArrived, ResultReturned, SendFailed, ServerMessageRejected, SessionLeft,
-                     SessionReady,
+                     ResultArrived, ResultReturned, SeedAsked, SendFailed, ServerMessageRejected,
+                     SessionLeft, SessionReady,
                      SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,
                      ToolStopped, TranscriptFlushed)
 from .outcomes import CannotTell, Done, NotAnAnswer, NotDone, done_unstorable
@@ -33,7 +33,8 @@ OBSERVATION_KINDS: dict[str, type] = {cls.__name__: cls for cls in (
     ToolCallsArrived, SpeechStarted, SpeechStopped, InterruptionObserved, SettingsUpdate,
     CancellationArrived, GoAway, ServerMessageRejected, InteractionStatusObserved,
     SessionReady, SessionLeft, HandshakeFailed, HandleArrived, ToolStopped, ResultReturned,
-    ResultArrived, ProgressReturned, OutcomeAnswered, SendFailed, TranscriptFlushed)}
+    ResultArrived, ProgressReturned, OutcomeAnswered, SendFailed, TranscriptFlushed,
+    SeedAsked)}
 
 _ANSWERS = {"done": Done, "not_done": NotDone, "cannot_tell": CannotTell,
             "not_an_answer": NotAnAnswer}

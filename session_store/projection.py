@@ -20,7 +20,7 @@ from .state import (CONTEXT_KEYS, CallState, Cover, CutNote, Generation, Handle,
                     Progress, Send, SessionState, Withholding)
 from .withholding import after
 
-PROJECTION_VERSION = 14
+PROJECTION_VERSION = 15
 
 
 def _apply(s: SessionState, rec: RecordedEvent) -> None:
@@ -97,7 +97,10 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             s.handles[e.handle] = Handle(e.handle, e.generation, rec.version, rec.recorded_at_us,
                                          e.last_consumed_client_message_index)
             s.newest_handle = e.handle
-        case ev.SendUnread() | ev.EarlierTurnEnded() | ev.ModelReacted() | ev.HoldsAll():
+        case ev.HoldsAll():
+            s.withholding = after(s.withholding, e)
+            _seeded(s, e.generation)
+        case ev.SendUnread() | ev.EarlierTurnEnded() | ev.ModelReacted():
             s.withholding = after(s.withholding, e)
         case ev.HandleRefused():
             if e.handle in s.handles:
@@ -125,6 +128,8 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             _confirm_cover(s.context_sends, e.generation, e.version, "context_update", rec)
         case ev.ConversationSending():
             s.conversation_sends.append(Cover(e.generation, e.via, rec.version, e.through))
+            if e.via == "seed":
+                _seeded(s, e.generation)
         case ev.ConversationSent():
             _confirm_cover(s.conversation_sends, e.generation, e.through, e.via, rec)
         case ev.ToolCallRequested():
@@ -213,6 +218,12 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
                 _failed(s, rec.recorded_at_us)
             elif e.kind == "connection_given_up":  # decided, or (older logs) the shell's
                 s.given_up = True
+
+
+def _seeded(s: SessionState, generation: int) -> None:
+    info = s.generations.get(generation)
+    if info is not None:
+        info.seeded = True
 
 
 def _failed(s: SessionState, at_us: int) -> None:

@@ -120,6 +120,10 @@ class Generation:
     # The in-session settings its state started with (log version of the last change it
     # holds): a fresh session's setup carries them all; a resumed one inherits its handle's.
     context_base: int = 0
+    #: Its seed was decided (session_store.seeding): intents logged, or it holds all (a
+    #: resumed session, or nothing to seed). Until then a fresh session takes no result on
+    #: its own: the seed carries every result the log has.
+    seeded: bool = False
 
 
 @dataclass

@@ -115,9 +115,15 @@ def decisions(lines: list[dict[str, Any]]) -> list[Decision]:
 
 # ------------------------------------------------------------------ comparison
 
-def comparable(lines: list[dict[str, Any]], *, ignore_prompt_hash: bool = False
-               ) -> list[dict[str, Any]]:
-    """Each line's type and data without what differs on every run."""
+#: Fields today's service fills from a decision whose observation a log may not hold (a
+#: seed's `answer`, decided since SeedAsked): a log without that kind compares without them.
+_DECIDED_WITH = {"conversation.sending": ("answer", "SeedAsked")}
+
+
+def comparable(lines: list[dict[str, Any]], *, ignore_prompt_hash: bool = False,
+               logged: frozenset[str] | None = None) -> list[dict[str, Any]]:
+    """Each line's type and data without what differs on every run (and, given the kinds of
+    observation the log holds, `logged`, without what it never decided on the log)."""
     handles: dict[str, str] = {}
     out = []
     for line in lines:
@@ -126,6 +132,9 @@ def comparable(lines: list[dict[str, Any]], *, ignore_prompt_hash: bool = False
         data = {**field_defaults(line["type"]), **line["data"]}
         for key in _VOLATILE.get(line["type"], ()):
             data.pop(key, None)
+        field_, kind = _DECIDED_WITH.get(line["type"], ("", ""))
+        if logged is not None and field_ and kind not in logged:
+            data.pop(field_, None)
         for key in _HANDLE_FIELDS:
             if isinstance(data.get(key), str):
                 data[key] = handles.setdefault(data[key], f"handle#{len(handles) + 1}")
@@ -228,9 +237,10 @@ def first_divergence(expected: list[dict[str, Any]], actual: list[dict[str, Any]
     groupings (timing) agrees; the report names the logged decision holding the first
     event that differs, with the re-run's events at the same versions.
     The re-run is read as the log numbers it (`as_logged`)."""
-    actual = as_logged(actual, observed_kinds(expected))
-    want = comparable(expected, ignore_prompt_hash=ignore_prompt_hash)
-    got = comparable(actual, ignore_prompt_hash=ignore_prompt_hash)
+    logged = observed_kinds(expected)
+    actual = as_logged(actual, logged)
+    want = comparable(expected, ignore_prompt_hash=ignore_prompt_hash, logged=logged)
+    got = comparable(actual, ignore_prompt_hash=ignore_prompt_hash, logged=logged)
     at = next((i for i, (a, b) in enumerate(zip(want, got)) if canonical_json(a)
                != canonical_json(b)), None)
     if at is None:

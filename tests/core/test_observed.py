@@ -9,7 +9,7 @@ from session_store import events as ev
 from session_store.decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived,
                                   HandshakeFailed, InteractionStatusObserved, InterruptionObserved,
                                   OutcomeAnswered, ProgressReturned, ResultArrived,
-                                  ResultReturned, SendFailed,
+                                  ResultReturned, SeedAsked, SendFailed,
                                   ServerMessageRejected, SessionLeft, SessionReady,
                                   SettingsUpdate, SpeechStarted, SpeechStopped,
                                   ToolCallsArrived, ToolStopped, TranscriptFlushed, decide)
@@ -82,6 +82,7 @@ CASES = [
     ([CONNECTED], TranscriptFlushed(1, (("Refund", None), (" it?", 0.5)), "Done.", 0.5)),
     ([CONNECTED, ev.ConversationMessage("assistant", "Your order A-77 is refunded.", 1)],
      InterruptionObserved(1, local=True, finished_turn_heard=0.5)),
+    ([ev.ConversationMessage("user", "hi"), ev.Connected(1)], SeedAsked(1, True, True)),
 ]
 
 
