@@ -20,7 +20,7 @@ from .state import CONTEXT_KEYS, CallState, SessionState
 from .answers import arrived_result, next_progress, stopped_failure, unless_answered
 from .outcomes import CheckAnswer, NotAnAnswer, answer_events
 from .storable import bounded, clean, is_text, preview, storable_args
-from .withholding import handle_event
+from .withholding import ModelOutputObserved, handle_event, model_output
 
 
 # --------------------------------------------------------------------------- observations
@@ -219,7 +219,7 @@ class ProgressReturned:
 Observation = (ToolCallsArrived | SpeechStarted | SpeechStopped | InterruptionObserved
                | SettingsUpdate | CancellationArrived | GoAway | ServerMessageRejected
                | InteractionStatusObserved | SessionReady | SessionLeft | HandshakeFailed
-               | HandleArrived | ToolStopped | SendFailed
+               | HandleArrived | ModelOutputObserved | ToolStopped | SendFailed
                | ResultReturned | ResultArrived | ProgressReturned | OutcomeAnswered)
 
 #: Rejected server messages after which this session's state may differ from the model's (the
@@ -314,6 +314,10 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
         case HandleArrived():
             return [handle_event(state.withholding, obs.generation, obs.handle,
                                  obs.last_consumed_index)]
+        case ModelOutputObserved():
+            moved = model_output(state.withholding, obs.generation, reaction=obs.reaction,
+                                 turn_ended=obs.turn_ended)
+            return [] if moved is None else [moved]
         case ToolStopped():
             return stopped_failure(state, obs.call_id, obs.wire_ids)
         case ResultReturned():

@@ -19,7 +19,7 @@ from . import events as ev
 from .answers import wire_ids_naming
 from .decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived, HandshakeFailed,
                      InteractionStatusObserved,
-                     InterruptionObserved, Observation, OutcomeAnswered, ProgressReturned,
+                     InterruptionObserved, ModelOutputObserved, Observation, OutcomeAnswered, ProgressReturned,
                      ResultArrived, ResultReturned, SendFailed, ServerMessageRejected, SessionLeft,
                      SessionReady,
                      SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,
@@ -33,7 +33,7 @@ OBSERVATION_KINDS: dict[str, type] = {cls.__name__: cls for cls in (
     ToolCallsArrived, SpeechStarted, SpeechStopped, InterruptionObserved, SettingsUpdate,
     CancellationArrived, GoAway, ServerMessageRejected, InteractionStatusObserved,
     SessionReady, SessionLeft, HandshakeFailed, HandleArrived, ToolStopped, ResultReturned,
-    ResultArrived, ProgressReturned, OutcomeAnswered, SendFailed)}
+    ResultArrived, ProgressReturned, OutcomeAnswered, SendFailed, ModelOutputObserved)}
 
 _ANSWERS = {"done": Done, "not_done": NotDone, "cannot_tell": CannotTell,
             "not_an_answer": NotAnAnswer}

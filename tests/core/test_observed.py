@@ -8,7 +8,7 @@ import json
 from session_store import events as ev
 from session_store.decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived,
                                   HandshakeFailed, InteractionStatusObserved, InterruptionObserved,
-                                  OutcomeAnswered, ProgressReturned, ResultArrived,
+                                  ModelOutputObserved, OutcomeAnswered, ProgressReturned, ResultArrived,
                                   ResultReturned, SendFailed,
                                   ServerMessageRejected, SessionLeft, SessionReady,
                                   SettingsUpdate, SpeechStarted, SpeechStopped,
@@ -79,6 +79,8 @@ CASES = [
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", CannotTell("timed out"))),
     (RUNNING + [ev.WorkerAttached("w2", 2)], OutcomeAnswered("c1", NotAnAnswer("'yes'"))),
     ([CONNECTED], SendFailed(1, "result", False, "RuntimeError: the socket is wedged")),
+    ([CONNECTED, ev.SendUnread(1)], ModelOutputObserved(1, reaction=True)),
+    ([CONNECTED, ev.SendUnread(1, True)], ModelOutputObserved(1, True, turn_ended=True)),
 ]
 
 
