@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from session_store import events as ev
 from session_store.audit.replay import logged_decisions, replay
-from session_store.decide import GIVE_UP_FAILURES, HandshakeFailed, SessionLeft, decide
+from session_store.decide import (GIVE_UP_FAILURES, HandshakeFailed, SessionLeft,
+                                  SessionReady, decide)
 from session_store.delivery import Reconnect, due
-from session_store.observed import observation_record
 from session_store.policy import Policy
 
 from .helpers import T0_US, Log, opened
@@ -149,10 +149,7 @@ def test_older_logs_keep_the_shells_give_up():
 def observed(log: Log, obs, at_s: float, decided: list[ev.Event] | None = None) -> None:
     """`obs` logged as the service logs it (the observation, then what was decided on it),
     with `decided` in place of decide's own events if given (a shell that decided itself)."""
-    at = T0_US + int(at_s * S)
-    state = log.state()
-    events = decide(state, obs, ALL, at) if decided is None else decided
-    log.add(observation_record(obs, events, state), *events, at_us=at)
+    log.observe(obs, ALL, at_us=T0_US + int(at_s * S), decided=decided)
 
 
 def outage(window_s: float | None) -> Log:
@@ -190,3 +187,22 @@ def test_a_log_with_the_shells_give_up_replays_as_before():
     report = replay(log.records())
     n = len(list(logged_decisions(log.records())))
     assert report.ok and report.coverage == f"{n} of {n} decisions replayed", report.coverage
+
+
+def test_a_session_opened_after_the_give_up_diverges_on_replay():
+    """The retry that follows a failed handshake is a reconnect `due` asks for: one opened
+    after the failure that gave the connection up is not, and replay says so."""
+    log = outage(WINDOW_S)
+    assert log.state().given_up
+    log.observe(SessionReady(2, None, "ab" * 32), ALL, at_us=T0_US + 32 * S)
+    [wrong] = replay(log.records()).divergences
+    assert wrong.kind == "due" and "the connection was given up" in wrong.message, wrong
+    # Before the give-up, the same retry is due: replayed as is.
+    retried = lost_session()
+    observed(retried, SessionLeft(1, "error", give_up_after_s=WINDOW_S), 0.0)
+    observed(retried, HandshakeFailed(None, "1011 unavailable", 1011,
+                                      give_up_after_s=WINDOW_S), 1.0)
+    retried.observe(SessionReady(2, None, "ab" * 32), ALL, at_us=T0_US + 2 * S)
+    report = replay(retried.records())
+    assert report.ok and report.effects_checked >= 1, report.to_json()
+
