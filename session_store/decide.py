@@ -303,12 +303,13 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
                 # Counted as the fold will: a session that got a message starts a new run.
                 earlier = (0, None) if obs.heard else (state.failures_in_row,
                                                        state.failing_since_us)
-                gone += _give_up(state, obs.give_up_after_s, now_us, *earlier, obs.error)
+                gone += _give_up(state, policy, obs.give_up_after_s, now_us, *earlier,
+                                 obs.error)
             return gone
         case HandshakeFailed():
             return [*_decide_handshake(state, obs),
-                    *_give_up(state, obs.give_up_after_s, now_us, state.failures_in_row,
-                              state.failing_since_us, obs.error)]
+                    *_give_up(state, policy, obs.give_up_after_s, now_us,
+                              state.failures_in_row, state.failing_since_us, obs.error)]
         case SendFailed():
             return _decide_send_failed(state, obs)
         case HandleArrived():
@@ -379,20 +380,24 @@ def gives_up(failures: int, since_us: int, now_us: int, window_s: float) -> bool
     return failures >= GIVE_UP_FAILURES and now_us - since_us >= int(window_s * 1e6)
 
 
-def _give_up(state: SessionState, window_s: float | None, now_us: int | None, earlier: int,
-             since_us: int | None, error: str) -> list[ev.Event]:
+def _give_up(state: SessionState, policy: Policy, window_s: float | None, now_us: int | None,
+             earlier: int, since_us: int | None, error: str) -> list[ev.Event]:
     """The `connection_given_up` outcome, once, if this failure (after `earlier` ones in its
-    run, the first at `since_us`) ends the window. Without a window (an older shell gave up
-    itself) or a clock, nothing is decided here."""
+    run, the first at `since_us`) ends the window; with the call's end if the policy says
+    so (Policy.end_call_on_give_up). Without a window (an older shell gave up itself) or a
+    clock, nothing is decided here."""
     if window_s is None or now_us is None or state.given_up:
         return []
     failures, since = earlier + 1, now_us if since_us is None else since_us
     if not gives_up(failures, since, now_us, window_s):
         return []
-    return [ev.AnomalyRecorded("connection_given_up", {
+    out: list[ev.Event] = [ev.AnomalyRecorded("connection_given_up", {
         "failures": failures, "error": bounded(error), "window_s": window_s,
         "failing_for_s": round((now_us - since) / 1e6, 3),
         "undelivered": [c.call_id for c in undelivered(state)][:20]}, state.generation)]
+    if policy.end_call_on_give_up is not None:
+        out.append(ev.SessionClosed(policy.end_call_on_give_up))
+    return out
 
 
 def _decide_send_failed(state: SessionState, obs: SendFailed) -> list[ev.Event]:

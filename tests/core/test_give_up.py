@@ -206,3 +206,51 @@ def test_a_session_opened_after_the_give_up_diverges_on_replay():
     report = replay(retried.records())
     assert report.ok and report.effects_checked >= 1, report.to_json()
 
+
+ENDS = Policy(end_call_on_give_up="gemini_unreachable")
+
+
+def test_a_policy_that_ends_the_call_on_give_up_closes_it_with_the_give_up():
+    """The call's end is decided with the give-up (Policy.end_call_on_give_up), in the same
+    decision, on a failed handshake and on a session lost to an error alike; replay decides
+    it again, and a replay with a policy that does not end calls says the log did."""
+    log = lost_session()
+    log.observe(SessionLeft(1, "error", give_up_after_s=WINDOW_S), ENDS, at_us=T0_US)
+    for at_s in (1, 15):
+        log.observe(HandshakeFailed(None, "1011", 1011, give_up_after_s=WINDOW_S), ENDS,
+                    at_us=T0_US + at_s * S)
+    last = log.observe(HandshakeFailed(None, "1011", 1011, give_up_after_s=WINDOW_S), ENDS,
+                       at_us=T0_US + 31 * S)
+    assert given_up(last) and last[-1] == ev.SessionClosed("gemini_unreachable")
+    s = log.state()
+    assert s.closed and s.given_up and reconnects(log) == []
+    report = replay(log.records(), ENDS)
+    n = len(list(logged_decisions(log.records())))
+    assert report.ok and report.coverage == f"{n} of {n} decisions replayed", report.coverage
+    [wrong] = replay(log.records(), ALL).divergences
+    assert wrong.kind == "decide" and "session.closed" in wrong.message, wrong
+
+    # A session lost to an error, before any message, past the window: left, given up, ended.
+    lost = Log()
+    lost.add(opened(), at_us=T0_US)
+    for at_s in (0, 10):
+        lost.observe(HandshakeFailed(None, "1011", 1011, give_up_after_s=WINDOW_S), ENDS,
+                     at_us=T0_US + at_s * S)
+    lost.add(ev.Connected(1), at_us=T0_US + 20 * S)
+    left = lost.observe(SessionLeft(1, "error", heard=False, give_up_after_s=WINDOW_S),
+                        ENDS, at_us=T0_US + 31 * S)
+    assert isinstance(left[0], ev.Disconnected) and given_up(left)
+    assert left[-1] == ev.SessionClosed("gemini_unreachable")
+
+
+def test_without_the_option_the_call_stays_open_for_the_app_to_end():
+    log = outage(WINDOW_S)
+    assert log.state().given_up and not log.state().closed
+
+
+def test_the_reason_to_end_with_is_text():
+    import pytest
+
+    for bad in ("", 3, True):
+        with pytest.raises(ValueError, match="end_call_on_give_up"):
+            Policy(end_call_on_give_up=bad)
