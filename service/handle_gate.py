@@ -1,9 +1,13 @@
 """The handles' gate as the service sees it: what goes out that the model has not read, the
-model output that shows it read it, and the handles that arrive, each turned into a fact for
-the log (a session that holds all it was told is the seed's decision: session_store.seeding).
-It decides nothing and keeps nothing: whether a handle is issued or withheld is decided on the gate the log folds
-(session_store.withholding, decide.HandleArrived), so a worker that takes over and
-`replay` see the same gate.
+model output that shows it read it, and the handles that arrive. It decides nothing and keeps
+nothing: the model output and the handles are observations (ModelOutputObserved,
+HandleArrived) decided on the gate the log folds (session_store.withholding), so a worker
+that takes over and `replay` see the same gate and replay decides both again.
+
+`SendUnread` is a fact, logged as a plain event: a send about to go out (as
+`conversation.sending` records one). It decides nothing by itself; what it leads to (a handle
+withheld or issued) is decided on it and replayed. (`HoldsAll`, a session known to hold all
+it was told, is the seed's decision: session_store.seeding.)
 
 The gate's events ride commits that happen anyway (a send's confirmation, the handle that
 arrives, the model's speech starting: `LogWriter.along`), so a turn commits as often as
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 
 from session_store import events as ev
 from session_store.decide import HandleArrived
-from session_store.withholding import model_output
+from session_store.withholding import ModelOutputObserved, model_output
 
 from .driver import CallDriver
 from .log_writer import LogWriter, When
@@ -45,8 +49,10 @@ class HandleGate:
         self._log.along(ev.SendUnread(generation, model_generating))
 
     async def receive(self, message: Incoming) -> None:
-        """A server message: the handle it issues, decided on the log; or the model output
-        that moves the gate (most messages move nothing: withholding.model_output)."""
+        """A server message: the handle it issues, decided on the log; or its model output,
+        decided on the log too, handed over only if it moves the gate on the gate the log
+        will hold (most messages move nothing, and must cost no commit: the same rule,
+        withholding.model_output, that decide applies)."""
         if message.handle:
             # Logged in order, without holding up the receive loop (and the audio behind it).
             await self._log.log(HandleArrived(message.generation, message.handle,
@@ -54,7 +60,8 @@ class HandleGate:
             return
         if not (message.reaction or message.turn_ended):
             return
-        moved = model_output(self._driver.gate(), message.generation,
-                             reaction=message.reaction, turn_ended=message.turn_ended)
-        if moved is not None:
-            self._log.along(moved)
+        output = ModelOutputObserved(message.generation, message.reaction,
+                                     message.turn_ended)
+        if model_output(self._driver.gate(), output.generation, reaction=output.reaction,
+                        turn_ended=output.turn_ended) is not None:
+            self._log.along(output)

@@ -22,7 +22,7 @@ from .answers import arrived_result, next_progress, stopped_failure, unless_answ
 from .outcomes import CheckAnswer, NotAnAnswer, answer_events
 from .seeding import seed_events
 from .storable import bounded, clean, is_text, preview, storable_args
-from .withholding import handle_event
+from .withholding import ModelOutputObserved, handle_event, model_output
 
 
 # --------------------------------------------------------------------------- observations
@@ -258,9 +258,9 @@ class SeedAsked:
 Observation = (ToolCallsArrived | SpeechStarted | SpeechStopped | InterruptionObserved
                | SettingsUpdate | CancellationArrived | GoAway | ServerMessageRejected
                | InteractionStatusObserved | SessionReady | SessionLeft | HandshakeFailed
-                | HandleArrived | ToolStopped | SendFailed | TranscriptFlushed
-                | ResultReturned | ResultArrived | ProgressReturned | OutcomeAnswered
-                | SeedAsked)
+                | HandleArrived | ModelOutputObserved | ToolStopped | SendFailed
+                | TranscriptFlushed | ResultReturned | ResultArrived | ProgressReturned
+                | OutcomeAnswered | SeedAsked)
 
 #: Rejected server messages after which this session's state may differ from the model's (the
 #: message may have been a toolCall, a handle, a goAway ...): the session is replaced, by the
@@ -347,17 +347,22 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
                 # Counted as the fold will: a session that got a message starts a new run.
                 earlier = (0, None) if obs.heard else (state.failures_in_row,
                                                        state.failing_since_us)
-                gone += _give_up(state, obs.give_up_after_s, now_us, *earlier, obs.error)
+                gone += _give_up(state, policy, obs.give_up_after_s, now_us, *earlier,
+                                 obs.error)
             return gone
         case HandshakeFailed():
             return [*_decide_handshake(state, obs),
-                    *_give_up(state, obs.give_up_after_s, now_us, state.failures_in_row,
-                              state.failing_since_us, obs.error)]
+                    *_give_up(state, policy, obs.give_up_after_s, now_us,
+                              state.failures_in_row, state.failing_since_us, obs.error)]
         case SendFailed():
             return _decide_send_failed(state, obs)
         case HandleArrived():
             return [handle_event(state.withholding, obs.generation, obs.handle,
                                  obs.last_consumed_index)]
+        case ModelOutputObserved():
+            moved = model_output(state.withholding, obs.generation, reaction=obs.reaction,
+                                 turn_ended=obs.turn_ended)
+            return [] if moved is None else [moved]
         case ToolStopped():
             return stopped_failure(state, obs.call_id, obs.wire_ids)
         case ResultReturned():
@@ -422,20 +427,24 @@ def gives_up(failures: int, since_us: int, now_us: int, window_s: float) -> bool
     return failures >= GIVE_UP_FAILURES and now_us - since_us >= int(window_s * 1e6)
 
 
-def _give_up(state: SessionState, window_s: float | None, now_us: int | None, earlier: int,
-             since_us: int | None, error: str) -> list[ev.Event]:
+def _give_up(state: SessionState, policy: Policy, window_s: float | None, now_us: int | None,
+             earlier: int, since_us: int | None, error: str) -> list[ev.Event]:
     """The `connection_given_up` outcome, once, if this failure (after `earlier` ones in its
-    run, the first at `since_us`) ends the window. Without a window (an older shell gave up
-    itself) or a clock, nothing is decided here."""
+    run, the first at `since_us`) ends the window; with the call's end if the policy says
+    so (Policy.end_call_on_give_up). Without a window (an older shell gave up itself) or a
+    clock, nothing is decided here."""
     if window_s is None or now_us is None or state.given_up:
         return []
     failures, since = earlier + 1, now_us if since_us is None else since_us
     if not gives_up(failures, since, now_us, window_s):
         return []
-    return [ev.AnomalyRecorded("connection_given_up", {
+    out: list[ev.Event] = [ev.AnomalyRecorded("connection_given_up", {
         "failures": failures, "error": bounded(error), "window_s": window_s,
         "failing_for_s": round((now_us - since) / 1e6, 3),
         "undelivered": [c.call_id for c in undelivered(state)][:20]}, state.generation)]
+    if policy.end_call_on_give_up is not None:
+        out.append(ev.SessionClosed(policy.end_call_on_give_up))
+    return out
 
 
 def _decide_send_failed(state: SessionState, obs: SendFailed) -> list[ev.Event]:

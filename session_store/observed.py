@@ -19,9 +19,9 @@ from . import events as ev
 from .answers import wire_ids_naming
 from .decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived, HandshakeFailed,
                      InteractionStatusObserved,
-                     InterruptionObserved, Observation, OutcomeAnswered, ProgressReturned,
-                     ResultArrived, ResultReturned, SeedAsked, SendFailed, ServerMessageRejected,
-                     SessionLeft, SessionReady,
+                     InterruptionObserved, ModelOutputObserved, Observation, OutcomeAnswered,
+                     ProgressReturned, ResultArrived, ResultReturned, SeedAsked, SendFailed,
+                     ServerMessageRejected, SessionLeft, SessionReady,
                      SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,
                      ToolStopped, TranscriptFlushed)
 from .outcomes import CannotTell, Done, NotAnAnswer, NotDone, done_unstorable
@@ -34,7 +34,7 @@ OBSERVATION_KINDS: dict[str, type] = {cls.__name__: cls for cls in (
     CancellationArrived, GoAway, ServerMessageRejected, InteractionStatusObserved,
     SessionReady, SessionLeft, HandshakeFailed, HandleArrived, ToolStopped, ResultReturned,
     ResultArrived, ProgressReturned, OutcomeAnswered, SendFailed, TranscriptFlushed,
-    SeedAsked)}
+    SeedAsked, ModelOutputObserved)}
 
 _ANSWERS = {"done": Done, "not_done": NotDone, "cannot_tell": CannotTell,
             "not_an_answer": NotAnAnswer}

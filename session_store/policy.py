@@ -50,6 +50,11 @@ class Policy:
     #: may run again.
     outcome_checks: frozenset[str] = frozenset()
     rerun_if_not_done: frozenset[str] = frozenset()
+    #: When the connection to Gemini is given up (decide.gives_up), end the call with this
+    #: reason in the same commit (`session.closed`), so the call's end is decided on the log
+    #: (and replayed) rather than by the app. None: the call stays open for the app to end
+    #: (the service still emits `on_connection_given_up`).
+    end_call_on_give_up: str | None = None
 
     def __post_init__(self) -> None:
         # Checked here, once: a typo (defer="lookup_order", a string, not a set of names)
@@ -67,6 +72,10 @@ class Policy:
         if self.resumption not in ("auto", "prefer", "avoid"):
             raise ValueError(f"Policy.resumption must be 'auto', 'prefer' or 'avoid', not "
                              f"{self.resumption!r}")
+        if self.end_call_on_give_up is not None and not (
+                isinstance(self.end_call_on_give_up, str) and self.end_call_on_give_up):
+            raise ValueError(f"Policy.end_call_on_give_up must be a reason (text) or None, "
+                             f"not {self.end_call_on_give_up!r:.80}")
         if not isinstance(self.defer_non_blocking, bool):
             raise ValueError(f"Policy.defer_non_blocking must be True or False, not "
                              f"{self.defer_non_blocking!r}")

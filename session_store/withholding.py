@@ -9,20 +9,35 @@ reacts only to what it is sent; a turn under way at the send may end first, and 
 come in between). A blocking call's response needs none of this: Gemini issues no handle
 while such a call is open.
 
-Pure. The gate is part of the call's folded state (`SessionState.withholding`): the service
-logs what it sees as events (`connection.send_unread` before a send, `earlier_turn_ended`
-and `model_reacted` for the model output that moves the gate, `holds_all` for a session
-that holds everything), `after` folds them, and a handle arriving is an observation
+Pure. The gate is part of the call's folded state (`SessionState.withholding`). Its inputs:
+two facts the service logs as events (`connection.send_unread` before a send, `holds_all`
+for a session that holds everything), and the model output that moves it, an observation
+(`ModelOutputObserved`) that `decide` turns into `earlier_turn_ended` or `model_reacted` by
+`model_output`. `after` folds them, and a handle arriving is an observation
 (`decide.HandleArrived`) decided by `handle_event` on the folded gate. A worker that takes
-over, and `replay`, see the gate the log holds.
+over, and `replay` (which decides the model output and the handles again), see the gate the
+log holds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from . import events as ev
 from .state import Withholding
+
+
+@dataclass(frozen=True)
+class ModelOutputObserved:
+    """A server message of `generation` with model output (`reaction`: audio, a transcript,
+    a toolCall, turnComplete) or the end of a turn (`turn_ended`: turnComplete or
+    interrupted). An observation (decide.Observation): whether it moves the gate is
+    `model_output`, decided on the log. The service hands over only those that do (most
+    messages are audio that moves nothing: they must cost no commit)."""
+    generation: int
+    reaction: bool = False
+    turn_ended: bool = False
 
 #: The events the gate folds.
 GATE_EVENTS = (ev.SendUnread, ev.EarlierTurnEnded, ev.ModelReacted, ev.HoldsAll)
@@ -48,9 +63,13 @@ def after(gate: Withholding, e: ev.Event) -> Withholding:
 
 
 def after_all(gate: Withholding, facts: Iterable[object]) -> Withholding:
-    """The gate once `facts` (events among other things, in order) are logged: the gate a
-    fact noted now, and not yet committed, is logged against."""
+    """The gate once `facts` (events and observations among other things, in order) are
+    logged: the gate a fact noted now, and not yet committed, is logged against."""
     for fact in facts:
+        if isinstance(fact, ModelOutputObserved):
+            moved = model_output(gate, fact.generation, reaction=fact.reaction,
+                                 turn_ended=fact.turn_ended)
+            fact = moved if moved is not None else fact
         if isinstance(fact, GATE_EVENTS):
             gate = after(gate, fact)
     return gate
@@ -61,7 +80,8 @@ def model_output(gate: Withholding, generation: int, *, reaction: bool,
     """The event a server message of `generation` is logged as, if it moves the gate: its
     model output (`reaction`: audio, a transcript, a toolCall, turnComplete; `turn_ended`:
     turnComplete or interrupted) after a send the model was not seen to read. Every other
-    message moves nothing and logs nothing (most are audio)."""
+    message moves nothing and logs nothing (most are audio). decide's rule on a
+    ModelOutputObserved, and the service's test of which messages to hand over."""
     if gate.unread_send != generation:
         return None
     if gate.turn_at_send:

@@ -30,7 +30,7 @@ from service.gemini_live import DurableGeminiLiveLLMService
 from session_store import Policy
 
 from .barge_in import SharedModelSileroVAD, barge_in_strategies, load_vad_model
-from .call_end import end_calls_that_cannot_go_on
+from .call_end import END_CALL_ON_GIVE_UP, end_calls_that_cannot_go_on
 from .config import BotConfig
 from .pacing import LeadPacedWebsocketTransport
 from .playback import PlaybackMarks
@@ -110,7 +110,8 @@ async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict,
             model=config.model, system_instruction=PROMPT.format(caller=call_data.from_number)),
         tools=TOOLS,
         store=store, call_id=call_sid,  # an open call with this id is taken over
-        policy=Policy(idempotent=IDEMPOTENT), reconnect_window_s=config.gemini_give_up_s,
+        policy=Policy(idempotent=IDEMPOTENT, end_call_on_give_up=END_CALL_ON_GIVE_UP),
+        reconnect_window_s=config.gemini_give_up_s,
         **config.gemini_connection())
     register_tools(llm, Ledger(config.ledger_path), latency_s=config.tool_latency_s)
 

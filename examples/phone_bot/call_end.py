@@ -1,8 +1,9 @@
 """A call always ends, and a stream nobody serves is closed.
 
 - Gemini unreachable: when the service gives up reaching it (GEMINI_GIVE_UP_S of failed
-  connections), the call is logged as ended with reason `gemini_unreachable` and this server
-  closes the stream. Twilio then runs the TwiML's next verb, the `<Redirect>` to the webhook,
+  connections), the call is logged as ended with reason `gemini_unreachable` in the same
+  commit as the give-up (the service's policy, `END_CALL_ON_GIVE_UP`: decided on the log, and
+  replayed), and this server closes the stream. Twilio then runs the TwiML's next verb, the `<Redirect>` to the webhook,
   which reads that reason in the log and answers an apology and a hang-up, or a transfer to
   FALLBACK_NUMBER (`verbs_for_closed_call`). Until Gemini answers again this worker's
   /readyz says 503, so the load balancer sends new calls elsewhere.
@@ -21,6 +22,8 @@ from twilio.twiml.voice_response import VoiceResponse
 from .config import BotConfig
 
 GEMINI_UNREACHABLE = "gemini_unreachable"
+#: The service's Policy.end_call_on_give_up: the call's end is logged with the give-up.
+END_CALL_ON_GIVE_UP = GEMINI_UNREACHABLE
 #: How long a probe's answer stands (a 503 worker is asked by its balancer every few s).
 PROBE_EVERY_S = 5.0
 PROBE_TIMEOUT_S = 5.0
@@ -94,15 +97,12 @@ def end_calls_that_cannot_go_on(llm, websocket, task, reach: GeminiReach) -> Non
 
     @llm.event_handler("on_connection_given_up")
     async def on_connection_given_up(service, error):
+        # The call's end is in the log already (END_CALL_ON_GIVE_UP, with the give-up).
         reach.lost()
-        logger.warning(f"call {service.call_id}: Gemini unreachable ({error}); ending the "
-                       f"call ({GEMINI_UNREACHABLE}) and closing its stream")
-        service.log_writer.call_ending = True
-        try:
-            await service.driver.close(GEMINI_UNREACHABLE)
-        finally:
-            await _close_stream(websocket, "gemini unreachable")
-            await task.cancel()
+        logger.warning(f"call {service.call_id}: Gemini unreachable ({error}); the call "
+                       f"ended ({GEMINI_UNREACHABLE}): closing its stream")
+        await _close_stream(websocket, "gemini unreachable")
+        await task.cancel()
 
     @llm.event_handler("on_fenced")
     async def on_fenced(service):

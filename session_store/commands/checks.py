@@ -58,6 +58,10 @@ def replay(call: str,
            go_away_margin: Optional[float] = typer.Option(None, "--go-away-margin",
                                                           help="Seconds before a goAway "
                                                           "deadline to reconnect anyway."),
+           end_call_on_give_up: Optional[str] = typer.Option(
+               None, "--end-call-on-give-up", help="The reason the service ends a call with "
+               "when it gives Gemini up (Policy.end_call_on_give_up; the phone bot's: "
+               "gemini_unreachable)."),
            redact: bool = RedactOption, redact_keys: Optional[str] = RedactKeysOption,
            redact_config: Optional[str] = RedactConfigOption,
            db: Optional[str] = DbOption, schema: Optional[str] = SchemaOption,
@@ -68,7 +72,7 @@ def replay(call: str,
     from ..audit.text import replay_text
 
     try:
-        policy = parse_policy(defer, idempotent, reuse, go_away_margin)
+        policy = parse_policy(defer, idempotent, reuse, go_away_margin, end_call_on_give_up)
     except ValueError as exc:  # a margin < 0
         fail(str(exc))
     redactor = redactor_for(redact, redact_keys, redact_config)

@@ -78,3 +78,19 @@ class Log:
     def state(self):
         from session_store.projection import fold
         return fold(self.records())
+
+    def observe(self, obs, policy=None, *, at_us: int | None = None,
+                decided: list[Event] | None = None) -> list[Event]:
+        """`obs` logged as the driver logs it (the observation, then what `decide` made of
+        it, at `at_us`), or with `decided` in place of decide's own events (a shell that did
+        otherwise); nothing if it decided nothing. Returns the events decided."""
+        from session_store.decide import decide
+        from session_store.observed import observation_record
+        from session_store.policy import Policy
+
+        at = self._next_at if at_us is None else at_us
+        state = self.state()
+        events = decide(state, obs, policy or Policy(), at) if decided is None else decided
+        if events:
+            self.add(observation_record(obs, events, state), *events, at_us=at)
+        return events

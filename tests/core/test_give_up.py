@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from session_store import events as ev
 from session_store.audit.replay import logged_decisions, replay
-from session_store.decide import GIVE_UP_FAILURES, HandshakeFailed, SessionLeft, decide
+from session_store.decide import (GIVE_UP_FAILURES, HandshakeFailed, SessionLeft,
+                                  SessionReady, decide)
 from session_store.delivery import Reconnect, due
-from session_store.observed import observation_record
 from session_store.policy import Policy
 
 from .helpers import T0_US, Log, opened
@@ -149,10 +149,7 @@ def test_older_logs_keep_the_shells_give_up():
 def observed(log: Log, obs, at_s: float, decided: list[ev.Event] | None = None) -> None:
     """`obs` logged as the service logs it (the observation, then what was decided on it),
     with `decided` in place of decide's own events if given (a shell that decided itself)."""
-    at = T0_US + int(at_s * S)
-    state = log.state()
-    events = decide(state, obs, ALL, at) if decided is None else decided
-    log.add(observation_record(obs, events, state), *events, at_us=at)
+    log.observe(obs, ALL, at_us=T0_US + int(at_s * S), decided=decided)
 
 
 def outage(window_s: float | None) -> Log:
@@ -190,3 +187,70 @@ def test_a_log_with_the_shells_give_up_replays_as_before():
     report = replay(log.records())
     n = len(list(logged_decisions(log.records())))
     assert report.ok and report.coverage == f"{n} of {n} decisions replayed", report.coverage
+
+
+def test_a_session_opened_after_the_give_up_diverges_on_replay():
+    """The retry that follows a failed handshake is a reconnect `due` asks for: one opened
+    after the failure that gave the connection up is not, and replay says so."""
+    log = outage(WINDOW_S)
+    assert log.state().given_up
+    log.observe(SessionReady(2, None, "ab" * 32), ALL, at_us=T0_US + 32 * S)
+    [wrong] = replay(log.records()).divergences
+    assert wrong.kind == "due" and "the connection was given up" in wrong.message, wrong
+    # Before the give-up, the same retry is due: replayed as is.
+    retried = lost_session()
+    observed(retried, SessionLeft(1, "error", give_up_after_s=WINDOW_S), 0.0)
+    observed(retried, HandshakeFailed(None, "1011 unavailable", 1011,
+                                      give_up_after_s=WINDOW_S), 1.0)
+    retried.observe(SessionReady(2, None, "ab" * 32), ALL, at_us=T0_US + 2 * S)
+    report = replay(retried.records())
+    assert report.ok and report.effects_checked >= 1, report.to_json()
+
+
+ENDS = Policy(end_call_on_give_up="gemini_unreachable")
+
+
+def test_a_policy_that_ends_the_call_on_give_up_closes_it_with_the_give_up():
+    """The call's end is decided with the give-up (Policy.end_call_on_give_up), in the same
+    decision, on a failed handshake and on a session lost to an error alike; replay decides
+    it again, and a replay with a policy that does not end calls says the log did."""
+    log = lost_session()
+    log.observe(SessionLeft(1, "error", give_up_after_s=WINDOW_S), ENDS, at_us=T0_US)
+    for at_s in (1, 15):
+        log.observe(HandshakeFailed(None, "1011", 1011, give_up_after_s=WINDOW_S), ENDS,
+                    at_us=T0_US + at_s * S)
+    last = log.observe(HandshakeFailed(None, "1011", 1011, give_up_after_s=WINDOW_S), ENDS,
+                       at_us=T0_US + 31 * S)
+    assert given_up(last) and last[-1] == ev.SessionClosed("gemini_unreachable")
+    s = log.state()
+    assert s.closed and s.given_up and reconnects(log) == []
+    report = replay(log.records(), ENDS)
+    n = len(list(logged_decisions(log.records())))
+    assert report.ok and report.coverage == f"{n} of {n} decisions replayed", report.coverage
+    [wrong] = replay(log.records(), ALL).divergences
+    assert wrong.kind == "decide" and "session.closed" in wrong.message, wrong
+
+    # A session lost to an error, before any message, past the window: left, given up, ended.
+    lost = Log()
+    lost.add(opened(), at_us=T0_US)
+    for at_s in (0, 10):
+        lost.observe(HandshakeFailed(None, "1011", 1011, give_up_after_s=WINDOW_S), ENDS,
+                     at_us=T0_US + at_s * S)
+    lost.add(ev.Connected(1), at_us=T0_US + 20 * S)
+    left = lost.observe(SessionLeft(1, "error", heard=False, give_up_after_s=WINDOW_S),
+                        ENDS, at_us=T0_US + 31 * S)
+    assert isinstance(left[0], ev.Disconnected) and given_up(left)
+    assert left[-1] == ev.SessionClosed("gemini_unreachable")
+
+
+def test_without_the_option_the_call_stays_open_for_the_app_to_end():
+    log = outage(WINDOW_S)
+    assert log.state().given_up and not log.state().closed
+
+
+def test_the_reason_to_end_with_is_text():
+    import pytest
+
+    for bad in ("", 3, True):
+        with pytest.raises(ValueError, match="end_call_on_give_up"):
+            Policy(end_call_on_give_up=bad)

@@ -8,8 +8,8 @@ import json
 from session_store import events as ev
 from session_store.decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived,
                                   HandshakeFailed, InteractionStatusObserved, InterruptionObserved,
-                                  OutcomeAnswered, ProgressReturned, ResultArrived,
-                                  ResultReturned, SeedAsked, SendFailed,
+                                  ModelOutputObserved, OutcomeAnswered, ProgressReturned,
+                                  ResultArrived, ResultReturned, SeedAsked, SendFailed,
                                   ServerMessageRejected, SessionLeft, SessionReady,
                                   SettingsUpdate, SpeechStarted, SpeechStopped,
                                   ToolCallsArrived, ToolStopped, TranscriptFlushed, decide)
@@ -83,6 +83,8 @@ CASES = [
     ([CONNECTED, ev.ConversationMessage("assistant", "Your order A-77 is refunded.", 1)],
      InterruptionObserved(1, local=True, finished_turn_heard=0.5)),
     ([ev.ConversationMessage("user", "hi"), ev.Connected(1)], SeedAsked(1, True, True)),
+    ([CONNECTED, ev.SendUnread(1)], ModelOutputObserved(1, reaction=True)),
+    ([CONNECTED, ev.SendUnread(1, True)], ModelOutputObserved(1, True, turn_ended=True)),
 ]
 
 

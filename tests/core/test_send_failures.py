@@ -5,7 +5,8 @@ mid-turn (the socket cannot be trusted with the next send), decided on the log."
 from __future__ import annotations
 
 from session_store import events as ev
-from session_store.decide import SendFailed, decide
+from session_store.audit.replay import replay
+from session_store.decide import SendFailed, SessionLeft, SessionReady, decide
 from session_store.delivery import SEND_FAILED, Reconnect, due
 from session_store.policy import Policy
 
@@ -59,3 +60,34 @@ def test_a_pending_reconnect_that_would_wait_is_made_urgent():
     s = log.state()
     assert Reconnect(SEND_FAILED) in due(s, ALL, log.now_us)
     assert s.reconnect_keys == ["voice"]  # the settings still go with the new session
+
+
+def left_for_a_failed_send(failure: SendFailed | None) -> Log:
+    """A live session, `failure` observed on it (None: nothing failed), then the session
+    left for a failed send and the next one opened, each logged as the driver logs it."""
+    log = Log()
+    log.add(opened())
+    log.observe(SessionReady(1, None, "ab" * 32), ALL)
+    if failure is not None:
+        log.observe(failure, ALL)
+    log.observe(SessionLeft(1, SEND_FAILED), ALL)
+    log.observe(SessionReady(2, None, "ab" * 32), ALL)
+    return log
+
+
+def test_a_session_left_for_a_failed_send_is_checked_as_the_reconnect_it_asked_for():
+    log = left_for_a_failed_send(SendFailed(1, "result", False, "RuntimeError: x"))
+    report = replay(log.records())
+    assert report.ok, report.to_json()
+    # The Disconnected and the Connected are both checked as effects of the log's state.
+    assert report.effects_checked >= 2, report.to_json()
+
+
+def test_a_session_left_for_a_failed_send_that_asked_for_none_diverges():
+    """A shell that reconnected on a failure the log did not decide a reconnect for (none
+    at all, or one on a closed socket, which is the receive loop's)."""
+    for failure in (None, SendFailed(1, "result", True, "ConnectionClosedError: 1011")):
+        log = left_for_a_failed_send(failure)
+        [wrong] = replay(log.records()).divergences
+        assert wrong.kind == "due" and "reconnects (send_failed)" in wrong.message, wrong
+        assert "no send on it failed" in wrong.message, wrong

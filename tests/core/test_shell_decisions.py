@@ -10,8 +10,8 @@ from session_store import events as ev
 from session_store.answers import (STOPPED_ERROR, cancelled_on_wire, next_progress,
                                    stopped_failure, unless_answered)
 from session_store.compaction import compact
-from session_store.decide import (HandleArrived, ResultArrived, SessionLeft, SessionReady,
-                                  decide)
+from session_store.decide import (HandleArrived, ModelOutputObserved, ResultArrived,
+                                  SessionLeft, SessionReady, decide)
 from session_store.policy import Policy
 from session_store.projection import from_snapshot, to_snapshot
 from session_store.state import Withholding
@@ -50,11 +50,17 @@ def arrived(log: Log, generation: int, handle: str, index: int | None = None) ->
 
 def output(log: Log, generation: int, *, reaction: bool = True,
            turn_ended: bool = False) -> ev.Event | None:
-    """A server message's model output, logged as the service logs it (if it moves the gate)."""
-    moved = model_output(log.state().withholding, generation, reaction=reaction,
-                         turn_ended=turn_ended)
-    if moved is not None:
-        log.add(moved)
+    """A server message's model output, decided as the driver decides it (logged only if
+    it moves the gate), and the service's test of whether to hand it over agrees."""
+    obs = ModelOutputObserved(generation, reaction, turn_ended)
+    decided = decide(log.state(), obs, ALL)
+    handed_over = model_output(log.state().withholding, generation, reaction=reaction,
+                               turn_ended=turn_ended) is not None
+    assert handed_over == bool(decided)
+    if not decided:
+        return None
+    [moved] = decided
+    log.add(moved)
     return moved
 
 
@@ -118,6 +124,20 @@ def test_the_gate_the_noted_facts_leave_is_the_one_the_log_folds():
     expected = after_all(log.state().withholding, noted)
     log.add(*noted)
     assert log.state().withholding == expected == Withholding(0, 1, False)
+
+
+def test_model_output_noted_and_not_committed_moves_the_gate_ahead():
+    """A ModelOutputObserved noted (the driver's `gate()`) counts as the event decide will
+    make of it, so a message after it is handed over (or not) on the gate the log will hold."""
+    log = gate_log()
+    log.add(ev.SendUnread(1, turn_under_way=True))
+    noted = [ModelOutputObserved(1, reaction=True),  # the earlier turn's output: nothing
+             ModelOutputObserved(1, turn_ended=True), ModelOutputObserved(1, reaction=True)]
+    ahead = after_all(log.state().withholding, noted)
+    for obs in noted:
+        log.add(*decide(log.state(), obs, ALL))
+    assert log.state().withholding == ahead == Withholding(1, 0, False)
+    assert log.events[-2:] == [ev.EarlierTurnEnded(1), ev.ModelReacted(1)]
 
 
 def test_a_snapshot_keeps_the_gate():

@@ -16,8 +16,12 @@ import xml.etree.ElementTree as ET
 import pytest
 from twilio.twiml.voice_response import VoiceResponse
 
-from examples.phone_bot.call_end import GEMINI_UNREACHABLE, verbs_for_closed_call
+from examples.phone_bot.call_end import (END_CALL_ON_GIVE_UP, GEMINI_UNREACHABLE,
+                                         verbs_for_closed_call)
 from examples.phone_bot.config import DEFAULT_APOLOGY, BotConfig
+from examples.phone_bot.tools import IDEMPOTENT
+from session_store import Policy
+from session_store.audit.replay import logged_decisions, replay
 
 from .rig import rig
 
@@ -58,8 +62,17 @@ async def test_a_call_gemini_cannot_serve_hears_an_apology_and_ends(db, tmp_path
         records = await r.closed_records(caller.call_sid)
         closed = [rec.data["reason"] for rec in records if rec.type == "session.closed"]
         assert closed == [GEMINI_UNREACHABLE]
-        assert any(rec.type == "anomaly.recorded" and rec.data.get("kind") == "connection_given_up"
-                   for rec in records), [rec.type for rec in records]
+        [given_up] = [rec for rec in records if rec.type == "anomaly.recorded"
+                      and rec.data.get("kind") == "connection_given_up"]
+        # The service ended the call with its give-up (Policy.end_call_on_give_up), in the
+        # same decision; replay, with the bot's policy, decides both again.
+        [ended] = [rec for rec in records if rec.type == "session.closed"]
+        assert ended.version == given_up.version + 1, [rec.type for rec in records]
+        report = replay(records, Policy(idempotent=IDEMPOTENT,
+                                        end_call_on_give_up=END_CALL_ON_GIVE_UP))
+        n = len(list(logged_decisions(records)))
+        assert report.ok, [d.message for d in report.divergences]
+        assert report.coverage == f"{n} of {n} decisions replayed", report.coverage
 
         served = r.worker_at(stream.worker)
         status, body = await r.readyz(served)

@@ -101,3 +101,7 @@ async def test_a_worker_that_takes_over_sees_the_gate_its_predecessor_left(flavo
     assert report.ok, report.to_json()
     assert report.coverage == f"{n} of {n} decisions replayed"
     assert [d.kind for d in decisions].count("HandleArrived") == 3
+    # The model's reaction is decided on the gate too, and decided again by replay.
+    moved = [e for e in new.events if e.type in ("connection.earlier_turn_ended",
+                                                  "connection.model_reacted")]
+    assert [d.kind for d in decisions].count("ModelOutputObserved") == len(moved) >= 1

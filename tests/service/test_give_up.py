@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from service.local_live import Audio, Close, Script, TurnComplete
+from session_store import Policy
 from session_store.audit import replay
 from session_store.audit.replay import logged_decisions
 
@@ -151,5 +152,40 @@ async def test_a_worker_that_takes_over_during_the_failures_keeps_their_window(f
     assert detail["failing_for_s"] >= WINDOW_S
     report = replay(new.events)
     n = len(list(logged_decisions(new.events)))
+    assert report.ok, [d.message for d in report.divergences]
+    assert report.coverage == f"{n} of {n} decisions replayed", report.coverage
+
+
+@pytest.mark.parametrize("flavour_name", ["sqlite", "postgres"], indirect=True)
+async def test_a_policy_that_ends_the_call_on_give_up_logs_its_end_with_the_give_up(flavour):
+    """Policy.end_call_on_give_up: the service ends the call in the commit that gives the
+    connection up (the app is still told, and only has its own side to close); replay,
+    given the policy, decides the end again."""
+    errors: list[str] = []
+    policy = Policy(end_call_on_give_up="gemini_unreachable")
+
+    def scripts(conn):
+        if conn.index == 0:
+            return Script([Audio(chunks=2), TurnComplete(), Close(1011, "internal error")],
+                          reply=())
+        return Script(refuse_setup=1011, refuse_reason=UNAVAILABLE)
+
+    async def drive(ctl: Ctl):
+        assert await ctl.wait(lambda: errors, timeout=20), "never given up"
+        await ctl.settle(1.0)
+
+    run = await run_call(flavour, scripts, drive, reconnect_window_s=WINDOW_S, policy=policy,
+                         prepare=_told(errors), timeout=40)
+
+    assert len(errors) == 1, errors
+    [anomaly] = run.find("anomaly.recorded", kind="connection_given_up")
+    [closed] = run.find("session.closed")
+    assert closed.data["reason"] == "gemini_unreachable"
+    # The same decision, the same commit: nothing between them.
+    assert (closed.version, closed.recorded_at_us) == (anomaly.version + 1,
+                                                       anomaly.recorded_at_us), run.timeline()
+    assert run.state.closed and run.state.given_up
+    report = replay(run.events, policy)
+    n = len(list(logged_decisions(run.events)))
     assert report.ok, [d.message for d in report.divergences]
     assert report.coverage == f"{n} of {n} decisions replayed", report.coverage

@@ -15,8 +15,8 @@ from session_store import events as ev
 from session_store.audit import replay
 from session_store.audit.replay import logged_decisions
 from session_store.decide import (FunctionCall, HandleArrived, HandshakeFailed,
-                                  InterruptionObserved, ProgressReturned, ResultArrived,
-                                  SendFailed, SessionReady, ToolCallsArrived,
+                                  InterruptionObserved, ModelOutputObserved, ProgressReturned,
+                                  ResultArrived, SendFailed, SessionReady, ToolCallsArrived,
                                   TranscriptFlushed)
 from session_store.heard import CUT_MARK
 from session_store.delivery import SEND_FAILED, Reconnect, StartCall
@@ -133,17 +133,44 @@ async def test_handles_are_decided_on_the_gate_the_next_worker_folds(store):
     assert second.state.withholding == Withholding(0, 1, False)
     await second.observe(SessionReady(2, None, "ab" * 32))
     second.note(ev.SendUnread(2, turn_under_way=True))
-    second.note(ev.EarlierTurnEnded(2))
+    # The model output is an observation decided on the gate: the earlier turn's output
+    # moves nothing (and logs nothing), its end and the next turn's output do.
+    second.note(ModelOutputObserved(2, reaction=True))
+    second.note(ModelOutputObserved(2, turn_ended=True))
+    assert second.gate() == Withholding(0, 2, False)
     assert (await second.observe(HandleArrived(2, "h-a"))).events[1:] == [
         ev.HandleWithheld(2, "h-a")]
-    second.note(ev.ModelReacted(2))
+    second.note(ModelOutputObserved(2, reaction=True))
     assert (await second.observe(HandleArrived(2, "h-b", 3))).events[1:] == [
         ev.HandleIssued(2, "h-b", 3)]
 
     kinds = await replayed_in_full(store, "call-g", policy)
-    assert kinds.count("HandleArrived") == 3
+    assert kinds.count("HandleArrived") == 3 and kinds.count("ModelOutputObserved") == 2
+    records = await store.read("call-g")
+    assert [r.type for r in records if r.type in (
+        "connection.earlier_turn_ended", "connection.model_reacted")] == [
+        "connection.earlier_turn_ended", "connection.model_reacted"]
     stored = await load_state(store, "call-g", use_snapshot=False)
     assert stored.withholding == Withholding(2, 0, False) and list(stored.handles) == ["h-b"]
+
+
+async def test_a_log_whose_gate_moved_otherwise_diverges_on_replay(store):
+    """Replay decides the model output again: a log that says the model reacted where
+    today's rule says its output was the earlier turn's diverges."""
+    policy = Policy()
+    driver = CallDriver(store, "call-m", policy, worker_id="w1")
+    await driver.attach(model="m", tools=["lookup"], settings={})
+    await driver.observe(SessionReady(1, None, "ab" * 32))
+    driver.note(ev.SendUnread(1, turn_under_way=True))
+    await driver.observe(ModelOutputObserved(1, turn_ended=True))
+    records = await store.read("call-m")
+    assert (await replayed_in_full(store, "call-m", policy)).count("ModelOutputObserved") == 1
+    ended = records[-1]
+    assert ended.type == "connection.earlier_turn_ended"
+    # A shell that took the end of the turn under way as the model's reaction.
+    forged = [*records[:-1], dataclasses.replace(ended, type="connection.model_reacted")]
+    report = replay(forged, policy)
+    assert not report.ok and report.divergences[0].kind == "decide", report.to_json()
 
 
 async def test_a_failed_send_is_decided_on_the_log_and_its_reconnect_seen_by_the_next_worker(

@@ -77,6 +77,10 @@ async def test_calls_filters_and_paging(loaded):
     margin = await acli("replay", "support-1", "--go-away-margin", "-5", backend=loaded)
     assert margin.exit_code == 2 and "go_away_margin_s must be" in margin.stderr, margin.output
     assert "Traceback" not in margin.output
+    # The policy a call ran with, for a call that ends when Gemini is given up.
+    ends = await acli("replay", "support-1", "--end-call-on-give-up", "gemini_unreachable",
+                      backend=loaded)
+    assert ends.exit_code == 0 and "Traceback" not in ends.output, ends.output
 
 
 SUPPORT_ENTRIES = [

@@ -59,6 +59,8 @@ def test_another_policy_shows_where_decisions_would_change():
     # deferring only another tool is the same as "none" for lookup_order
     assert len(replay(recs, parse_policy(defer="book")).divergences) == 1
     assert replay(recs, parse_policy(defer="lookup_order,book")).ok
+    assert parse_policy(end_call_on_give_up="gemini_unreachable").end_call_on_give_up == \
+        "gemini_unreachable" and parse_policy().end_call_on_give_up is None
 
 
 def test_a_settings_change_without_its_reconnect_is_reported():

@@ -20,7 +20,8 @@ records (observations.py), which covers only these kinds:
 Replay runs today's `decide` on the state before the group and compares its events with the
 logged ones. **Effects** are what the shell did because `due(state)` said so: a call started,
 an in-doubt call resolved, a result or an intermediate result sent, a contextUpdate, turns
-told to a resumed session, a reconnect, the handle a new session resumed from.
+told to a resumed session, a reconnect (a failed send's included), a new session (none after
+the connection was given up), the handle it resumed from.
 For each, replay asks today's `due` / `choose_resumption` at that point (same state, the
 event's time) whether it would have done the same. The state always follows the *logged*
 events, so one divergence does not cascade into a hundred.
@@ -36,8 +37,9 @@ from typing import Any
 
 from ... import events as ev
 from ...decide import RESYNC_KINDS, Observation, decide
-from ...delivery import (ApplyContext, Reconnect, ResolveInDoubt, SendConversation, SendResult,
-                         StartCall, TellCut, choose_resumption, due, lacks_context)
+from ...delivery import (SEND_FAILED, ApplyContext, Reconnect, ResolveInDoubt, SendConversation,
+                         SendResult, StartCall, TellCut, choose_resumption, due,
+                         lacks_context)
 from ...policy import Policy
 from ...errors import EventDecodeError
 from ...events import canonical_json
@@ -218,10 +220,14 @@ class _Replayer:
                                          f"about the cut at version {e.cut} (via {via}); "
                                          "today's code would not", effects)
             case ev.Disconnected(reason=reason) if reason in ("settings", "go_away",
-                                                               *RESYNC_KINDS):
+                                                               SEND_FAILED, *RESYNC_KINDS):
                 effects = due(s, self.policy, t)
-                if not any(isinstance(x, Reconnect) for x in effects):
-                    why = ("the bot is still speaking" if s.bot_speaking else
+                # A failed send's reconnect is its own (due at once, whatever the turn).
+                if not any(isinstance(x, Reconnect) and (reason != SEND_FAILED
+                                                         or x.reason == SEND_FAILED)
+                           for x in effects):
+                    why = ("no send on it failed" if reason == SEND_FAILED else
+                           "the bot is still speaking" if s.bot_speaking else
                            "the model is still working (interaction status IN_PROGRESS)"
                            if not s.idle else
                            "tool calls are still waiting to start" if any(
@@ -246,6 +252,18 @@ class _Replayer:
                 return
             case ev.Connected():
                 fallback, self.failed_handshake = self.failed_handshake, False
+                if not s.connected and not any(isinstance(x, Reconnect)
+                                               for x in due(s, self.policy, t)):
+                    # A session opened where none was due: after the connection was given
+                    # up (a retry after the failed handshake that gave it up, say).
+                    self.report.effects_checked += 1
+                    why = ("the call is closed" if s.closed else
+                           "the connection was given up" if s.given_up else
+                           "no reconnect is due")
+                    self.diverge(rec.version, rec.version, "due", f"the log opens generation "
+                                 f"{e.generation}; today's code would not connect: {why}",
+                                 None, [event_json(e)], [])
+                    return
                 if fallback:
                     return  # a retry after a refused resumption: the shell's call, not due's
                 want = choose_resumption(s, self.policy, t, frozenset(self.passed_over))

@@ -101,7 +101,8 @@ class ReplayReport:
 
 
 def parse_policy(defer: str = "all", idempotent: str = "", reuse: str = "all",
-                 go_away_margin_s: float | None = None) -> Policy:
+                 go_away_margin_s: float | None = None,
+                 end_call_on_give_up: str | None = None) -> Policy:
     """A Policy from CLI-style strings: "all" | "none" | comma-separated tool names."""
 
     def names(text: str):
@@ -115,6 +116,8 @@ def parse_policy(defer: str = "all", idempotent: str = "", reuse: str = "all",
     kwargs["idempotent"] = frozenset() if isinstance(idem, str) else idem
     if go_away_margin_s is not None:
         kwargs["go_away_margin_s"] = go_away_margin_s
+    if end_call_on_give_up:
+        kwargs["end_call_on_give_up"] = end_call_on_give_up
     return Policy(**kwargs)
 
 
