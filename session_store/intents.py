@@ -26,10 +26,17 @@ ALL: frozenset[type] = LOGGED | {Reconnect}
 def intents(state: SessionState, effects: list[Effect], kinds: frozenset[type],
             epoch: int) -> list[ev.Event]:
     """The events that log the effects of `kinds`, in the order `due` gave them, for the
-    worker of fencing epoch `epoch` on the session `state` is connected to."""
+    worker of fencing epoch `epoch` on the session `state` is connected to. A send `due`
+    puts before them that is not of `kinds` holds the later sends back (they are logged by
+    the drain that logs it): the model reads what goes out in order, and a result it read
+    before the turns a resumed session lacks made it say those turns again."""
     out: list[ev.Event] = []
+    held = False
     for effect in effects:
         if type(effect) not in kinds:
+            held = held or type(effect) in SENDS
+            continue
+        if held and type(effect) in SENDS:
             continue
         match effect:
             case ResolveInDoubt():
