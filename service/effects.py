@@ -44,7 +44,7 @@ class Connection(Protocol):
     @property
     def busy(self) -> bool: ...
 
-    def schedule(self, reason: str) -> None: ...
+    def schedule(self, reason: str, *, planned: bool = False) -> None: ...
 
 
 class EffectRunner:
@@ -167,7 +167,7 @@ class EffectRunner:
         if Reconnect in kinds and not self._link.busy:
             for effect in decision.effects:
                 if isinstance(effect, Reconnect):
-                    self._link.schedule(effect.reason)
+                    self._link.schedule(effect.reason, planned=True)
         return acted
 
     # ------------------------------------------------------------------ sends

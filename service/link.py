@@ -14,8 +14,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from google.genai import errors as genai_errors
+from loguru import logger
 
 from session_store.decide import RESYNC_KINDS, HandshakeFailed, SessionLeft, SessionReady
+from session_store.delivery import Reconnect
 
 from .log_writer import LogWriter, When
 from .port import ServicePort
@@ -117,6 +119,12 @@ class Link:
             self._speech.old_playback_is_speech), when=When.DURABLE)
 
     # ------------------------------------------------------------------ reconnects
+    def _still_due(self, state) -> bool:
+        """Is a reconnect still due on the log as it is (the notes not in yet)? Asked before
+        the transcript is flushed, not to cut the bot's words in two for a reconnect that
+        waits; the log decides for good (decide.SessionLeft)."""
+        return any(isinstance(e, Reconnect) for e in self._driver.due())
+
     @property
     def busy(self) -> bool:
         """A reconnect or a handshake is under way, or a fresh session awaits its seed."""
@@ -130,22 +138,24 @@ class Link:
         """A session can carry a send now."""
         return not (self._svc._session is None or self._svc._disconnecting or self.busy)
 
-    def schedule(self, reason: str) -> None:
-        """Reconnect in a task of its own: never from inside the receive loop."""
+    def schedule(self, reason: str, *, planned: bool = False) -> None:
+        """Reconnect in a task of its own: never from inside the receive loop. `planned`:
+        one `due` found due (its leave is decided again when logged: decide.SessionLeft)."""
         if self._task and not self._task.done():
             return
-        self._task = self._svc._spawn(self.reconnect_now(reason), "planned_reconnect")
+        self._task = self._svc._spawn(self.reconnect_now(reason, planned=planned),
+                                      "planned_reconnect")
 
-    async def reconnect_now(self, reason: str) -> None:
+    async def reconnect_now(self, reason: str, *, planned: bool = False) -> None:
         if self._reconnecting:  # one at a time: the one under way brings a new session
             return
         self._reconnecting = True
         try:
-            await self._replace(reason)
+            await self._replace(reason, planned)
         finally:
             self._reconnecting = False
 
-    async def _replace(self, reason: str) -> None:
+    async def _replace(self, reason: str, planned: bool = False) -> None:
         svc = self._svc
         if reason in PACED_REASONS:
             # A server that garbles or drops every session must not get a reconnect loop at
@@ -154,13 +164,23 @@ class Link:
             now = time.monotonic()
             self._resyncs = [t for t in self._resyncs if now - t < 30.0] + [now]
             await asyncio.sleep(min(0.25 * (len(self._resyncs) - 1), 2.0))
-        await self._flush_transcript()  # what was said belongs to the session that heard it
         state = self._driver.state
+        if planned and not self._still_due(state):
+            return  # (what made it wait makes it due again: due schedules it then)
+        await self._flush_transcript()  # what was said belongs to the session that heard it
+        generation = state.generation
         # (No reconnect window: only a session lost to an error can end in a give-up.)
         if state.connected and not await self._log.log(SessionLeft(
-                state.generation, reason, self._speech.old_playback_is_speech, self.heard),
-                when=When.DURABLE):
+                generation, reason, self._speech.old_playback_is_speech, self.heard,
+                if_due=planned), when=When.DURABLE):
             return  # fenced (the session is being closed) or the call is ending
+        state = self._driver.state
+        if planned and state.connected and state.generation == generation:
+            # The log did not leave: what was committed since the reconnect was found due (the
+            # bot speaking again, a toolCall) makes it wait, decided on the state it was
+            # logged on. Whatever makes it due again has `due` schedule it then.
+            logger.info(f"{svc}: the {reason} reconnect waits: no longer due when logged")
+            return
         # A new session must carry the settings as they are now (upstream sends the old prompt).
         before = svc.pipecat_state.with_current_prompt()
         svc.apply(before)

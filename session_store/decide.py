@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import events as ev
-from .delivery import SEND_FAILED, session_knows_call, undelivered
+from .delivery import SEND_FAILED, reconnect_due, session_knows_call, undelivered
 from .lineage import in_model
 from .models import call_mode
 from .policy import Policy
@@ -144,13 +144,17 @@ class SessionLeft:
     """The service closes the live session for `reason` (`transport_playing`: as above;
     "error": the receive loop lost it). `heard`: the session got a server message, which
     ends a run of connection failures. `give_up_after_s`: how long such a run may go on
-    before the connection is given up (the service's reconnect window; None: not judged)."""
+    before the connection is given up (the service's reconnect window; None: not judged).
+    `if_due`: a planned reconnect's leave, taken only if that reconnect is still due on the
+    state it is logged on: what was committed since it was found due (the bot speaking
+    again, a toolCall) may make it wait (False: logs from before, left unconditionally)."""
     generation: int
     reason: str
     transport_playing: bool = False
     heard: bool = True
     give_up_after_s: float | None = None
     error: str = ""  # what lost it ("error"), bounded by the shell
+    if_due: bool = False
 
 
 @dataclass(frozen=True)
@@ -339,7 +343,8 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
             return [ev.Connected(obs.generation, obs.handle, obs.prompt_sha256),
                     *_still_playing(obs)]
         case SessionLeft():
-            if not state.connected:
+            if not state.connected or (obs.if_due and not _leave_due(state, obs, policy,
+                                                                      now_us)):
                 return []
             gone: list[ev.Event] = [ev.Disconnected(obs.generation, obs.reason, obs.error,
                                                     heard=obs.heard), *_still_playing(obs)]
@@ -460,6 +465,15 @@ def _decide_send_failed(state: SessionState, obs: SendFailed) -> list[ev.Event]:
             and state.reconnect_pending != SEND_FAILED):
         out.append(ev.ReconnectRequested(SEND_FAILED))
     return out
+
+
+def _leave_due(state: SessionState, obs: SessionLeft, policy: Policy,
+               now_us: int | None) -> bool:
+    """Is the planned reconnect `obs` leaves for due on this state (a failed send's: its own,
+    whatever the turn)? As replay checks a logged Disconnected."""
+    reconnect = reconnect_due(state, policy, 0 if now_us is None else now_us)
+    return reconnect is not None and (obs.reason != SEND_FAILED
+                                      or reconnect.reason == SEND_FAILED)
 
 
 def _still_playing(obs: SessionReady | SessionLeft) -> list[ev.Event]:

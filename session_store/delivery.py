@@ -207,7 +207,20 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
         if not (state.bot_speaking and (call.status == "deferred"
                                         or policy.defers(call.name, call.mode))):
             effects.append(StartCall(call.call_id, 1, idempotency_key(state, call)))
-    waiting = bool(waiting_calls)
+    reconnect = reconnect_due(state, policy, now_us, waiting=bool(waiting_calls))
+    if reconnect is not None:
+        effects.append(reconnect)
+    return effects
+
+
+def reconnect_due(state: SessionState, policy: Policy, now_us: int, *,
+                  waiting: bool | None = None) -> Reconnect | None:
+    """The reconnect due now, if any: no live session, or one pending (a goAway, new
+    settings, a failed send, a resync) whose safe point has come. Asked by `due`, and again
+    by decide.SessionLeft on the state a planned leave is logged on. `waiting`: whether
+    calls wait to start (`due` knows already)."""
+    if waiting is None:
+        waiting = bool(_waiting_calls(state))
     deadline_near = (state.go_away_deadline_us is not None and now_us
                      >= state.go_away_deadline_us - int(policy.go_away_margin_s * 1e6))
     # Once the connection is given up (decide.gives_up) the shell stops: no reconnect.
@@ -215,8 +228,8 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
         reason = state.reconnect_pending or ("takeover" if state.takeovers else "connection_lost")
         if (not state.connected or deadline_near or (state.idle and not waiting)
                 or reason == SEND_FAILED):
-            effects.append(Reconnect(reason))
-    return effects
+            return Reconnect(reason)
+    return None
 
 
 def _settle_in_doubt(state: SessionState, call: CallState, policy: Policy) -> Effect:

@@ -142,7 +142,8 @@ def comparable(lines: list[dict[str, Any]], *, ignore_prompt_hash: bool = False,
         if line["type"] == "decision.observed" and isinstance(data.get("data"), dict):
             # The observation as read: when it was read is the re-run's clock, and a
             # goAway's time left is measured then (decide counts the deadline from it).
-            seen = {k: v for k, v in data["data"].items() if k != "read_at_us"}
+            # `if_due` marks a planned leave, which logs from before it do not say.
+            seen = {k: v for k, v in data["data"].items() if k not in ("read_at_us", "if_due")}
             _round_time_left(seen)
             data["data"] = seen
         if ignore_prompt_hash:

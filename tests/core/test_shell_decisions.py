@@ -18,7 +18,7 @@ from session_store.state import Withholding
 from session_store.storable import Unstorable
 from session_store.withholding import after_all, model_output
 
-from .helpers import Log, opened
+from .helpers import T0_US, Log, opened
 
 ALL = Policy()
 
@@ -291,6 +291,23 @@ def test_leaving_a_session_while_the_transport_plays_keeps_the_bot_speaking():
         ev.Disconnected(1, "go_away"), ev.BotStartedSpeaking(1, "transport")]
     log.add(ev.Disconnected(1, "error"))
     assert decide(log.state(), SessionLeft(1, "error"), ALL) == []  # nothing live to leave
+
+
+def test_a_planned_leave_is_taken_only_if_its_reconnect_is_still_due():
+    """A goAway's reconnect found due while the bot was silent; the model's next turn was
+    committed before the leave: the leave waits (if_due), unless the deadline is near. A
+    leave from an older log (if_due False) is taken as it was."""
+    log = Log()
+    log.add(opened(), ev.Connected(1))
+    at = log.add(ev.GoAwayReceived(1, 30.0))
+    leave = SessionLeft(1, "go_away", if_due=True)
+    assert decide(log.state(), leave, ALL, T0_US) == [ev.Disconnected(1, "go_away")]
+    log.add(ev.BotStartedSpeaking(1, "model"))
+    assert decide(log.state(), leave, ALL, T0_US) == []
+    assert decide(log.state(), SessionLeft(1, "go_away"), ALL, T0_US) == [
+        ev.Disconnected(1, "go_away")]
+    near = log.times[at - 1] + 26_000_000  # 4 s left, inside the 5 s margin
+    assert decide(log.state(), leave, ALL, near) == [ev.Disconnected(1, "go_away")]
 
 
 def test_a_result_after_the_hang_up_is_still_the_calls_outcome():
