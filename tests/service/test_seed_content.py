@@ -28,10 +28,9 @@ def seeds(connection) -> list[list[tuple[str, str]]]:
             for message in connection.received if message.kind == "client_content"]
 
 
-async def test_fresh_sessions_are_seeded_with_each_speaker_in_its_role(flavour):
-    """The first session dies before Gemini issued any handle: the second starts fresh and
-    is seeded from the log. Both seeds give the bot's opening line to the model, and on 2.5
-    end with a (blank) user turn (pipecat: 2.5 wants a seed to end with one; 3.x does not)."""
+async def _first_session_dies_before_any_handle(flavour):
+    """A call whose first session dies before Gemini issued a handle: the second starts
+    fresh and is seeded from the log."""
     scripts = [Script([Sleep(0.3), Close(1011, "internal error")], reply=(),
                       resumption_after_turn=False),
                Script([Audio(chunks=2), TurnComplete()], reply=())]
@@ -40,7 +39,14 @@ async def test_fresh_sessions_are_seeded_with_each_speaker_in_its_role(flavour):
         assert await ctl.wait(lambda: ctl.script_done(1) and not ctl.tap.speaking, timeout=10)
         await ctl.settle()
 
-    run = await run_call(flavour, scripts, drive, messages=OPENING)
+    return await run_call(flavour, scripts, drive, messages=OPENING)
+
+
+async def test_fresh_sessions_are_seeded_with_each_speaker_in_its_role(flavour):
+    """The first session dies before Gemini issued any handle: the second starts fresh and
+    is seeded from the log. Both seeds give the bot's opening line to the model, and on 2.5
+    end with a (blank) user turn (pipecat: 2.5 wants a seed to end with one; 3.x does not)."""
+    run = await _first_session_dies_before_any_handle(flavour)
 
     assert len(run.connections) == 2
     assert run.connections[1].resumption_handle is None
@@ -60,15 +66,7 @@ async def test_whether_the_model_answers_a_seed_is_decided_on_the_log_per_genera
     reconnect only 2.5 is asked to recap. What each session got (turnComplete, and on 3.x
     the realtime text nudge) is what the log's seed intent says, and replay decides it
     again from the logged `SeedAsked`."""
-    scripts = [Script([Sleep(0.3), Close(1011, "internal error")], reply=(),
-                      resumption_after_turn=False),
-               Script([Audio(chunks=2), TurnComplete()], reply=())]
-
-    async def drive(ctl: Ctl):
-        assert await ctl.wait(lambda: ctl.script_done(1) and not ctl.tap.speaking, timeout=10)
-        await ctl.settle()
-
-    run = await run_call(flavour, scripts, drive, messages=OPENING)
+    run = await _first_session_dies_before_any_handle(flavour)
 
     assert len(run.connections) == 2
     family = generation_of(run)
