@@ -30,6 +30,23 @@ def _told(errors: list[str]):
     return prepare
 
 
+async def _lost_then_refused_until_given_up(flavour, errors: list[str], **options):
+    """A session that got messages, then lost (the run of failures starts there), and every
+    handshake after it refused, until the service gives the connection up."""
+    def scripts(conn):
+        if conn.index == 0:
+            return Script([Audio(chunks=2), TurnComplete(), Close(1011, "internal error")],
+                          reply=())
+        return Script(refuse_setup=1011, refuse_reason=UNAVAILABLE)
+
+    async def drive(ctl: Ctl):
+        assert await ctl.wait(lambda: errors, timeout=20), "never given up"
+        await ctl.settle(1.0)
+
+    return await run_call(flavour, scripts, drive, reconnect_window_s=WINDOW_S,
+                          prepare=_told(errors), timeout=40, **options)
+
+
 def _assert_decided_and_replayed(run, on: str) -> None:
     """The give-up was decided on an `on` observation, in its append, once the window had
     passed since the first failure of the run (the first session lost to an error here)."""
@@ -52,18 +69,7 @@ def _assert_decided_and_replayed(run, on: str) -> None:
 async def test_handshakes_failing_for_the_window_give_the_connection_up_on_the_log(flavour):
     errors: list[str] = []
 
-    def scripts(conn):
-        if conn.index == 0:  # a session that got messages, then lost: the run starts here
-            return Script([Audio(chunks=2), TurnComplete(), Close(1011, "internal error")],
-                          reply=())
-        return Script(refuse_setup=1011, refuse_reason=UNAVAILABLE)
-
-    async def drive(ctl: Ctl):
-        assert await ctl.wait(lambda: errors, timeout=20), "never given up"
-        await ctl.settle(1.0)
-
-    run = await run_call(flavour, scripts, drive, reconnect_window_s=WINDOW_S,
-                         prepare=_told(errors), timeout=40)
+    run = await _lost_then_refused_until_given_up(flavour, errors)
 
     assert len(errors) == 1, errors
     _assert_decided_and_replayed(run, "HandshakeFailed")
@@ -164,18 +170,7 @@ async def test_a_policy_that_ends_the_call_on_give_up_logs_its_end_with_the_give
     errors: list[str] = []
     policy = Policy(end_call_on_give_up="gemini_unreachable")
 
-    def scripts(conn):
-        if conn.index == 0:
-            return Script([Audio(chunks=2), TurnComplete(), Close(1011, "internal error")],
-                          reply=())
-        return Script(refuse_setup=1011, refuse_reason=UNAVAILABLE)
-
-    async def drive(ctl: Ctl):
-        assert await ctl.wait(lambda: errors, timeout=20), "never given up"
-        await ctl.settle(1.0)
-
-    run = await run_call(flavour, scripts, drive, reconnect_window_s=WINDOW_S, policy=policy,
-                         prepare=_told(errors), timeout=40)
+    run = await _lost_then_refused_until_given_up(flavour, errors, policy=policy)
 
     assert len(errors) == 1, errors
     [anomaly] = run.find("anomaly.recorded", kind="connection_given_up")
