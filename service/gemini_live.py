@@ -46,7 +46,7 @@ from pipecat.services.google.gemini_live.llm import (MAX_CONSECUTIVE_FAILURES,
 
 from session_store import Policy
 from session_store.checks import check_count, check_seconds
-from session_store.decide import SeedAsked, ServerMessageRejected
+from session_store.decide import SeedAsked, ServerMessageRejected, TakenOver
 from session_store.delivery import ResolveInDoubt
 from session_store.errors import CallClosed
 from session_store.outcomes import CannotTell, Done, NotDone
@@ -58,7 +58,7 @@ from .driver import CallDriver
 from .effects import EffectRunner
 from .handle_gate import HandleGate
 from .link import RECONNECT_WINDOW_S, Link
-from .log_writer import STARTS, LogWriter
+from .log_writer import STARTS, LogWriter, When
 from .outcome_checks import (CHECK_TIMEOUT_S, TOOL_GRACE_S, OutcomeCheck, OutcomeChecks,
                              wait_for_tools)
 from .playback import PlaybackPosition
@@ -83,6 +83,9 @@ __all__ = ["CannotTell", "Done", "DurableGeminiLiveLLMService", "MAX_FRAME_BYTES
 #: and is answered with an explicit error, instead of the client closing the socket (1009)
 #: on a call the model would ask for again on the resumed session, until pipecat gives up.
 MAX_FRAME_BYTES = 16 << 20
+#: pipecat's output transports write one chunk ahead of real time (audio_out_10ms_chunks=4:
+#: 40 ms); what was written before a worker died is all the caller hears of it.
+PLAYBACK_LEAD_S = 0.04
 
 
 class DurableGeminiLiveLLMService(GeminiLiveLLMService):
@@ -104,6 +107,10 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     decided on the log on its clock, so a takeover goes on with the same window.
     `tool_grace_s`: how long a tool still running when the call ends may go on to log its
     outcome (after the end); one still running then stays in doubt.
+    `playback_lead_s`: how far ahead of real time the pipeline writes the bot's audio (its
+    transport's pacing): after a takeover, the bot's message the dead worker was playing
+    counts as heard as far as its audio can have been written (PLAYBACK_LEAD_S;
+    session_store/heard.py).
     """
 
     # (pipecat annotates it with a name its module rebinds, which a type checker cannot follow)
@@ -123,6 +130,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         max_frame_bytes: int = MAX_FRAME_BYTES,
         reconnect_window_s: float = RECONNECT_WINDOW_S,
         tool_grace_s: float = TOOL_GRACE_S,
+        playback_lead_s: float = PLAYBACK_LEAD_S,
         # pipecat's GeminiLiveLLMService, spelled out so that IDEs and type checkers see them
         # (their defaults are pipecat's: tests/service/test_pipecat_contract.py pins them).
         # `model`, `voice_id` and `params` are deprecated upstream in favour of `settings`.
@@ -148,6 +156,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         check_seconds("reconnect_window_s", reconnect_window_s, zero_ok=True)
         check_count("max_frame_bytes", max_frame_bytes)
         check_seconds("tool_grace_s", tool_grace_s, zero_ok=True)
+        check_seconds("playback_lead_s", playback_lead_s, zero_ok=True)
         super().__init__(
             api_key=api_key, model=model, voice_id=voice_id,
             start_audio_paused=start_audio_paused, start_video_paused=start_video_paused,
@@ -183,6 +192,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         self._watchdog_task: asyncio.Task | None = None
         self.outcome_checks = OutcomeChecks(self._driver, self.log_writer, self.stepper)
         self._tool_grace_s = tool_grace_s
+        self._playback_lead_s = playback_lead_s
         #: Where the caller's playback is (a playback.PlaybackPosition), if the pipeline knows:
         #: an interrupted turn is then logged as far as the caller heard it.
         self.playback: PlaybackPosition | None = None
@@ -280,6 +290,10 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         logger.info(f"{self}: call {self.call_id} attached at version {state.version}, "
                     f"epoch {self._driver.epoch}")
         self.apply(restored(self.pipecat_state, state.settings))
+        # A dead worker's playback stopped with it: the bot's message it was playing is cut
+        # to what the caller can have heard before the first session is chosen (heard.py).
+        if state.takeovers:
+            await self.log_writer.log(TakenOver(self._playback_lead_s), when=When.DURABLE)
         # Calls a dead worker left in doubt are settled before the new session is seeded, so
         # the model learns their outcome with its history instead of asking again. (Re-runs
         # of idempotent ones wait for the pipeline's StartFrame: no tool runs before it.)

@@ -32,6 +32,7 @@ from .translate import jsonable
 from .wire import Rejection
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*s?\s*$")
+_RATE = re.compile(r"rate=(\d+)")
 
 
 def parse_time_left(value: Any) -> float:
@@ -64,6 +65,9 @@ class Receiver:
         # late), and the bot's.
         self._words: list[tuple[str, float | None]] = []
         self._said: list[str] = []
+        # The model's audio since the last flush: how long, and when its first part came.
+        self._said_audio_s = 0.0
+        self._said_audio_from_us: int | None = None
         # When the bot's last message was flushed (monotonic); None once the model goes on.
         self._answered_at: float | None = None
         self._unknown_logged: set[str] = set()  # unknown message fields already logged
@@ -92,9 +96,13 @@ class Receiver:
     async def _go_away(self, gen: int, time_left: float) -> None:
         # In the receive loop, bounded while the database is down; the time left is counted
         # down to the goAway's record time (decide.GoAway).
+        read = time.monotonic()
         await self._log.log(GoAway(gen, time_left, now_us()), when=When.HERE)
+        # Due `margin` before the deadline, counted from the read: a wait for the log (a
+        # commit ahead of this one) comes out of the timer, not out of the margin.
         margin = self._driver.policy.go_away_margin_s
-        self._svc._spawn(self._effects.due_after(max(time_left - margin, 0.0)),
+        waited = time.monotonic() - read
+        self._svc._spawn(self._effects.due_after(max(time_left - margin - waited, 0.0)),
                          "go_away_deadline")
 
     async def _cancellation(self, gen: int, ids: tuple) -> None:
@@ -138,6 +146,10 @@ class Receiver:
                 await self.flush_transcript(heard)
         if sc.model_turn:
             self._speech.heard()
+            seconds = audio_seconds(sc.model_turn)
+            if seconds and self._said_audio_from_us is None:
+                self._said_audio_from_us = time.time_ns() // 1000
+            self._said_audio_s += seconds
         if sc.input_transcription and sc.input_transcription.text:
             since = (None if self._answered_at is None
                      else round(time.monotonic() - self._answered_at, 3))
@@ -151,13 +163,16 @@ class Receiver:
         """What was said since the last flush, to be decided into messages on the log
         (`heard`: the part of an interrupted turn's audio the caller heard); [] if nothing."""
         words, said = tuple(self._words), "".join(self._said).strip()
+        audio_s, self._said_audio_s = self._said_audio_s, 0.0
+        audio_from, self._said_audio_from_us = self._said_audio_from_us, None
         self._words.clear()
         self._said.clear()
         if not words and not said:
             return []
         if said:
             self._answered_at = time.monotonic()
-        return [TranscriptFlushed(self._driver.state.generation, words, said, heard)]
+        audio = (round(audio_s, 3), audio_from) if said and audio_s else (None, None)
+        return [TranscriptFlushed(self._driver.state.generation, words, said, heard, *audio)]
 
     async def pipeline_interruption(self) -> None:
         """pipecat interrupts the bot (a local voice detector heard the caller). With a model
@@ -210,6 +225,20 @@ class Receiver:
                        f"{str(rejection.detail)[:300]}")
         await self._log.log(ServerMessageRejected(rejection.kind, rejection.detail,
                                                   self._driver.state.generation))
+
+
+def audio_seconds(content) -> float:
+    """How long the audio in a model turn's parts is (Gemini Live sends 16-bit PCM, its rate
+    in the mime type: `audio/pcm;rate=24000`)."""
+    seconds = 0.0
+    for part in content.parts or ():
+        blob = part.inline_data
+        if blob is None or not blob.data or not (blob.mime_type or "").startswith("audio/pcm"):
+            continue
+        rate = _RATE.search(blob.mime_type)
+        hz = int(rate.group(1)) if rate else 24000
+        seconds += len(blob.data) / 2 / hz if hz > 0 else 0.0
+    return seconds
 
 
 def _finished_heard(playback: PlaybackPosition | None) -> float | None:

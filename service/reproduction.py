@@ -25,7 +25,9 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 
 from service import local_live as kit
-from service.gemini_live import CannotTell, Done, DurableGeminiLiveLLMService, NotDone
+from service.driver import now_us
+from service.gemini_live import (PLAYBACK_LEAD_S, CannotTell, Done,
+                                 DurableGeminiLiveLLMService, NotDone)
 from service.headless_pipeline import PlaybackOutput, run_worker, tools_schema
 from session_store import Policy, open_store
 from session_store.audit import Redactor, export_line
@@ -38,6 +40,8 @@ from session_store.events import ObservationRecorded
 # No new event for this long: the re-run is stuck (it waits for a decision the log has and
 # today's code does not take); it stops and the comparison names the decision.
 STALL_S = 10.0
+# From a worker's start to its takeover's record time (its pipeline and the log's read).
+WORKER_START_US = 30_000
 # How long an append waits for a stimulus released while it is under way to be handed to
 # the service (a few loop turns of plain Python: the tool's callback to the log's lock).
 HANDOVER_S = 0.05
@@ -201,15 +205,27 @@ def _check(spec):
     return check
 
 
+async def _after_audio(store, call: str, after_us: int) -> None:
+    """Wait until `after_us` (less a worker's start) after the re-run's bot message's first
+    audio: a takeover as long after it as the log's, so it cuts what the log's cut."""
+    said = [r for r in await store.read(call) if r.type == "conversation.message"
+            and getattr(r.event, "audio_from_us", None)]
+    if said:
+        wait_us = said[-1].event.audio_from_us + after_us - now_us() - WORKER_START_US
+        await asyncio.sleep(max(wait_us, 0) / 1e6)
+
+
 async def _worker(spec, store, progress: _Progress, server, runs,
-                  played: dict[int, asyncio.Event]) -> PipelineWorker:
+                  played: dict[int, asyncio.Event],
+                  playback_lead_s: float = PLAYBACK_LEAD_S) -> PipelineWorker:
     settings = {k: v for k, v in spec["settings"].items() if k in _SETTINGS}
     settings["model"] = spec["model"]  # (the settings' copy is masked under --redact)
     llm = DurableGeminiLiveLLMService(
         api_key="local-test-key", http_options=server.http_options(),
         settings=DurableGeminiLiveLLMService.Settings(**settings),
         tools=tools_schema(spec["tools"]), store=store, call_id=spec["call"],
-        policy=Policy(idempotent=frozenset(spec["idempotent"])))
+        policy=Policy(idempotent=frozenset(spec["idempotent"])),
+        playback_lead_s=playback_lead_s)
     for name in spec["tools"]:
         llm.register_function(name, _tool(spec, progress, runs, name),
                               cancel_on_interruption=spec["tool_modes"].get(name)
@@ -300,7 +316,10 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
                 stores.append(store)
                 dead = asyncio.Event()
                 _mortal(store, progress, worker["last_version"], dead, played)
-                task = await _worker(spec, store, progress, server, runs, played)
+                if worker.get("after_audio_us") is not None:
+                    await _after_audio(stores[0], spec["call"], worker["after_audio_us"])
+                task = await _worker(spec, store, progress, server, runs, played,
+                                     worker.get("playback_lead_s", PLAYBACK_LEAD_S))
                 run = asyncio.create_task(run_worker(task))
                 app = asyncio.create_task(_app(spec, worker, task, progress))
                 until = worker["last_version"]

@@ -17,7 +17,7 @@ from .lineage import in_model
 from .models import call_mode
 from .policy import Policy
 from .state import CONTEXT_KEYS, CallState, SessionState
-from .heard import interruption_events, transcript_events
+from .heard import interruption_events, takeover_events, transcript_events
 from .answers import arrived_result, next_progress, stopped_failure, unless_answered
 from .outcomes import CheckAnswer, NotAnAnswer, answer_events
 from .seeding import seed_events
@@ -90,11 +90,23 @@ class TranscriptFlushed:
     message stands it could belong to, none yet or the model went on since); `said`, the
     bot's; `heard_fraction`: an interrupted turn's part of its audio the caller heard (None:
     unknown, or not interrupted). Messages, late words and the cut are decided on the log
-    (heard.transcript_events)."""
+    (heard.transcript_events). `said_audio_s`: how long the audio of `said` is, as received,
+    and `said_audio_from_us`: when its first audio arrived (None: unknown)."""
     generation: int
     words: tuple[tuple[str, float | None], ...] = ()
     said: str = ""
     heard_fraction: float | None = None
+    said_audio_s: float | None = None
+    said_audio_from_us: int | None = None
+
+
+@dataclass(frozen=True)
+class TakenOver:
+    """This worker took the call over (its WorkerAttached is logged): the dead worker's
+    playback stopped with it, and the log decides how much of the bot's last message the
+    caller can have heard (heard.takeover_events). `playback_lead_s`: how far ahead of real
+    time the pipeline wrote the bot's audio (it plays on after the worker died)."""
+    playback_lead_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -264,7 +276,7 @@ Observation = (ToolCallsArrived | SpeechStarted | SpeechStopped | InterruptionOb
                | InteractionStatusObserved | SessionReady | SessionLeft | HandshakeFailed
                 | HandleArrived | ModelOutputObserved | ToolStopped | SendFailed
                 | TranscriptFlushed | ResultReturned | ResultArrived | ProgressReturned
-                | OutcomeAnswered | SeedAsked)
+                | OutcomeAnswered | SeedAsked | TakenOver)
 
 #: Rejected server messages after which this session's state may differ from the model's (the
 #: message may have been a toolCall, a handle, a goAway ...): the session is replaced, by the
@@ -314,7 +326,10 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
                                        obs.finished_turn_heard)
         case TranscriptFlushed():
             return transcript_events(state, obs.generation, obs.words, obs.said,
-                                     obs.heard_fraction)
+                                     obs.heard_fraction, obs.said_audio_s,
+                                     obs.said_audio_from_us)
+        case TakenOver():
+            return takeover_events(state, now_us, obs.playback_lead_s)
         case SettingsUpdate():
             # Nothing else in a Gemini Live setup applies to a running session: the system
             # instruction and tools go in by contextUpdate where the model takes one; every

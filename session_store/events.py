@@ -345,11 +345,16 @@ def _result_sent_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 class ConversationMessage(Event):
     """A user or bot turn; `generation`: the session that heard or said it. `late`: the
     user's words of the turn the bot's last message answered, transcribed after that answer
-    (3.x): the fold places them with that turn, not after it."""
+    (3.x): the fold places them with that turn, not after it. `audio_s`: how long the
+    audio of a bot message is, and `audio_from_us` when its first audio arrived (the
+    worker's clock), so a takeover can tell how much of it can have played (None: unknown,
+    or older logs)."""
     role: str  # user | assistant
     text: str
     generation: int = 0
     late: bool = False
+    audio_s: float | None = None
+    audio_from_us: int | None = None
 
 
 @event_type("conversation.message_cut")

@@ -56,10 +56,12 @@ def is_late(state: SessionState, since_answer_s: float | None) -> bool:
 
 def transcript_events(state: SessionState, generation: int,
                       words: Sequence[tuple[str, float | None]], said: str,
-                      heard_fraction: float | None) -> list[ev.Event]:
+                      heard_fraction: float | None, said_audio_s: float | None = None,
+                      said_audio_from_us: int | None = None) -> list[ev.Event]:
     """What was said since the last flush, as one message per role: the late words of the
     turn already answered first (the fold places them with it), then this turn's; the bot's
-    `said` as said, then cut to the `heard_fraction` of its audio (an interrupted turn)."""
+    `said` as said (with its audio's length), then cut to the `heard_fraction` of its audio
+    (an interrupted turn)."""
     late = "".join(text for text, since in words if is_late(state, since)).strip()
     user = "".join(text for text, since in words if not is_late(state, since)).strip()
     said = said.strip()
@@ -69,7 +71,9 @@ def transcript_events(state: SessionState, generation: int,
     if user:
         out.append(ev.ConversationMessage("user", user, generation))
     if said:
-        out += [ev.ConversationMessage("assistant", said, generation),
+        audio_s = round(said_audio_s, 3) if said_audio_s else None
+        out += [ev.ConversationMessage("assistant", said, generation, audio_s=audio_s,
+                                       audio_from_us=said_audio_from_us if audio_s else None),
                 *cut_of(said, generation, heard_fraction)]
     return out
 
@@ -90,3 +94,21 @@ def interruption_events(state: SessionState, generation: int, local: bool,
     if local and not cut:
         return []
     return [ev.Interrupted(generation), *cut]
+
+
+def takeover_events(state: SessionState, now_us: int | None, lead_s: float = 0.0
+                    ) -> list[ev.Event]:
+    """A worker took the call over at `now_us`: the dead worker stopped writing the bot's
+    last message somewhere before then, and what it had written (`lead_s` ahead of real
+    time) played out. If that time since its first audio arrived is shorter than
+    its audio, the caller cannot have heard all of it: it is cut to the part
+    that time allows, as a barge-in would cut it, so the next session is seeded with what
+    the caller heard instead of resuming a model that said the rest (lineage.holds_cut_turn).
+    Death came before the takeover, so this errs towards heard: the caller may miss the end
+    of a message rather than hear a step twice."""
+    playing = state.playing
+    if playing is None or now_us is None or playing.audio_s <= 0:
+        return []
+    fraction = ((now_us - playing.started_us) / 1e6 + lead_s) / playing.audio_s
+    return cut_of(playing.text, playing.generation, fraction) if fraction < 1.0 else []
+

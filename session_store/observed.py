@@ -23,7 +23,7 @@ from .decide import (CancellationArrived, FunctionCall, GoAway, HandleArrived, H
                      ProgressReturned, ResultArrived, ResultReturned, SeedAsked, SendFailed,
                      ServerMessageRejected, SessionLeft, SessionReady,
                      SettingsUpdate, SpeechStarted, SpeechStopped, ToolCallsArrived,
-                     ToolStopped, TranscriptFlushed)
+                     TakenOver, ToolStopped, TranscriptFlushed)
 from .outcomes import CannotTell, Done, NotAnAnswer, NotDone, done_unstorable
 from .state import SessionState
 from .storable import Unstorable, storable_args, why_unstorable
@@ -34,7 +34,7 @@ OBSERVATION_KINDS: dict[str, type] = {cls.__name__: cls for cls in (
     CancellationArrived, GoAway, ServerMessageRejected, InteractionStatusObserved,
     SessionReady, SessionLeft, HandshakeFailed, HandleArrived, ToolStopped, ResultReturned,
     ResultArrived, ProgressReturned, OutcomeAnswered, SendFailed, TranscriptFlushed,
-    SeedAsked, ModelOutputObserved)}
+    SeedAsked, ModelOutputObserved, TakenOver)}
 
 _ANSWERS = {"done": Done, "not_done": NotDone, "cannot_tell": CannotTell,
             "not_an_answer": NotAnAnswer}

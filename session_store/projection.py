@@ -17,10 +17,10 @@ from .errors import CorruptEvent, EventDecodeError, StreamDamaged
 from .lineage import context_held
 from .records import RecordedEvent, recorded_at_problem
 from .state import (CONTEXT_KEYS, CallState, Cover, CutNote, Generation, Handle, HistoryNeeded,
-                    Progress, Send, SessionState, Withholding)
+                    Playing, Progress, Send, SessionState, Withholding)
 from .withholding import after
 
-PROJECTION_VERSION = 15
+PROJECTION_VERSION = 16
 
 
 def _apply(s: SessionState, rec: RecordedEvent) -> None:
@@ -56,6 +56,7 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             s.uncut_answer = None
         case ev.SessionClosed():
             s.closed, s.connected, s.bot_speaking = True, False, False
+            s.playing = None
             s.cut_notes = []
         case ev.Connected():
             parent = s.handles.get(e.handle) if e.handle else None
@@ -116,8 +117,10 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
             s.bot_speaking = True
         case ev.BotStoppedSpeaking():
             s.bot_speaking = False
+            if e.source != "turn_complete":  # (the model's turn ended; its audio plays on)
+                s.playing = None
         case ev.Interrupted():
-            s.bot_speaking, s.uncut_answer = False, None
+            s.bot_speaking, s.uncut_answer, s.playing = False, None, None
         case ev.SettingsChanged():
             s.settings.update(e.values)
             if CONTEXT_KEYS & set(e.keys):
@@ -196,9 +199,12 @@ def _apply(s: SessionState, rec: RecordedEvent) -> None:
                                   at_us=rec.recorded_at_us))
         case ev.ConversationMessage():
             _add_message(s, e, rec.version)
+            if e.role == "assistant":
+                s.playing = None if not e.audio_s else Playing(
+                    e.text, e.generation, e.audio_from_us or rec.recorded_at_us, e.audio_s)
         case ev.ConversationMessageCut():
             _cut_last_answer(s, e.text, e.generation)
-            s.uncut_answer = None
+            s.uncut_answer, s.playing = None, None
             if s.connected and e.generation == s.generation:
                 s.cut_notes.append(CutNote(rec.version, e.generation, e.text))
         case ev.CutTelling():
@@ -351,6 +357,7 @@ def from_snapshot(text: str) -> SessionState:
     data["cut_notes"] = [CutNote(**n) for n in data.get("cut_notes", [])]
     data["answer_mark"] = tuple(data["answer_mark"]) if data.get("answer_mark") else None
     data["uncut_answer"] = tuple(data["uncut_answer"]) if data.get("uncut_answer") else None
+    data["playing"] = Playing(**data["playing"]) if data.get("playing") else None
     data["context_sends"] = [Cover(**c) for c in data["context_sends"]]
     data["conversation_sends"] = [Cover(**c) for c in data["conversation_sends"]]
     data["archived"] = set(data["archived"])

@@ -98,6 +98,17 @@ class CallState:
 
 
 @dataclass
+class Playing:
+    """The bot's last message while its audio may still be playing (`audio_s` long, its
+    first audio received at `started_us`): a takeover decides how much of it the caller can
+    have heard (heard.takeover_events)."""
+    text: str
+    generation: int
+    started_us: int
+    audio_s: float
+
+
+@dataclass
 class CutNote:
     """A bot turn the caller cut short, owed a note by the live session that said it
     (ConversationMessageCut at log version `cut`, `heard`: what they heard of it). `via` is
@@ -210,6 +221,10 @@ class SessionState:
     # barge-in may still cut it (its audio may still be playing): cleared by its cut, by an
     # interruption (which consults it once) and by a takeover (nothing of it plays there).
     uncut_answer: tuple[str, int] | None = None
+    # The bot's last message while its audio may still play: cleared by its cut, an
+    # interruption, or the speech stopping for any reason but the model's turnComplete (the
+    # transport plays on). A takeover keeps it: the dead worker's playback stopped in it.
+    playing: Playing | None = None
     calls: dict[str, CallState] = field(default_factory=dict)
     # The conversation in log order: (role, text) for user/assistant turns and
     # ("tool", call_id) where a call was made; a fresh session is seeded from it.

@@ -26,7 +26,7 @@ from pipecat.serializers.twilio import TwilioFrameSerializer
 from pipecat.transports.websocket.fastapi import (FastAPIWebsocketParams,
                                                   FastAPIWebsocketTransport)
 
-from service.gemini_live import DurableGeminiLiveLLMService
+from service.gemini_live import PLAYBACK_LEAD_S, DurableGeminiLiveLLMService
 from session_store import Policy
 
 from .barge_in import SharedModelSileroVAD, barge_in_strategies, load_vad_model
@@ -112,6 +112,8 @@ async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict,
         store=store, call_id=call_sid,  # an open call with this id is taken over
         policy=Policy(idempotent=IDEMPOTENT, end_call_on_give_up=END_CALL_ON_GIVE_UP),
         reconnect_window_s=config.gemini_give_up_s,
+        # Written ahead of real time: the pacing's lead, on top of pipecat's chunk.
+        playback_lead_s=PLAYBACK_LEAD_S + (config.audio_lead_s or 0.0),
         **config.gemini_connection())
     register_tools(llm, Ledger(config.ledger_path), latency_s=config.tool_latency_s)
 

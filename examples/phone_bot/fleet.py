@@ -67,6 +67,8 @@ from .tools import CHECKED, IDEMPOTENT
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_URL = "https://phone-bot.invalid"  # the load balancer's address (.invalid: never real)
+#: Where a kill can be placed (_plan_kill).
+KILL_STEPS = ("greeting", "greeting-playing", "refund_order", "send_receipt", "farewell")
 TOOL_EVENTS = ("tool.call_requested", "tool.call_started", "tool.call_completed",
                "tool.result_sending", "tool.result_sent")
 HANG_UP_AFTER_QUIET_S = 0.8
@@ -127,10 +129,12 @@ class CallOutcome:
 async def run_fleet(db: str = "sqlite", *, workers: int = 3, calls: int = 20, kill: bool = True,
                     seed: int | None = None, workdir: Path | None = None,
                     spread_s: float = 3.0, quiet: bool = False, keep: bool = False,
-                    pg_url: str = PG_URL) -> dict:
+                    pg_url: str = PG_URL, kill_step: str | None = None,
+                    kill_delay_s: float | None = None) -> dict:
     """`keep`: leave the database (the SQLite file in `workdir`, the PostgreSQL schema in
     `pg_url`'s database) for `session-store` to read afterwards; `summary["db_url"]` and
-    `summary["db_schema"]` say where."""
+    `summary["db_schema"]` say where. `kill_step` (one of KILL_STEPS) and `kill_delay_s`: kill
+    there instead of at a random step and delay (the call is still chosen by the seed)."""
     seed = random.randrange(1 << 30) if seed is None else seed
     rng = random.Random(seed)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
@@ -141,8 +145,8 @@ async def run_fleet(db: str = "sqlite", *, workers: int = 3, calls: int = 20, ki
         databases = Databases(db, workdir, pg_url)
         url, schema = await databases()
         try:
-            summary = await _run(url, schema, rng, say, workdir, workers, calls, kill,
-                                 spread_s, db)
+            summary = await _run(url, schema, rng, say, workdir, workers, calls,
+                                 (kill_step, kill_delay_s) if kill else None, spread_s, db)
             summary["seed"] = seed  # --seed repeats the same choice of call, tool and event
             summary["db_url"], summary["db_schema"] = url, schema
             (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -152,8 +156,8 @@ async def run_fleet(db: str = "sqlite", *, workers: int = 3, calls: int = 20, ki
                 await databases.cleanup()
 
 
-async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: int, kill: bool,
-               spread_s: float, db: str) -> dict:
+async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: int,
+               kill: tuple[str | None, float | None] | None, spread_s: float, db: str) -> dict:
     plan = PhoneCallPlan()
     ledger = workdir / "tool-ledger.jsonl"
     # The run's own: a kept workdir's ledger from the run before would read as tools run
@@ -188,7 +192,7 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
             phone_calls = [PhoneCall(balancer, f"{PUBLIC_URL}/twiml", f"+1555000{1000 + i}",
                                      hang_up_when=hang_up_when, auth_token=token)
                            for i in range(n_calls)]
-            kill_plan = _plan_kill(rng, phone_calls) if kill else None
+            kill_plan = _plan_kill(rng, phone_calls, *kill) if kill else None
             # This process's loop (the callers, the local Gemini server) is the rig: a late
             # wake-up of it stamps the audio late, which the ear hears as a stall.
             rig_lag = LoopLag()
@@ -317,18 +321,28 @@ async def _worker_loop_lags(fleet: list[Worker]) -> dict[str, list[tuple[float, 
 
 # ------------------------------------------------------------------ the kill
 
-def _plan_kill(rng, calls: list[PhoneCall]) -> tuple[PhoneCall, Kill]:
+def _plan_kill(rng, calls: list[PhoneCall], step: str | None = None,
+               delay_s: float | None = None) -> tuple[PhoneCall, Kill]:
     """A random call and a random point of it: the greeting or the caller's request (0-2.2 s
     after it opened), one of its tools' events and 0-150 ms after it, or the goodbye (after
-    the last result went to Gemini)."""
+    the last result went to Gemini). `step` and `delay_s` fix the point instead (KILL_STEPS;
+    "greeting-playing": after the greeting's message is logged, its audio still playing)."""
     target = rng.choice(calls)
     tools = [name for name, _ in tool_calls(target.from_number)]
-    step = rng.choice(["greeting", *tools, "farewell"])
+    step = step or rng.choice(["greeting", *tools, "farewell"])
+
+    def delay(low: float, high: float) -> float:
+        return rng.uniform(low, high) if delay_s is None else delay_s
+
     if step == "greeting":
-        return target, Kill(target.call_sid, "", "session.opened", rng.uniform(0.0, 2.2))
+        return target, Kill(target.call_sid, "", "session.opened", delay(0.0, 2.2))
+    if step == "greeting-playing":
+        return target, Kill(target.call_sid, "", "conversation.message", delay(0.0, 1.2))
     if step == "farewell":
-        return target, Kill(target.call_sid, tools[-1], "tool.result_sent", rng.uniform(0.1, 1.0))
-    return target, Kill(target.call_sid, step, rng.choice(TOOL_EVENTS), rng.uniform(0.0, 0.15))
+        return target, Kill(target.call_sid, tools[-1], "tool.result_sent", delay(0.1, 1.0))
+    if step not in tools:
+        raise ValueError(f"no step {step!r} in a phone call: {', '.join(KILL_STEPS)}")
+    return target, Kill(target.call_sid, step, rng.choice(TOOL_EVENTS), delay(0.0, 0.15))
 
 
 async def _kill_mid_tool(target: PhoneCall, kill: Kill, calls: list[PhoneCall],
@@ -345,8 +359,9 @@ async def _kill_mid_tool(target: PhoneCall, kill: Kill, calls: list[PhoneCall],
                 raise RuntimeError(f"the call to kill in ended first ({target.call_sid})")
             for record in await store.read(target.call_sid, from_version=version + 1):
                 version = record.version
-                if (record.type in (*TOOL_EVENTS, "session.opened")
-                    and record.data.get("call_id", "").startswith(tool)):
+                if (record.type in (*TOOL_EVENTS, "session.opened", "conversation.message")
+                    and record.data.get("call_id", "").startswith(tool)
+                    and record.data.get("role", "assistant") == "assistant"):
                     seen.add(record.type)
             await asyncio.sleep(0.02)
         await asyncio.sleep(kill.delay_s)
@@ -632,7 +647,8 @@ def _report(outcomes: list[CallOutcome], kill: Kill | None, wall: float, db: str
     heard = summary["heard"]
     say(f"heard by the callers: {heard['repeats']} repeated utterances "
         f"({heard['moved_calls']} moved calls), {heard['restarts']} cut utterances said "
-        f"again, {heard['goodbye_unheard']} calls ended without the goodbye heard, "
+        f"again, {heard['unfinished']} cut off and never heard whole, "
+        f"{heard['goodbye_unheard']} calls ended without the goodbye heard, "
         f"{len(heard['stalls_s'])} stalls over 100 ms inside an utterance"
         + (f" (max {max(heard['stalls_s']):.3f} s)" if heard["stalls_s"] else ""))
     if violations:
@@ -676,6 +692,9 @@ def _heard_summary(outcomes: list[CallOutcome]) -> dict:
             "repeats_in_moved_calls": sum(len(h.repeats) for h in moved),
             "restarts": sum(len(h.restarts) for h in heard),
             "restart_detail": [r for h in heard for r in h.restarts],
+            "unfinished": sum(len(h.unfinished) for h in heard),
+            "unfinished_detail": {o.call_sid: o.hearing.unfinished for o in outcomes
+                                  if o.hearing is not None and o.hearing.unfinished},
             "goodbye_unheard": sum(1 for h in heard if "farewell" not in h.heard_s),
             "stalls_s": [s.seconds for h in heard for s in h.stalls],
             # What the caller of each moved or failed call heard, in order (utterance,
@@ -837,6 +856,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--no-kill", action="store_true")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--kill-step", choices=KILL_STEPS,
+                        help="kill there (default: a step the seed picks)")
+    parser.add_argument("--kill-delay", type=float, metavar="S",
+                        help="this long after the step's event (default: the seed picks)")
     parser.add_argument("--workdir", default="demo-fleet",
                         help="the SQLite database, ledger and worker logs (default ./demo-fleet)")
     parser.add_argument("--pg-url", default=os.environ.get("DEMO_FLEET_PG_URL", PG_URL),
@@ -849,7 +872,8 @@ def main() -> None:
     summary = asyncio.run(run_fleet(args.db, workers=args.workers, calls=args.calls,
                                     kill=not args.no_kill, seed=args.seed,
                                     workdir=Path(args.workdir), quiet=args.json,
-                                    keep=not args.clean, pg_url=args.pg_url))
+                                    keep=not args.clean, pg_url=args.pg_url,
+                                    kill_step=args.kill_step, kill_delay_s=args.kill_delay))
     if args.json:
         print(json.dumps(summary, indent=2))
     elif not args.clean:

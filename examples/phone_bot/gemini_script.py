@@ -19,6 +19,7 @@ from service.local_live import (Audio, Call, Dynamic, InputTranscript, OutputTra
                                 Script, Sleep, ToolCall, TurnComplete, WaitFor,
                                 WaitToolResponse)
 from service.local_live.protocol import content_calls
+from session_store.heard import CUT_MARK
 
 GREETING = "Thanks for calling. How can I help?"
 FAREWELL = "Done: your refund is on its way and the receipt is in your inbox. Goodbye!"
@@ -88,8 +89,8 @@ class PhoneCallPlan:
         state = conn.state
         answered = state.answered_names()
         steps: list = []
-        if not said(conn, GREETING):
-            steps += [_speech(self.greeting_s, "greeting"), OutputTranscript(GREETING),
+        if left := unsaid(conn, GREETING):
+            steps += [*_say(self.greeting_s, "greeting", GREETING, left),
                       TurnComplete(), Sleep(self.caller_speaks_s),
                       InputTranscript(f"Please refund order {order_of(caller)} and send me "
                                       f"the receipt.")]
@@ -107,14 +108,15 @@ class PhoneCallPlan:
             line = SAYS[name].format(**args)
             wait = [TurnComplete(), WaitToolResponse([call.id], timeout=30, required=False),
                     Dynamic(self.plan)]
-            if said(conn, line):  # announced, not yet asked: ask without saying it again
+            if not (left := unsaid(conn, line)):  # announced, not yet asked: just ask
                 return [*steps, ToolCall(call), *wait]
-            return [*steps, _speech(self.turn_s, name), OutputTranscript(line), ToolCall(call),
+            return [*steps, *_say(self.turn_s, name, line, left), ToolCall(call),
                     _speech(self.turn_s, name), *wait]
-        closing, tone = (STILL_THERE, "still_there") if said(conn, FAREWELL) else (FAREWELL,
-                                                                                 "farewell")
-        return [*steps, _speech(self.farewell_s, tone), OutputTranscript(closing),
-                TurnComplete(), Dynamic(lambda c: self._closed(caller))]
+        if left := unsaid(conn, FAREWELL):
+            closing = _say(self.farewell_s, "farewell", FAREWELL, left)
+        else:
+            closing = _say(self.farewell_s, "still_there", STILL_THERE, 1.0)
+        return [*steps, *closing, TurnComplete(), Dynamic(lambda c: self._closed(caller))]
 
     def _closed(self, caller: str) -> list:
         self.closing_sent[caller] = time.time()
@@ -139,6 +141,31 @@ def said(conn, text: str) -> bool:
     return False
 
 
+def unsaid(conn, text: str) -> float:
+    """The share of `text` this session's model has yet to say: 0 if it said it, 1 if it
+    said none of it, else the rest after the part the caller heard of a turn it was seeded
+    cut (`heard —`: a worker died while it played, or the caller talked over it). A model
+    goes on from there; it does not start the sentence again."""
+    if said(conn, text):
+        return 0.0
+    words, heard = text.split(), 0
+    for turn in _seeded_model_turns(conn):
+        if turn.endswith(CUT_MARK.strip()):
+            part = turn[:-len(CUT_MARK.strip())].split()
+            if part and words[:len(part)] == part:
+                heard = max(heard, len(part))
+    if heard and " ".join(words[heard:]) in conn.state.spoken:
+        return 0.0  # (it said the rest already)
+    return 1.0 - heard / len(words)
+
+
+def _seeded_model_turns(conn) -> list[str]:
+    return [(part.get("text") or "").strip()
+            for message in conn.messages("client_content")
+            for turn in (message.body or {}).get("turns") or [] if turn.get("role") == "model"
+            for part in turn.get("parts") or []]
+
+
 def told_calls(conn) -> set[str]:
     """Functions this session was told were asked for before it (a seed or a catch-up)."""
     return {name for message in conn.messages("client_content")
@@ -147,6 +174,13 @@ def told_calls(conn) -> set[str]:
 
 def _chunks(seconds: float) -> int:
     return max(1, round(seconds * 1000 / CHUNK_MS))
+
+
+def _say(seconds: float, utterance: str, text: str, left: float) -> list:
+    """`utterance` said (its audio, then its transcript), or the `left` share of its end."""
+    words = text.split()
+    rest = " ".join(words[len(words) - round(left * len(words)):]) if left < 1.0 else text
+    return [_speech(seconds * left, utterance), OutputTranscript(rest)]
 
 
 def _speech(seconds: float, utterance: str) -> Audio:

@@ -7,8 +7,12 @@ dry), finds the
 tone of every 20 ms and so tells, per call and across its streams:
 
 - a **repeat**: an utterance heard whole, then heard again (the conversation went backwards);
+  the rest of an utterance heard on the next stream is not one, unless the parts add up to
+  more than it lasts;
 - a **restart**: an utterance cut off (the caller heard part of it), said again from the top
   by the next worker, so its audio heard adds up to more than its length;
+- an **unfinished** utterance: cut off and never heard whole afterwards (after a takeover:
+  the caller never heard the rest of what the bot was saying);
 - a **stall**: a silence of more than `STALL_S` inside an utterance, on one stream (the
   gap a takeover leaves between two streams is measured on its own: kill -> first audio).
 """
@@ -87,6 +91,7 @@ class Hearing:
     runs: list[Run] = field(default_factory=list)
     repeats: list[str] = field(default_factory=list)
     restarts: list[str] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)
     stalls: list[Stall] = field(default_factory=list)
     heard_s: dict[str, float] = field(default_factory=dict)
 
@@ -143,16 +148,17 @@ def judge(runs: list[Run], lengths: dict[str, float]) -> Hearing:
         heard = since_whole.get(name, 0.0)
         if before is not None:
             between = [r for r in runs[:i] if r.start >= before.end]
-            # On one stream with nothing said between, more of it is the same utterance
-            # going on after a silence, unless it adds up to more than it lasts.
-            goes_on = (run.stream == before.stream and not between
-                       and heard + run.seconds <= length + OVERHEARD_S)
+            # More of it (on one stream with nothing said between, or the rest of it on the
+            # next stream) is the same utterance going on, unless it adds up to more than
+            # it lasts: then some of it was heard twice.
+            over = heard + run.seconds > length + OVERHEARD_S
+            goes_on = not over and (run.stream != before.stream or not between)
             if heard >= WHOLE * length and not goes_on:
                 out.repeats.append(f"{name}: heard whole, then again at "
                                    f"{run.start - runs[0].start:.2f} s")
                 heard = 0.0
             elif run.stream != before.stream:
-                if heard + run.seconds > length + OVERHEARD_S:
+                if over:
                     out.restarts.append(f"{name}: {heard:.2f} s heard before the takeover, "
                                         f"said again from the top after it")
                     heard = 0.0
@@ -161,6 +167,9 @@ def judge(runs: list[Run], lengths: dict[str, float]) -> Hearing:
                                         before.end, run.arrived, run.after_dry))
         since_whole[name] = heard + run.seconds
         last[name] = run
+    out.unfinished = [f"{name}: {heard:.2f} s of {lengths[name]:.2f} s heard"
+                      for name, heard in since_whole.items()
+                      if name in lengths and heard < WHOLE * lengths[name]]
     return out
 
 

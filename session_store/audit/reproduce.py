@@ -19,6 +19,7 @@ from typing import Any
 
 from ..codec import field_defaults
 from ..events import canonical_json
+from ..heard import LATE_WORDS_S
 
 REPRODUCE_SCHEMA = 1
 SPEC_FILE = "reproduction.json"
@@ -31,8 +32,16 @@ TEST_FILE = "test_reproduction.py"
 # reported at the first event that differs, not at the observation before it).
 _VOLATILE = {"session.opened": ("worker",), "session.worker_attached": ("worker",),
              "connection.disconnected": ("detail",), "anomaly.recorded": ("detail",),
-             "decision.observed": ("events",)}
+             "decision.observed": ("events",),
+             # The re-run's audio is the script's, arriving on its clock.
+             "conversation.message": ("audio_s", "audio_from_us")}
 _HANDLE_FIELDS = ("handle",)
+#: The local server's audio chunk (service.local_live.Audio), and a pipeline lead no
+#: message's audio outlasts (a takeover the log shows cutting nothing cuts nothing).
+AUDIO_CHUNK_MS = 40.0
+NO_CUT_LEAD_S = 3600.0
+#: An observation's fields measured on the re-run's clock, or that older logs do not say.
+_OBSERVED_VOLATILE = ("read_at_us", "if_due", "said_audio_s", "said_audio_from_us")
 # What a worker that took over does once the app's context reached it (what is due: calls
 # to start, results and turns to send) or once its session is up.
 _ACTS = ("tool.call_started", "tool.result_sending", "conversation.sending",
@@ -126,6 +135,7 @@ def comparable(lines: list[dict[str, Any]], *, ignore_prompt_hash: bool = False,
     observation the log holds, `logged`, without what it never decided on the log)."""
     handles: dict[str, str] = {}
     out = []
+    taken_over = False  # the line before was a TakenOver observation
     for line in lines:
         # As the catalogue reads it: a field added since the log was written takes its
         # default, so an older log compares with today's re-run on what both say.
@@ -143,11 +153,25 @@ def comparable(lines: list[dict[str, Any]], *, ignore_prompt_hash: bool = False,
             # The observation as read: when it was read is the re-run's clock, and a
             # goAway's time left is measured then (decide counts the deadline from it).
             # `if_due` marks a planned leave, which logs from before it do not say.
-            seen = {k: v for k, v in data["data"].items() if k not in ("read_at_us", "if_due")}
+            seen = {k: v for k, v in data["data"].items() if k not in _OBSERVED_VOLATILE}
             _round_time_left(seen)
+            if isinstance(seen.get("words"), list):
+                # When the caller's words came decides only whether they are late (within
+                # LATE_WORDS_S of the bot's message): that is compared, not the seconds.
+                seen["words"] = [[w[0], None if w[1] is None else w[1] < LATE_WORDS_S]
+                                 if isinstance(w, list) and len(w) == 2
+                                 and isinstance(w[1], (int, float, type(None))) else w
+                                 for w in seen["words"]]
             data["data"] = seen
         if ignore_prompt_hash:
             data.pop("system_instruction_sha256", None)
+        if taken_over and line["type"] == "conversation.message_cut":
+            # How many words a takeover leaves heard is a matter of milliseconds on the
+            # re-run's clock (the re-run takes over as long after the audio, give or take):
+            # that it cut the message is compared, not where.
+            data["text"] = "(cut at the takeover)"
+        taken_over = (line["type"] == "decision.observed"
+                      and line["data"].get("kind") == "TakenOver")
         out.append({"type": line["type"], "data": data})
     return out
 
@@ -270,7 +294,10 @@ class _Builder:
     # generation -> (the last version of its goAway's commit, that goAway's gate)
     go_away: dict[int, tuple[int, int]] = field(default_factory=dict)
 
-    def step(self, generation: int, gate: int, name: str, **args: Any) -> None:
+    def step(self, generation: int, gate: int, name: str, *, before: int | None = None,
+             **args: Any) -> None:
+        """The step `name` for `generation`'s connection once the log reaches `gate`; at
+        position `before` of its steps if given (else last)."""
         conn = self.by_generation.get(generation)
         if conn is None:
             self.not_reproduced.append(f"{name} on generation {generation}, which the log "
@@ -282,7 +309,16 @@ class _Builder:
             # was committed (the service's reconnect, decided after that commit, found the
             # bot speaking again): it goes out with the goAway, not after its commit.
             gate = go_away_gate
-        conn["steps"].append({"at": gate, "step": name, "args": args})
+        step = {"at": gate, "step": name, "args": args}
+        if before is None:
+            conn["steps"].append(step)
+        else:
+            conn["steps"].insert(before, step)
+
+    def position(self, generation: int) -> int | None:
+        """Where the next step of `generation`'s connection goes (None: not connected)."""
+        conn = self.by_generation.get(generation)
+        return None if conn is None else len(conn["steps"])
 
 
 def noted_tool_calls(commit: Decision) -> list[int]:
@@ -326,6 +362,14 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
     checked_done: set[str] = set()
     turn_ended: set[int] = set()
     audio_on: set[int] = set()  # generations the model has sent audio on
+    chunks: dict[int, int] = {}  # generation -> audio chunks sent since its last message
+    # The bot's last message while its audio may still play: (its first audio's time, the
+    # version of its message), for the takeover that cuts it (TakenOver).
+    playing: tuple[int, int] | None = None
+    # generation -> where the audio of its turn under way went in its steps: the caller's
+    # words that came while the bot's last message still stood came before it.
+    turn_audio: dict[int, int] = {}
+    words_stood = False  # the flush being read had words that came while a message stood
     speaking = False  # the bot speaks, as the log has it
     prev_last, prev_gate, after_connect = 0, 0, False
     prev_lines: tuple[dict[str, Any], ...] = ()  # the commit before this one
@@ -371,9 +415,22 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 end_at = gate if end_at is None else end_at
             elif t == "session.worker_attached":
                 workers[-1]["last_version"] = v - 1
+                # Whether it cut the bot's message still playing depends on how long after
+                # that message's first audio it took over: the re-run's worker takes over
+                # as long after (on the re-run's clock). With no cut logged, it is told its
+                # pipeline writes far ahead, so it cuts nothing either.
                 workers.append({"epoch": d["epoch"], "last_version": None,
-                                "start_at": None})
+                                "start_at": None, "playback_lead_s": NO_CUT_LEAD_S})
+                if playing is not None:
+                    workers[-1]["after_audio_us"] = line["recorded_at_us"] - playing[0]
                 first_act = True
+            elif t == "decision.observed" and d.get("kind") == "TranscriptFlushed":
+                words = (d.get("data") or {}).get("words") or []
+                words_stood = any(isinstance(w, list) and len(w) == 2 and w[1] is not None
+                                  for w in words)
+            elif t == "decision.observed" and d.get("kind") == "TakenOver":
+                workers[-1]["playback_lead_s"] = (d.get("data") or {}).get(
+                    "playback_lead_s", 0.0)
             elif t == "conversation.message" and d["role"] == "user" and gen == 0:
                 user_turns.append({"role": "user", "content": d["text"]})
             elif t == "conversation.message" and d["role"] == "assistant":
@@ -386,19 +443,35 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 if speaking and (gen in turn_ended or gen not in audio_on):
                     b.step(gen, gate, "Audio", chunks=1)
                     audio_on.add(gen)
+                    chunks[gen] = chunks.get(gen, 0) + 1
+                if d.get("audio_s"):
+                    # As long as the logged audio: a takeover judges what it cut by it.
+                    missing = round(d["audio_s"] * 1000 / AUDIO_CHUNK_MS) - chunks.get(gen, 0)
+                    if missing > 0:
+                        b.step(gen, gate, "Audio", chunks=missing)
+                    playing = (d["audio_from_us"], v) if d.get("audio_from_us") else None
+                chunks[gen] = 0
+                turn_audio.pop(gen, None)
                 b.step(gen, gate, "OutputTranscript", text=d["text"])
                 b.step(gen, gate, "TurnComplete")
                 turn_ended.add(gen)
             elif t == "conversation.message":
-                b.step(gen, gate, "InputTranscript", text=d["text"])
+                # Words that came while the bot's last message stood (their `since` is
+                # known) came before the audio of the turn now under way.
+                b.step(gen, gate, "InputTranscript", text=d["text"],
+                       before=turn_audio.get(gen) if words_stood else None)
             elif t == "speech.bot_started":
                 speaking = True
                 if d.get("source") == "model":
+                    at = b.position(gen)
+                    if at is not None:
+                        turn_audio[gen] = at
                     b.step(gen, gate, "Audio", chunks=1)
                     audio_on.add(gen)
                     turn_ended.discard(gen)
+                    chunks[gen] = chunks.get(gen, 0) + 1
             elif t == "speech.bot_stopped" and d.get("source") == "transport":
-                speaking = False
+                speaking, playing = False, None
                 if gen not in turn_ended:
                     b.step(gen, gate, "TurnComplete")
                 playback.append({"from": gate, "until": v})
@@ -410,9 +483,10 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 speaking = False
                 b.step(gen, gate, "TurnComplete")
             elif t == "speech.bot_stopped":
-                speaking = False
+                speaking, playing = False, None
             elif t == "speech.interrupted":
                 b.step(gen, gate, "Interrupted")
+                playing = None
             elif t == "model.interaction_status" and d.get("source") == "server":
                 b.step(gen, gate, "InteractionStatus", status=d["status"])
             elif t == "connection.go_away":
@@ -420,6 +494,8 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 b.go_away[gen] = (group.last, gate)
             elif t in ("connection.handle_issued", "connection.handle_withheld"):
                 b.step(gen, gate, "ResumptionUpdate", resumable=True)
+            elif t == "conversation.message_cut":
+                playing = None
             elif t == "tool.call_requested":
                 names[d["call_id"]] = d["name"]
                 modes[d["name"]] = d.get("declared") or modes.get(d["name"], "BLOCKING")

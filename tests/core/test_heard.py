@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 from session_store import events as ev
-from session_store.decide import InterruptionObserved, TranscriptFlushed, decide
+from session_store.decide import InterruptionObserved, TakenOver, TranscriptFlushed, decide
+from session_store.delivery import choose_resumption
 from session_store.events import canonical_json
 from session_store.heard import CUT_MARK, LATE_WORDS_S, heard_text
 from session_store.observed import observation_of, observation_record
@@ -169,3 +170,93 @@ def test_the_observations_read_back_to_the_same_decisions_and_the_answer_is_kept
         assert decide(state, rebuilt, Policy()) == events
         if isinstance(obs, TranscriptFlushed):
             assert text.count(obs.said) == 0 and back.refs["said"][1] == "text"
+
+
+# ----------------------------------------------------------------- a takeover mid-message
+
+def greeting_playing(audio_s: float = 2.0) -> tuple[Log, int]:
+    """A call whose first worker logged the bot's 2 s greeting a moment after its first audio
+    arrived (the model sends audio faster than it plays), then died; the next one attached.
+    Also when the greeting's first audio arrived."""
+    log = connected()
+    started = log.now_us + 5_000
+    log.add(ev.BotStartedSpeaking(1, "model"), at_us=started + 300_000)  # (a lazy note)
+    log.add(ev.ConversationMessage("assistant", TEXT, 1, audio_s=audio_s,
+                                   audio_from_us=started),
+            ev.HandleIssued(1, "h1"))
+    log.add(ev.WorkerAttached("w2", 2, "takeover"))
+    return log, started
+
+
+def takeover_at(log: Log, at_us: int) -> list[ev.Event]:
+    return decide(log.state(), TakenOver(), Policy(), at_us)
+
+
+def test_a_takeover_cuts_the_message_whose_audio_cannot_have_played_yet():
+    log, started = greeting_playing()
+    assert takeover_at(log, started + 500_000) == [
+        ev.ConversationMessageCut(heard_text(TEXT, 0.25), 1)]
+    assert heard_text(TEXT, 0.25).endswith(CUT_MARK)
+    assert takeover_at(log, started + 50_000) == [ev.ConversationMessageCut(CUT_MARK.strip(), 1)]
+    # Time enough for all of it to play: the caller may have heard it all; it stands.
+    assert takeover_at(log, started + 2_000_000) == []
+    assert takeover_at(log, started + 30_000_000) == []
+    # What the dead worker had written ahead of the caller's ear played on after it died.
+    late = started + 1_800_000
+    assert takeover_at(log, late) == [ev.ConversationMessageCut(heard_text(TEXT, 0.9), 1)]
+    assert decide(log.state(), TakenOver(playback_lead_s=0.3), Policy(), late) == []
+
+
+def test_the_cut_keeps_a_takeover_from_resuming_a_handle_that_holds_the_whole_message():
+    log, started = greeting_playing()
+    assert choose_resumption(log.state(), Policy(), log.now_us) == "h1"
+    log.add(*takeover_at(log, started + 500_000))
+    state = log.state()
+    assert choose_resumption(state, Policy(), log.now_us) is None  # seeded instead
+    assert state.conversation[-1] == ("assistant", heard_text(TEXT, 0.25))
+    assert state.playing is None and state.cut_notes == []  # (nobody to tell)
+
+
+def played(*after: ev.Event, audio_s: float | None = 2.0) -> Log:
+    log = connected()
+    log.add(ev.BotStartedSpeaking(1),
+            ev.ConversationMessage("assistant", TEXT, 1, audio_s=audio_s,
+                                   audio_from_us=log.now_us if audio_s else None),
+            *after, ev.WorkerAttached("w2", 2))
+    return log
+
+
+def test_only_a_message_still_playing_is_cut():
+    # Its speech stopped on the transport (it played out), it was interrupted, or the
+    # audio's length is unknown (older logs): nothing to decide at a takeover.
+    for ending in (ev.BotStoppedSpeaking(1, "transport"), ev.Interrupted(1),
+                   ev.BotStoppedSpeaking(1, "timeout")):
+        log = played(ending)
+        assert takeover_at(log, log.now_us) == [], ending
+    log = played(audio_s=None)
+    assert takeover_at(log, log.now_us) == []
+    # The model's turnComplete ends its turn, not the audio still playing.
+    log = played(ev.BotStoppedSpeaking(1, "turn_complete"))
+    assert takeover_at(log, log.now_us) == [ev.ConversationMessageCut(CUT_MARK.strip(), 1)]
+
+
+def test_the_message_plays_from_its_first_audio_and_survives_a_snapshot():
+    log, started = greeting_playing()
+    state = log.state()
+    assert state.playing is not None and state.playing.started_us == started
+    assert from_snapshot(to_snapshot(state)).playing == state.playing
+
+
+def test_the_bots_message_carries_its_audio_and_the_observation_reads_back():
+    log = connected()
+    obs = TranscriptFlushed(1, (), TEXT, None, 1.23456, 1_700_000_000_000_000)
+    events = decided(log, obs)
+    assert events == [ev.ConversationMessage("assistant", TEXT, 1, audio_s=1.235,
+                                             audio_from_us=1_700_000_000_000_000)]
+    record = observation_record(obs, events, log.state())
+    again, _ = observation_of(ev.decode(record.TYPE, record.SCHEMA, json.loads(
+        canonical_json(record.to_data()))), events)
+    assert again == obs and decide(log.state(), again, Policy()) == events
+    taken = TakenOver()
+    record = observation_record(taken, [ev.Interrupted(1)], log.state())
+    assert observation_of(record, [ev.Interrupted(1)])[0] == taken

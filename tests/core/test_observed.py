@@ -12,7 +12,8 @@ from session_store.decide import (CancellationArrived, FunctionCall, GoAway, Han
                                   ResultArrived, ResultReturned, SeedAsked, SendFailed,
                                   ServerMessageRejected, SessionLeft, SessionReady,
                                   SettingsUpdate, SpeechStarted, SpeechStopped,
-                                  ToolCallsArrived, ToolStopped, TranscriptFlushed, decide)
+                                  TakenOver, ToolCallsArrived, ToolStopped, TranscriptFlushed,
+                                  decide)
 from session_store.events import canonical_json
 from session_store.observed import (OBSERVATION_KINDS, Unreplayable, observation_of,
                                     observation_record)
@@ -21,7 +22,7 @@ from session_store.policy import Policy
 from session_store.projection import fold
 from session_store.state import SessionState
 
-from .helpers import record
+from .helpers import T0_US, record
 
 SECRET_ARGS = {"order": "A-77", "note": "n" * 400}
 
@@ -34,9 +35,9 @@ def state_of(*events: ev.Event, model: str = "gemini-live") -> SessionState:
     return fold(record("s", [ev.SessionOpened(model, ["lookup"], "w1"), *events]))
 
 
-def logged(state: SessionState, obs, policy: Policy | None = None):
+def logged(state: SessionState, obs, policy: Policy | None = None, now_us: int | None = None):
     """What the driver appends for `obs` (record, events), and it read back from storage."""
-    decided = decide(state, obs, policy or Policy())
+    decided = decide(state, obs, policy or Policy(), now_us)
     rec = observation_record(obs, decided, state)
     text = canonical_json(rec.to_data())
     back = stored(rec)
@@ -85,7 +86,13 @@ CASES = [
     ([ev.ConversationMessage("user", "hi"), ev.Connected(1)], SeedAsked(1, True, True)),
     ([CONNECTED, ev.SendUnread(1)], ModelOutputObserved(1, reaction=True)),
     ([CONNECTED, ev.SendUnread(1, True)], ModelOutputObserved(1, True, turn_ended=True)),
+    ([CONNECTED], TranscriptFlushed(1, (), "Done.", None, 0.8, T0_US)),
+    ([CONNECTED, ev.ConversationMessage("assistant", "Your order A-77 is refunded.", 1,
+                                        audio_s=2.0, audio_from_us=T0_US),
+      ev.WorkerAttached("w2", 2)], TakenOver(0.24)),
 ]
+#: When the observations are decided (a takeover's cut depends on it).
+NOW_US = T0_US + 500_000
 
 
 def test_every_kind_of_observation_is_read_back_exactly():
@@ -93,19 +100,19 @@ def test_every_kind_of_observation_is_read_back_exactly():
     for before, obs in CASES:
         state = (state_of(CONNECTED, model=before) if isinstance(before, str)
                  else state_of(*before))
-        _, back, decided = logged(state, obs)
+        _, back, decided = logged(state, obs, now_us=NOW_US)
         assert decided, f"{obs} decides something here"
         assert back.kind == type(obs).__name__ and back.events == len(decided)
         rebuilt, not_logged = observation_of(back, decided)
         assert rebuilt == obs and not not_logged
-        assert decide(state, rebuilt, Policy()) == decide(state, obs, Policy())
+        assert decide(state, rebuilt, Policy(), NOW_US) == decide(state, obs, Policy(), NOW_US)
 
 
 def test_what_the_decided_events_hold_is_referenced_not_copied():
     for before, obs in CASES:
         if isinstance(before, str):
             continue
-        text, back, _ = logged(state_of(*before), obs)
+        text, back, _ = logged(state_of(*before), obs, now_us=NOW_US)
         assert "A-77" not in text and "nnnn" not in text and "Puck" not in text \
             and "depot" not in text, text
     _, back, _ = logged(state_of(ev.HandleIssued(1, "h1")), SessionReady(2, "h1", "cd" * 32))

@@ -12,6 +12,9 @@ import random
 import pytest
 
 from examples.phone_bot.fleet import run_fleet
+from rig.crash.harness import Databases
+from session_store import open_store
+from session_store.heard import CUT_MARK
 
 from . import fleet_metrics_checks
 
@@ -39,3 +42,41 @@ async def test_a_killed_workers_calls_go_on_on_the_others(db, tmp_path):
     print(f"\n{db}: killed at {killed['point']}; {len(affected)} of {CALLS} calls moved; "
           f"audio gap p50 {summary['audio_gap_s']['p50']} s, p99 {summary['audio_gap_s']['p99']} s; "
           f"takeover per call {summary['takeover_s']['per_call']} s")
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+async def test_a_greeting_cut_by_a_kill_is_finished_by_the_next_worker(db, tmp_path):
+    """SIGKILLed right after the greeting's message is logged (its handle with it), the audio
+    just started: the caller heard a fraction of it. The next worker cuts the message to what
+    the caller can have heard (TakenOver), so it seeds a fresh session instead of resuming
+    the handle that holds the whole greeting, and the model goes on from the cut: the caller
+    hears the rest of the greeting, once. (Before: resumed, the greeting was never heard
+    whole, and the model went on to the refund nobody had asked for yet.)"""
+    seed = random.randrange(1 << 30)
+    summary = await run_fleet(db, workers=2, calls=2, seed=seed, workdir=tmp_path, keep=True,
+                              kill_step="greeting-playing", kill_delay_s=0.0)
+    where = f"seed {seed}, workdir {tmp_path}"
+    assert summary["ok"], where
+    target = summary["killed"]["target"]
+    heard = summary["heard"]
+    assert heard["repeats"] == 0, where
+    runs = heard["per_call"][target]
+    assert [stream for name, stream, _s in runs if name == "greeting"] == [0, 1], (where, runs)
+    store = await open_store(summary["db_url"], **({"schema": summary["db_schema"]}
+                                                    if summary["db_schema"] else {}))
+    try:
+        records = await store.read(target)
+    finally:
+        await store.close()
+        if summary["db_schema"]:  # (kept by the run: dropped here)
+            databases = Databases(db, tmp_path)
+            databases.schemas.append(summary["db_schema"])
+            await databases.cleanup()
+    types = [r.type for r in records]
+    attached = types.index("session.worker_attached")
+    cut = records[attached + 2]
+    assert types[attached + 1:attached + 3] == ["decision.observed", "conversation.message_cut"]
+    assert cut.data["text"].endswith(CUT_MARK), cut.data
+    # Seeded afresh with the cut greeting: the session after the takeover resumed no handle.
+    connected = next(r for r in records[attached:] if r.type == "connection.connected")
+    assert connected.data["handle"] is None, connected.data

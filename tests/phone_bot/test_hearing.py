@@ -60,6 +60,7 @@ def test_a_clean_call_has_no_repeat_restart_or_stall():
     assert [r.utterance for r in heard.runs] == ["greeting", "refund_order", "send_receipt",
                                                  "farewell"]
     assert not heard.repeats and not heard.restarts and not heard.stalls
+    assert not heard.unfinished
     assert abs(heard.heard_s["greeting"] - 0.4) < 0.03
 
 
@@ -79,6 +80,28 @@ def test_a_cut_utterance_said_again_from_the_top_is_a_restart_not_a_repeat():
     second = Phone(first.at + 1.0).say("refund_order", 0.2)
     heard = hear([first.audio, second.audio], TONES, LENGTHS)
     assert not heard.repeats and not heard.restarts
+    assert not heard.unfinished
+
+
+def test_the_rest_of_an_utterance_heard_mostly_is_not_a_repeat():
+    first = Phone().say("greeting", 0.32)
+    second = Phone(first.at + 1.0).say("greeting", 0.08).say("refund_order", 0.4)
+    heard = hear([first.audio, second.audio], TONES, LENGTHS)
+    assert not heard.repeats and not heard.restarts and not heard.unfinished
+    # From the top again: heard twice.
+    second = Phone(first.at + 1.0).say("greeting", 0.4)
+    assert len(hear([first.audio, second.audio], TONES, LENGTHS).repeats) == 1
+
+
+def test_a_cut_utterance_never_said_again_is_unfinished():
+    first = Phone().say("greeting", 0.1)
+    second = Phone(first.at + 1.0).say("refund_order", 0.4)
+    heard = hear([first.audio, second.audio], TONES, LENGTHS)
+    assert not heard.repeats and not heard.restarts
+    assert [u.split(":")[0] for u in heard.unfinished] == ["greeting"]
+    # Said again from the top after the takeover: finished.
+    second = Phone(first.at + 1.0).say("greeting", 0.4).say("refund_order", 0.4)
+    assert not hear([first.audio, second.audio], TONES, LENGTHS).unfinished
 
 
 def test_a_silence_inside_an_utterance_is_a_stall():

@@ -146,3 +146,45 @@ def test_a_log_from_before_the_handles_gate_compares_without_its_events():
                          dict(observed, version=8),
                          line(9, 40, "connection.handle_issued", generation=1, handle="h")]
     assert first_divergence(today, again).version == 7
+
+
+def observed(v: int, at: int, kind: str, events: int, **data) -> dict:
+    return line(v, at, "decision.observed", kind=kind, data=data, events=events, refs={},
+                withheld="")
+
+
+TURN = [line(1, 10, "session.opened", model="m", tools=["t"], worker="w1", settings={}),
+        line(2, 20, "connection.connected", generation=1, handle=None)]
+
+
+def test_the_callers_words_compare_by_whether_they_are_late_and_audio_by_nothing():
+    def flush(since, audio_from):
+        return TURN + [
+            observed(3, 30, "TranscriptFlushed", 2, generation=1, words=[["Refund it", since]],
+                     said_audio_s=0.8, said_audio_from_us=audio_from),
+            line(4, 30, "conversation.message", role="user", text="Refund it", generation=1),
+            line(5, 30, "conversation.message", role="assistant", text="Done.", generation=1,
+                 audio_s=0.8, audio_from_us=audio_from)]
+    assert first_divergence(flush(0.99, 25), flush(0.01, 27)) is None
+    assert first_divergence(flush(None, 25), flush(None, 27)) is None
+    assert first_divergence(flush(0.99, 25), flush(None, 25)).version == 3
+    assert first_divergence(flush(0.99, 25), flush(3.5, 25)).version == 3  # not late now
+
+
+def test_a_takeovers_cut_compares_whether_it_cut_not_where():
+    def taken_over(cut: str | None) -> list[dict]:
+        log = TURN + [line(3, 30, "conversation.message", role="assistant", generation=1,
+                           text="one two three four", audio_s=2.0, audio_from_us=29),
+                      line(4, 40, "session.worker_attached", epoch=2, reason="takeover",
+                           worker="w2")]
+        if cut is not None:
+            log += [observed(5, 41, "TakenOver", 1, playback_lead_s=0.24),
+                    line(6, 41, "conversation.message_cut", generation=1, text=cut)]
+        return log
+    assert first_divergence(taken_over("one —"), taken_over("one two —")) is None
+    assert first_divergence(taken_over("one —"), taken_over(None)).version == 5
+    # The re-run takes over as long after the message's first audio as the log did, with
+    # the logged lead; a takeover that cut nothing gets a lead under which it cuts nothing.
+    assert build(taken_over("one —"))["workers"][1]["after_audio_us"] == 11
+    assert build(taken_over("one —"))["workers"][1]["playback_lead_s"] == 0.24
+    assert build(taken_over(None))["workers"][1]["playback_lead_s"] >= 3600
