@@ -49,6 +49,9 @@ _SETTINGS = ("model", "system_instruction", "voice", "language")
 # How long an append waits for a held playback's audio to play out (a turn's one chunk is
 # 40 ms): past it, the re-run goes on and the comparison shows what came out of order.
 PLAYED_S = 1.0
+# How long the server's steps behind a playback's stop wait for the re-run's transport to
+# stop (a turn's audio is as long as logged): past it they go, and the comparison shows it.
+STOP_WAIT_S = 10.0
 
 
 @dataclass
@@ -149,6 +152,26 @@ class _HeldPlayback(PlaybackOutput):
         return done
 
 
+async def _steps_after_stop(progress: _Progress, window: int, speech: dict[str, Any],
+                            server) -> None:
+    """Release the server's steps the log has behind the stop of the playback from
+    `window` (in its commit: they came after it) once the re-run's transport has played that
+    audio and stopped, and the service has noted the stop."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        async with asyncio.timeout(STOP_WAIT_S):
+            await progress.reached(window)
+            for speaking in (True, False):  # (it plays from the window on, then stops)
+                while (tracker := speech.get("tracker")) is None \
+                        or tracker.transport_speaking is not speaking:
+                    await asyncio.sleep(0.01)
+            await asyncio.sleep(HANDOVER_S)
+    server.signal(_played_signal(window))
+
+
+def _played_signal(window: int) -> str:
+    return f"played v{window}"
+
+
 def _during_signal(before: int) -> str:
     """The signal of the server's steps released while the commit from `before` is under way."""
     return f"during v{before}"
@@ -163,6 +186,8 @@ def _script(conn: dict[str, Any]) -> kit.Script:
     for s in conn["steps"]:
         gate = _during_signal(s["at"]) if s.get("during_commit") else f"v{s['at']}"
         steps.append(kit.WaitSignal(gate))
+        if s.get("after_played") is not None:
+            steps.append(kit.WaitSignal(_played_signal(s["after_played"])))
         args = dict(s["args"])
         if s["step"] == "ToolCall":
             args["calls"] = [kit.Call(c["id"], c["name"], c["args"]) for c in args["calls"]]
@@ -216,7 +241,7 @@ async def _after_audio(store, call: str, after_us: int) -> None:
 
 
 async def _worker(spec, store, progress: _Progress, server, runs,
-                  played: dict[int, asyncio.Event],
+                  played: dict[int, asyncio.Event], speech: dict[str, Any],
                   playback_lead_s: float = PLAYBACK_LEAD_S) -> PipelineWorker:
     settings = {k: v for k, v in spec["settings"].items() if k in _SETTINGS}
     settings["model"] = spec["model"]  # (the settings' copy is masked under --redact)
@@ -226,6 +251,7 @@ async def _worker(spec, store, progress: _Progress, server, runs,
         tools=tools_schema(spec["tools"]), store=store, call_id=spec["call"],
         policy=Policy(idempotent=frozenset(spec["idempotent"])),
         playback_lead_s=playback_lead_s)
+    speech["tracker"] = llm.speech
     for name in spec["tools"]:
         llm.register_function(name, _tool(spec, progress, runs, name),
                               cancel_on_interruption=spec["tool_modes"].get(name)
@@ -308,6 +334,9 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
         progress = _Progress(lambda v: server.signal(f"v{v}"), observed_kinds(expected),
                              lambda v: server.signal(_during_signal(v)), steps_during)
         played = {w["from"]: asyncio.Event() for w in spec["playback"] if w.get("during_send")}
+        speech: dict[str, Any] = {}  # the live worker's SpeechTracker
+        releases = [asyncio.create_task(_steps_after_stop(progress, w["from"], speech, server))
+                    for w in spec["playback"] if w.get("steps_after")]
         server.signal("v0")
         stores = []
         try:
@@ -318,7 +347,7 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
                 _mortal(store, progress, worker["last_version"], dead, played)
                 if worker.get("after_audio_us") is not None:
                     await _after_audio(stores[0], spec["call"], worker["after_audio_us"])
-                task = await _worker(spec, store, progress, server, runs, played,
+                task = await _worker(spec, store, progress, server, runs, played, speech,
                                      worker.get("playback_lead_s", PLAYBACK_LEAD_S))
                 run = asyncio.create_task(run_worker(task))
                 app = asyncio.create_task(_app(spec, worker, task, progress))
@@ -345,6 +374,8 @@ async def run_reproduction(directory: Path | str, db_url: str, *, schema: str | 
             for rec in await stores[0].read(spec["call"]):
                 actual.append(export_line(rec, redactor))
         finally:
+            for release in releases:
+                release.cancel()
             for store in stores:
                 await store.close()
         violations = list(server.violations)

@@ -48,6 +48,9 @@ _ACTS = ("tool.call_started", "tool.result_sending", "conversation.sending",
          "settings.context_sending", "connection.connected")
 
 
+# What the model sent next, when the commit that logged it holds a transport stop before it.
+_AFTER_STOP = ("speech.bot_started", "conversation.message", "tool.call_requested")
+
 # A send's confirmation, logged once the send returned (its intent is in an earlier commit).
 _SENT = ("tool.result_sent", "conversation.sent")
 
@@ -293,6 +296,9 @@ class _Builder:
     not_reproduced: list[str] = field(default_factory=list)
     # generation -> (the last version of its goAway's commit, that goAway's gate)
     go_away: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # In the commit being read, after a transport stop of (generation, its playback's gate):
+    # that generation's steps came after the stop (`after_played`).
+    after_stop: tuple[int, int] | None = None
 
     def step(self, generation: int, gate: int, name: str, *, before: int | None = None,
              **args: Any) -> None:
@@ -309,7 +315,9 @@ class _Builder:
             # was committed (the service's reconnect, decided after that commit, found the
             # bot speaking again): it goes out with the goAway, not after its commit.
             gate = go_away_gate
-        step = {"at": gate, "step": name, "args": args}
+        step: dict[str, Any] = {"at": gate, "step": name, "args": args}
+        if self.after_stop is not None and self.after_stop[0] == generation:
+            step["after_played"] = self.after_stop[1]
         if before is None:
             conn["steps"].append(step)
         else:
@@ -376,6 +384,7 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
     connected_at: dict[int, int] = {}  # generation -> the version of its connection.connected
     for group in commits(lines):
         gate = prev_last
+        b.after_stop = None
         # A result logged right after a new session connected, before its seed, came in
         # while the session's start was being committed: it waited for that commit, and
         # the seed for it. It is released while the re-run commits that start (released
@@ -475,6 +484,12 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 if gen not in turn_ended:
                     b.step(gen, gate, "TurnComplete")
                 playback.append({"from": gate, "until": v})
+                if any(x["version"] > v and x["type"] in _AFTER_STOP for x in group.lines):
+                    # The model's next output is in this commit, behind the stop: it came
+                    # after the playback ended (noted first), so the server sends it once
+                    # the re-run's transport stopped.
+                    playback[-1]["steps_after"] = True
+                    b.after_stop = (gen, gate)
                 if any(x["type"] in _SENT for x in group.lines if x["version"] > v):
                     # A send confirmed behind the stop in its commit was under way when the
                     # stop came: the playback ends before the re-run's send intent returns.

@@ -188,3 +188,22 @@ def test_a_takeovers_cut_compares_whether_it_cut_not_where():
     assert build(taken_over("one —"))["workers"][1]["after_audio_us"] == 11
     assert build(taken_over("one —"))["workers"][1]["playback_lead_s"] == 0.24
     assert build(taken_over(None))["workers"][1]["playback_lead_s"] >= 3600
+
+
+def test_what_the_model_sent_behind_a_playbacks_stop_waits_for_the_re_runs_stop():
+    # One commit: the greeting's playback stopped (noted first), then the next turn began
+    # and its words came: on the wire they came after the stop.
+    log = TURN + [line(3, 30, "speech.bot_started", generation=1, source="model"),
+                  line(4, 30, "conversation.message", role="assistant", text="Hi.",
+                       generation=1),
+                  line(5, 40, "speech.bot_stopped", generation=1, source="transport"),
+                  line(6, 40, "speech.bot_started", generation=1, source="model"),
+                  line(7, 40, "conversation.message", role="assistant", text="Refund?",
+                       generation=1)]
+    spec = build(log)
+    assert spec["playback"] == [{"from": 4, "until": 5, "steps_after": True}]
+    steps = [(s["step"], s["at"], s.get("after_played")) for s in spec["connections"][0]["steps"]]
+    assert steps == [("Audio", 2, None), ("OutputTranscript", 2, None), ("TurnComplete", 2, None),
+                     ("Audio", 4, 4), ("OutputTranscript", 4, 4), ("TurnComplete", 4, 4)]
+    # A stop alone in its commit holds nothing back.
+    assert "steps_after" not in build(log[:5])["playback"][0]
