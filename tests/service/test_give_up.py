@@ -19,6 +19,8 @@ from .helpers import Ctl, run_call
 pytestmark = pytest.mark.timeout(90)
 
 WINDOW_S = 1.5
+#: Longer than a takeover and the new worker's give-up take on a loaded machine (a few s).
+HELD_HANDSHAKE_S = 12.0
 UNAVAILABLE = "The service is currently unavailable."
 
 
@@ -120,10 +122,11 @@ async def test_a_worker_that_takes_over_during_the_failures_keeps_their_window(f
                           reply=())
         if conn.index == 1:
             return Script(refuse_setup=1011, refuse_reason=UNAVAILABLE)
-        # Then a handshake that does not end: the old worker cannot fail a third time and
-        # give up itself before the new one has taken over (on a loaded machine starting the
-        # new worker took longer than the window).
-        return Script(setup_delay=60)
+        # Then a handshake held long past the takeover: the old worker cannot fail a third
+        # time and give up itself before the new one has taken over (on a loaded machine
+        # starting the new worker took longer than the window). Not for ever: the old
+        # worker's pipeline ends only once it returns (60 s held each run ~61 s).
+        return Script(setup_delay=HELD_HANDSHAKE_S)
 
     async def old_worker(ctl: Ctl):
         assert await ctl.wait(lambda: ctl.llm.driver.state.failures_in_row >= 2, timeout=10)
