@@ -53,6 +53,17 @@ def ulaw_to_pcm(payload: bytes) -> np.ndarray:
     return ULAW[np.frombuffer(payload, dtype=np.uint8)]
 
 
+def pcm_to_ulaw(pcm: bytes) -> bytes:
+    """16-bit little-endian samples -> G.711 μ-law, byte for byte as audioop.lin2ulaw
+    (14-bit magnitude, bias 0x21, clipped at 8159; the top segment saturates)."""
+    x = np.frombuffer(pcm, dtype="<i2").astype(np.int32) >> 2
+    mask = np.where(x < 0, 0x7F, 0xFF)
+    biased = np.minimum(np.abs(x), 8159) + 0x21
+    segment = np.floor(np.log2(biased)).astype(np.int32) - 5
+    code = np.where(segment >= 8, 0x7F, (segment << 4) | ((biased >> (segment + 1)) & 0x0F))
+    return (code ^ mask).astype(np.uint8).tobytes()
+
+
 @dataclass
 class Run:
     """A stretch of one utterance's tone, heard without a break."""

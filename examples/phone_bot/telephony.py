@@ -20,7 +20,6 @@ Not part of the product: nothing under service/ or session_store/ imports it.
 from __future__ import annotations
 
 import asyncio
-import audioop
 import base64
 import contextlib
 import functools
@@ -35,7 +34,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import websockets
+from websockets.exceptions import InvalidMessage
 from twilio.request_validator import RequestValidator
+
+from .hearing import pcm_to_ulaw
 
 FRAME_MS = 20
 FRAME_BYTES = 160  # 20 ms of 8 kHz μ-law
@@ -47,7 +49,9 @@ class Balancer:
     """The load balancer in front of the workers (http://127.0.0.1:PORT each), reached at
     `public_url`: webhooks go round-robin, a Media Streams websocket to the worker with the
     fewest open streams (least connections, as one sets a balancer for long-lived
-    websockets). A worker that refuses a connection is left out for DOWN_FOR_S."""
+    websockets). A worker that refuses a connection, or drops it before answering (it died
+    during the handshake), is left out for DOWN_FOR_S and the request goes to another, as
+    nginx's default `proxy_next_upstream error timeout` does; an answer (a 403) is final."""
 
     def __init__(self, public_url: str, workers: list[str]):
         self.public = urlsplit(public_url)
@@ -243,7 +247,7 @@ class PhoneCall:
                 websocket = await websockets.connect(self.balancer.route(url, worker),
                                                      max_size=None, additional_headers=headers)
                 break
-            except OSError:
+            except (OSError, InvalidMessage):  # refused, or closed before its response
                 self.balancer.failed(worker)
         stream = Stream("MZ" + uuid.uuid4().hex, worker, time.time())
         self.streams.append(stream)
@@ -409,7 +413,7 @@ def _voice(seconds: float) -> tuple[bytes, ...]:
         parts += [0.25 * hiss / np.max(np.abs(hiss)), vowel]
         syllable += 1
     pcm = (np.concatenate(parts)[:int(8000 * seconds)] * 14000).astype("<i2").tobytes()
-    ulaw = audioop.lin2ulaw(pcm, 2)
+    ulaw = pcm_to_ulaw(pcm)
     return tuple(ulaw[i:i + FRAME_BYTES] for i in range(0, len(ulaw), FRAME_BYTES))
 
 
@@ -418,7 +422,7 @@ def _tone(seconds: float, hz: float = 220.0) -> list[bytes]:
     samples = int(8000 * seconds)
     pcm = b"".join(int(8000 * math.sin(2 * math.pi * hz * i / 8000)).to_bytes(2, "little", signed=True)
                    for i in range(samples))
-    ulaw = audioop.lin2ulaw(pcm, 2)
+    ulaw = pcm_to_ulaw(pcm)
     return [ulaw[i:i + FRAME_BYTES] for i in range(0, len(ulaw), FRAME_BYTES)]
 
 

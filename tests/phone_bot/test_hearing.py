@@ -10,7 +10,7 @@ import numpy as np
 import soxr
 
 from examples.phone_bot.gemini_script import TONES
-from examples.phone_bot.hearing import RATE, ULAW, hear
+from examples.phone_bot.hearing import RATE, ULAW, hear, pcm_to_ulaw
 from service.local_live import protocol
 
 LENGTHS = {"greeting": 0.4, "refund_order": 0.4, "send_receipt": 0.4, "farewell": 0.4,
@@ -131,3 +131,13 @@ def test_the_local_servers_tone_survives_the_phone_path():
     frames = [(1000.0 + i * 0.02, ulaw[i * 160:(i + 1) * 160]) for i in range(len(ulaw) // 160)]
     heard = hear([frames], TONES, LENGTHS)
     assert [r.utterance for r in heard.runs] == ["send_receipt"]
+
+
+def test_the_mu_law_encoder_inverts_the_decoder_and_saturates():
+    codes = np.arange(256, dtype=np.uint8)
+    samples = ULAW[codes].astype("<i2").tobytes()
+    back = np.frombuffer(pcm_to_ulaw(samples), dtype=np.uint8)
+    # Every code decodes to a sample that encodes to it again, but μ-law's two zeros
+    # (0x7F, 0xFF): silence encodes as 0xFF, Twilio's (and telephony.SILENCE's) zero.
+    assert [int(c) for c in codes[back != codes]] == [0x7F]
+    assert pcm_to_ulaw(np.array([0, 32767, -32768], dtype="<i2").tobytes()) == b"\xff\x80\x00"
