@@ -110,7 +110,10 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     `playback_lead_s`: how far ahead of real time the pipeline writes the bot's audio (its
     transport's pacing): after a takeover, the bot's message the dead worker was playing
     counts as heard as far as its audio can have been written (PLAYBACK_LEAD_S;
-    session_store/heard.py).
+    session_store/heard.py). `handed_over_at` (Unix seconds): when the deployment handed the
+    call to this worker, if it knows (the phone bot: when the redirect's webhook issued the
+    stream token); the dead worker's audio had stopped by then, so that is the bound used
+    instead of the takeover's own, later, time.
     """
 
     # (pipecat annotates it with a name its module rebinds, which a type checker cannot follow)
@@ -131,6 +134,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         reconnect_window_s: float = RECONNECT_WINDOW_S,
         tool_grace_s: float = TOOL_GRACE_S,
         playback_lead_s: float = PLAYBACK_LEAD_S,
+        handed_over_at: float | None = None,
         # pipecat's GeminiLiveLLMService, spelled out so that IDEs and type checkers see them
         # (their defaults are pipecat's: tests/service/test_pipecat_contract.py pins them).
         # `model`, `voice_id` and `params` are deprecated upstream in favour of `settings`.
@@ -193,6 +197,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         self.outcome_checks = OutcomeChecks(self._driver, self.log_writer, self.stepper)
         self._tool_grace_s = tool_grace_s
         self._playback_lead_s = playback_lead_s
+        self._handed_over_us = None if handed_over_at is None else int(handed_over_at * 1e6)
         #: Where the caller's playback is (a playback.PlaybackPosition), if the pipeline knows:
         #: an interrupted turn is then logged as far as the caller heard it.
         self.playback: PlaybackPosition | None = None
@@ -293,7 +298,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         # A dead worker's playback stopped with it: the bot's message it was playing is cut
         # to what the caller can have heard before the first session is chosen (heard.py).
         if state.takeovers:
-            await self.log_writer.log(TakenOver(self._playback_lead_s), when=When.DURABLE)
+            await self.log_writer.log(TakenOver(self._playback_lead_s, self._handed_over_us),
+                                      when=When.DURABLE)
         # Calls a dead worker left in doubt are settled before the new session is seeded, so
         # the model learns their outcome with its history instead of asking again. (Re-runs
         # of idempotent ones wait for the pipeline's StartFrame: no tool runs before it.)

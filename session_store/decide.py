@@ -105,8 +105,11 @@ class TakenOver:
     """This worker took the call over (its WorkerAttached is logged): the dead worker's
     playback stopped with it, and the log decides how much of the bot's last message the
     caller can have heard (heard.takeover_events). `playback_lead_s`: how far ahead of real
-    time the pipeline wrote the bot's audio (it plays on after the worker died)."""
+    time the pipeline wrote the bot's audio (it plays on after the worker died).
+    `handed_over_us`: when the call was handed to this worker, if the transport knows (the
+    phone bot: its stream token's issue time); the dead worker's stream had ended by then."""
     playback_lead_s: float = 0.0
+    handed_over_us: int | None = None
 
 
 @dataclass(frozen=True)
@@ -329,7 +332,7 @@ def decide(state: SessionState, obs: Observation, policy: Policy,
                                      obs.heard_fraction, obs.said_audio_s,
                                      obs.said_audio_from_us)
         case TakenOver():
-            return takeover_events(state, now_us, obs.playback_lead_s)
+            return takeover_events(state, now_us, obs.playback_lead_s, obs.handed_over_us)
         case SettingsUpdate():
             # Nothing else in a Gemini Live setup applies to a running session: the system
             # instruction and tools go in by contextUpdate where the model takes one; every

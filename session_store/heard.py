@@ -96,19 +96,23 @@ def interruption_events(state: SessionState, generation: int, local: bool,
     return [ev.Interrupted(generation), *cut]
 
 
-def takeover_events(state: SessionState, now_us: int | None, lead_s: float = 0.0
-                    ) -> list[ev.Event]:
+def takeover_events(state: SessionState, now_us: int | None, lead_s: float = 0.0,
+                    handed_over_us: int | None = None) -> list[ev.Event]:
     """A worker took the call over at `now_us`: the dead worker stopped writing the bot's
     last message somewhere before then, and what it had written (`lead_s` ahead of real
     time) played out. If that time since its first audio arrived is shorter than
     its audio, the caller cannot have heard all of it: it is cut to the part
     that time allows, as a barge-in would cut it, so the next session is seeded with what
     the caller heard instead of resuming a model that said the rest (lineage.holds_cut_turn).
-    Death came before the takeover, so this errs towards heard: the caller may miss the end
+    `handed_over_us`, when the transport knows it, is when the call was handed to this
+    worker: the dead worker's stream had ended by then, which bounds its playback closer
+    than the takeover does (a busy worker attaches some 0.2-0.5 s after the hand-over).
+    Death came before either, so this errs towards heard: the caller may miss the end
     of a message rather than hear a step twice."""
     playing = state.playing
     if playing is None or now_us is None or playing.audio_s <= 0:
         return []
-    fraction = ((now_us - playing.started_us) / 1e6 + lead_s) / playing.audio_s
+    ended_us = now_us if handed_over_us is None else min(now_us, handed_over_us)
+    fraction = ((ended_us - playing.started_us) / 1e6 + lead_s) / playing.audio_s
     return cut_of(playing.text, playing.generation, fraction) if fraction < 1.0 else []
 

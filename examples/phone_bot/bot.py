@@ -88,8 +88,9 @@ def user_params(vad: VADAnalyzer, talked_over: Callable[[], bool]) -> LLMUserAgg
 
 
 async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict,
-                   gemini_reach=None) -> None:
-    """Serve one Media Streams websocket (already accepted) until it ends."""
+                   gemini_reach=None, handed_over_at: float | None = None) -> None:
+    """Serve one Media Streams websocket (already accepted) until it ends. `handed_over_at`:
+    when the webhook handed this stream out (Unix seconds), if known."""
     _, call_data = await parse_telephony_websocket(websocket)
     call_sid = call_data.call_id
     if not call_sid:
@@ -114,6 +115,7 @@ async def run_call(websocket: WebSocket, config: BotConfig, store, calls: dict,
         reconnect_window_s=config.gemini_give_up_s,
         # Written ahead of real time: the pacing's lead, on top of pipecat's chunk.
         playback_lead_s=PLAYBACK_LEAD_S + (config.audio_lead_s or 0.0),
+        handed_over_at=handed_over_at,
         **config.gemini_connection())
     register_tools(llm, Ledger(config.ledger_path), latency_s=config.tool_latency_s)
 

@@ -26,6 +26,7 @@ import asyncio
 import gc
 import os
 import socket
+import time
 import uuid
 from contextlib import asynccontextmanager
 from urllib.parse import parse_qsl
@@ -86,6 +87,7 @@ app = FastAPI(lifespan=lifespan)
 
 @app.post("/twiml")
 async def twiml(request: Request) -> Response:
+    asked_at = time.time()  # (a takeover counts the dead worker's audio up to here)
     config: BotConfig = request.app.state.config
     form = dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
     if config.twilio_auth_token:
@@ -108,7 +110,8 @@ async def twiml(request: Request) -> Response:
         connect = Connect()
         stream = connect.stream(url=config.stream_url)
         stream.parameter(name="from_number", value=form.get("From", ""))
-        token = await request.app.state.gate.token_for(request.app.state.store, call_sid)
+        token = await request.app.state.gate.token_for(request.app.state.store, call_sid,
+                                                         asked_at)
         if token:
             stream.parameter(name=PARAMETER, value=token)
         response.append(connect)
@@ -128,8 +131,8 @@ async def media_stream(websocket: WebSocket) -> None:
     await websocket.accept()
     _, call_data = await parse_telephony_websocket(websocket)  # (run_call reads it again)
     try:
-        await state.gate.admit(state.store, call_data.call_id or "",
-                               call_data.body.get(PARAMETER))
+        admitted = await state.gate.admit(state.store, call_data.call_id or "",
+                                          call_data.body.get(PARAMETER))
     except StreamRefused as refused:
         logger.warning(f"refused the media stream of call {call_data.call_id!r} "
                        f"({call_data.stream_id}): {refused.reason}")
@@ -137,7 +140,10 @@ async def media_stream(websocket: WebSocket) -> None:
         return
     await state.leases.hold(call_data.call_id)
     try:
-        await run_call(websocket, state.config, state.store, state.calls, state.gemini)
+        # The webhook handed this stream out after the call's previous stream (if any) had
+        # ended: a takeover counts the dead worker's playback up to then, not to its attach.
+        await run_call(websocket, state.config, state.store, state.calls, state.gemini,
+                       handed_over_at=admitted.issued_ms / 1000 if admitted else None)
     finally:
         await state.leases.let_go(call_data.call_id)
 

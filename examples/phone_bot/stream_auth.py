@@ -119,15 +119,19 @@ class StreamGate:
         return bool(signature) and RequestValidator(self.twilio_auth_token).validate(
             self.stream_url, {}, signature)
 
-    async def token_for(self, store, call_sid: str) -> str | None:
+    async def token_for(self, store, call_sid: str, asked_at: float | None = None) -> str | None:
+        """A token for the call's next stream, stamped `asked_at` (when the webhook was
+        asked: a redirect's request follows the end of the call's previous stream)."""
         if self.secret is None:
             return None
-        return issue(self.secret, call_sid, await _epoch(store, call_sid), time.time())
+        return issue(self.secret, call_sid, await _epoch(store, call_sid),
+                     time.time() if asked_at is None else asked_at)
 
-    async def admit(self, store, call_sid: str, token: str | None) -> None:
-        """Raise StreamRefused unless `token` admits this stream; it is then spent."""
+    async def admit(self, store, call_sid: str, token: str | None) -> Token | None:
+        """Raise StreamRefused unless `token` admits this stream; it is then spent. The token
+        (None when tokens are off) says when the webhook handed the stream out."""
         if self.secret is None:
-            return
+            return None
         now = time.time()
         admitted = check(self.secret, token, call_sid, await _epoch(store, call_sid), now,
                          self.ttl_s)
@@ -135,6 +139,7 @@ class StreamGate:
         if admitted.nonce in self._admitted:
             raise StreamRefused("stream token already used on this worker")
         self._admitted[admitted.nonce] = admitted.issued_ms / 1000 + self.ttl_s + CLOCK_SKEW_S
+        return admitted
 
 
 async def _epoch(store, call_sid: str) -> int:

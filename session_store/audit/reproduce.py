@@ -41,7 +41,8 @@ _HANDLE_FIELDS = ("handle",)
 AUDIO_CHUNK_MS = 40.0
 NO_CUT_LEAD_S = 3600.0
 #: An observation's fields measured on the re-run's clock, or that older logs do not say.
-_OBSERVED_VOLATILE = ("read_at_us", "if_due", "said_audio_s", "said_audio_from_us")
+_OBSERVED_VOLATILE = ("read_at_us", "if_due", "said_audio_s", "said_audio_from_us",
+                      "handed_over_us")
 # What a worker that took over does once the app's context reached it (what is due: calls
 # to start, results and turns to send) or once its session is up.
 _ACTS = ("tool.call_started", "tool.result_sending", "conversation.sending",
@@ -438,8 +439,14 @@ def build(lines: list[dict[str, Any]], *, redacted: bool = False) -> dict[str, A
                 words_stood = any(isinstance(w, list) and len(w) == 2 and w[1] is not None
                                   for w in words)
             elif t == "decision.observed" and d.get("kind") == "TakenOver":
-                workers[-1]["playback_lead_s"] = (d.get("data") or {}).get(
-                    "playback_lead_s", 0.0)
+                taken = d.get("data") or {}
+                workers[-1]["playback_lead_s"] = taken.get("playback_lead_s", 0.0)
+                # Cut as of the hand-over, when logged: the re-run (which has none) takes
+                # over that long after the audio instead.
+                handed_over = taken.get("handed_over_us")
+                if handed_over is not None and playing is not None:
+                    workers[-1]["after_audio_us"] = min(workers[-1].get("after_audio_us", 1 << 62),
+                                                        handed_over - playing[0])
             elif t == "conversation.message" and d["role"] == "user" and gen == 0:
                 user_turns.append({"role": "user", "content": d["text"]})
             elif t == "conversation.message" and d["role"] == "assistant":

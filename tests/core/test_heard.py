@@ -207,6 +207,24 @@ def test_a_takeover_cuts_the_message_whose_audio_cannot_have_played_yet():
     assert decide(log.state(), TakenOver(playback_lead_s=0.3), Policy(), late) == []
 
 
+def test_the_hand_over_bounds_the_dead_workers_playback_closer_than_the_takeover():
+    # Handed over 0.5 s into the message, attached 1.9 s in (a busy worker): the dead
+    # worker's stream had ended by the hand-over, so the caller heard a quarter of it.
+    log, started = greeting_playing()
+    handed = TakenOver(handed_over_us=started + 500_000)
+    assert decide(log.state(), handed, Policy(), started + 1_900_000) == [
+        ev.ConversationMessageCut(heard_text(TEXT, 0.25), 1)]
+    # The earlier of the two counts: a hand-over stamped after the takeover (another
+    # host's clock) does not stretch what was heard.
+    late_stamp = TakenOver(handed_over_us=started + 3_000_000)
+    assert decide(log.state(), late_stamp, Policy(), started + 500_000) == [
+        ev.ConversationMessageCut(heard_text(TEXT, 0.25), 1)]
+    # Stamped before the audio began (clock skew): nothing of it heard, not a negative part.
+    early = TakenOver(handed_over_us=started - 200_000)
+    assert decide(log.state(), early, Policy(), started + 500_000) == [
+        ev.ConversationMessageCut(CUT_MARK.strip(), 1)]
+
+
 def test_the_cut_keeps_a_takeover_from_resuming_a_handle_that_holds_the_whole_message():
     log, started = greeting_playing()
     assert choose_resumption(log.state(), Policy(), log.now_us) == "h1"

@@ -62,6 +62,9 @@ async def test_a_greeting_cut_by_a_kill_is_finished_by_the_next_worker(db, tmp_p
     assert heard["repeats"] == 0, where
     runs = heard["per_call"][target]
     assert [stream for name, stream, _s in runs if name == "greeting"] == [0, 1], (where, runs)
+    # Heard whole over the two streams: the cut counts what played up to the hand-over
+    # (the stream token's time), not up to the takeover, which comes later.
+    assert target not in heard["unfinished_detail"], (where, heard["unfinished_detail"])
     store = await open_store(summary["db_url"], **({"schema": summary["db_schema"]}
                                                     if summary["db_schema"] else {}))
     try:
@@ -77,6 +80,10 @@ async def test_a_greeting_cut_by_a_kill_is_finished_by_the_next_worker(db, tmp_p
     cut = records[attached + 2]
     assert types[attached + 1:attached + 3] == ["decision.observed", "conversation.message_cut"]
     assert cut.data["text"].endswith(CUT_MARK), cut.data
+    taken = records[attached + 1].data
+    assert taken["kind"] == "TakenOver", taken
+    handed_over = taken["data"]["handed_over_us"]  # the redirect's stream token, issued
+    assert records[attached - 1].recorded_at_us < handed_over < records[attached].recorded_at_us
     # Seeded afresh with the cut greeting: the session after the takeover resumed no handle.
     connected = next(r for r in records[attached:] if r.type == "connection.connected")
     assert connected.data["handle"] is None, connected.data
