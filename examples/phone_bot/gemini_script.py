@@ -1,7 +1,8 @@
 """Gemini's side of the example's phone calls, played by the local Gemini Live server.
 
 Every call goes the same way: the bot greets, the caller asks for a refund of their order,
-the model asks for `refund_order` while it speaks, then for `send_receipt`, then says
+the model says it will refund the order and asks for `refund_order` (the caller still
+hears the sentence when the call arrives), then likewise for `send_receipt`, then says
 goodbye. Each connection decides what to say
 from what its session knows (a session resumed from a handle knows what the handle
 captured, a fresh one what it was seeded with), so a call survives any number of worker
@@ -57,7 +58,7 @@ class PhoneCallPlan:
     """The script of every connection, for all calls on one local server."""
 
     greeting_s: float = 1.2
-    turn_s: float = 0.4
+    turn_s: float = 0.8  # a tool step's sentence, said before its call
     farewell_s: float = 1.0
     caller_speaks_s: float = 1.0
     # Caller number -> when a closing turn was last sent (the caller hangs up after it).
@@ -67,7 +68,7 @@ class PhoneCallPlan:
 
     def lengths(self) -> dict[str, float]:
         """How long each utterance lasts (its tone's audio), for the caller's ear."""
-        turn = 2 * _chunks(self.turn_s) * CHUNK_MS / 1000
+        turn = _chunks(self.turn_s) * CHUNK_MS / 1000
         farewell = _chunks(self.farewell_s) * CHUNK_MS / 1000
         return {"greeting": _chunks(self.greeting_s) * CHUNK_MS / 1000,
                 "refund_order": turn, "send_receipt": turn, "farewell": farewell,
@@ -110,8 +111,10 @@ class PhoneCallPlan:
                     Dynamic(self.plan)]
             if not (left := unsaid(conn, line)):  # announced, not yet asked: just ask
                 return [*steps, ToolCall(call), *wait]
-            return [*steps, *_say(self.turn_s, name, line, left), ToolCall(call),
-                    _speech(self.turn_s, name), *wait]
+            # All of the sentence, its audio and its words, before the call: a model with
+            # a blocking call says what it will do, asks, and waits (audio after the call
+            # with no words of its own was logged as a message half as long as it played).
+            return [*steps, *_say(self.turn_s, name, line, left), ToolCall(call), *wait]
         if left := unsaid(conn, FAREWELL):
             closing = _say(self.farewell_s, "farewell", FAREWELL, left)
         else:
