@@ -62,11 +62,13 @@ from .gemini_script import (CATCH_UP_WAIT_S, TONES, PhoneCallPlan, caller_of, or
                             tool_calls)
 from .hearing import Hearing, Stall, hear, runs_of
 from .loop_lag import LoopLag, blocked, worst
-from .telephony import Balancer, PhoneCall
+from .telephony import Balancer, PhoneCall, TwilioRestApi
 from .tools import CHECKED, IDEMPOTENT
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_URL = "https://phone-bot.invalid"  # the load balancer's address (.invalid: never real)
+ACCOUNT_SID = "AC" + "0" * 32  # (telephony.PhoneCall's)
+CALL_LEASE_S = 3.0  # the workers' call leases (rescue.py): a lapsed one is swept this late
 #: Where a kill can be placed (_plan_kill).
 KILL_STEPS = ("greeting", "greeting-playing", "refund_order", "send_receipt", "farewell")
 TOOL_EVENTS = ("tool.call_requested", "tool.call_started", "tool.call_completed",
@@ -164,9 +166,15 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
     # twice (the calls' order ids repeat from run to run).
     ledger.unlink(missing_ok=True)
     token = uuid.uuid4().hex
-    async with LocalLiveServer(plan.script) as gemini:
+    # Twilio's REST API too (the workers' documented rescue, rescue.py): it closes in the
+    # log a call whose caller hung up as its worker died, before that worker logged the end.
+    calls_by_sid: dict[str, PhoneCall] = {}
+    async with LocalLiveServer(plan.script) as gemini, \
+            TwilioRestApi(ACCOUNT_SID, token, calls_by_sid) as twilio_api:
         env = {**os.environ, "DATABASE_URL": url, "DATABASE_SCHEMA": schema or "",
                "PUBLIC_URL": PUBLIC_URL, "TWILIO_AUTH_TOKEN": token,
+               "TWILIO_ACCOUNT_SID": ACCOUNT_SID, "TWILIO_API_BASE_URL": twilio_api.base_url,
+               "CALL_LEASE_S": str(CALL_LEASE_S),
                "GEMINI_BASE_URL": gemini.base_url, "GEMINI_CA_CERT": str(gemini.cert_path),
                "TOOL_LEDGER": str(ledger), "LOGURU_LEVEL": "INFO",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -192,6 +200,7 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
             phone_calls = [PhoneCall(balancer, f"{PUBLIC_URL}/twiml", f"+1555000{1000 + i}",
                                      hang_up_when=hang_up_when, auth_token=token)
                            for i in range(n_calls)]
+            calls_by_sid.update({c.call_sid: c for c in phone_calls})
             kill_plan = _plan_kill(rng, phone_calls, *kill) if kill else None
             # This process's loop (the callers, the local Gemini server) is the rig: a late
             # wake-up of it stamps the audio late, which the ear hears as a stall.
@@ -219,6 +228,7 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
             await rig_lag.stop()
             worker_lags = await _worker_loop_lags(fleet)
             say(f"{n_calls} calls done in {wall:.1f} s")
+            await _await_ends(phone_calls, url, schema, say)
             _keep_audio(workdir, phone_calls)
             outcomes = await _judge(phone_calls, kill_record, fleet, gemini, plan, url, schema,
                                     ledger)
@@ -402,6 +412,27 @@ class _ServerView:
                               for i in mine)]
 
 
+async def _await_ends(calls: list[PhoneCall], url, schema, say) -> None:
+    """Wait (a lease and a sweep at most) for the log's end of every call the caller hung
+    up: a worker logs it a moment after, or, if it died as the caller hung up, the sweep of
+    a live one does once the dead one's lease lapsed (rescue.py)."""
+    store = await open_store(url, **({"schema": schema} if schema else {}))
+    deadline = time.monotonic() + 2 * CALL_LEASE_S
+    try:
+        while True:
+            open_calls = [c.call_sid for c in calls if c.hung_up_at is not None
+                          and not any(r.type == "session.closed"
+                                      for r in await store.read(c.call_sid))]
+            if not open_calls or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        if open_calls:
+            say(f"still open in the log {2 * CALL_LEASE_S:g} s after the caller hung up: "
+                f"{open_calls}")
+    finally:
+        await store.close()
+
+
 async def _judge(calls, kill: Kill | None, fleet, gemini, plan, url, schema, ledger_path):
     entries = [json.loads(line) for line in ledger_path.read_text().splitlines()] \
         if ledger_path.exists() else []
@@ -477,6 +508,11 @@ def _check_takeover(outcome: CallOutcome, call: PhoneCall, kill: Kill, fleet, re
     victim_url = fleet[kill.worker].url
     before = [s for s in call.streams if s.opened_at < kill.at]
     after = [s for s in call.streams if s.opened_at >= kill.at]
+    if before and before[-1].worker == victim_url and before[-1].ended_by == "caller":
+        # They hung up as the worker died: the call is over, nothing goes on (the log's end
+        # is checked with the others': a live worker's sweep closes it, rescue.py).
+        outcome.affected = False
+        return
     if not before or before[-1].worker != victim_url or before[-1].ended_by != "bot":
         problems.append("its stream on the killed worker did not end with the kill")
     if not after:
@@ -793,7 +829,11 @@ def _stall_summary(stalls: list[dict], rig: list[tuple[float, float]],
 def _lag_figures(samples: list[tuple[float, float]]) -> dict:
     lates = [late for _, late in samples]
     return {"over_20ms": sum(x > 0.02 for x in lates), "over_50ms": sum(x > 0.05 for x in lates),
-            "max_ms": round(max(lates, default=0.0) * 1e3, 1)}
+            "max_ms": round(max(lates, default=0.0) * 1e3, 1),
+            # (when each of those ended, Unix seconds: to line them up with the kill, the
+            # takeovers and the stalls)
+            "over_50ms_at": [[round(at, 3), round(late * 1e3, 1)] for at, late in samples
+                             if late > 0.05]}
 
 
 def _ms(seconds: float | None) -> str:

@@ -9,7 +9,10 @@ whose log says it is open, and whose worker has not been replaced, is claimed (a
 update of its lease row, then an `anomaly.recorded` "worker_gone" appended to the call's log
 at the version read: two live workers never both win) and redirected once per lost worker
 by updating the live call with the webhook's URL (POST /2010-04-01/Accounts/{sid}/Calls/
-{CallSid}.json, Url=…/twiml, documented), through the `twilio` library's client.
+{CallSid}.json, Url=…/twiml, documented), through the `twilio` library's client. If
+Twilio answers that the call is over (21220: the caller hung up as its worker died, before
+the worker logged the end), the call is closed in its log instead (`session.closed`,
+"ended", after an `ended_while_worker_gone` anomaly).
 
 Needs TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN (the token is never logged);
 TWILIO_API_BASE_URL points the client at a stand-in.
@@ -34,6 +37,9 @@ from session_store.errors import ConcurrencyConflict, Fenced
 from .config import BotConfig
 
 GONE = "worker_gone"
+ENDED_WHILE_GONE = "ended_while_worker_gone"
+#: Twilio's error for updating a call that is no longer in progress.
+CALL_OVER = 21220
 _metadata = MetaData()
 leases = Table(
     "phone_bot_leases", _metadata,
@@ -249,9 +255,27 @@ class CallLeases:
         try:
             await self._twilio.api.v2010.accounts(self.config.twilio_account_sid) \
                 .calls(call_sid).update_async(url=url, method="POST")
-        except TwilioRestException as exc:  # e.g. 21220: the call is over already
+        except TwilioRestException as exc:
+            if exc.code == CALL_OVER and due.version:
+                await self._close_over(call_sid, due)
+                return
             logger.warning(f"call {call_sid}: its worker {due.worker} is gone; Twilio refused "
                            f"the redirect ({exc.status}, code {exc.code}): {exc.msg}")
             return
         logger.info(f"call {call_sid}: its worker {due.worker} is gone (lease expired); "
                     f"redirected to {url} through Twilio's REST API")
+
+    async def _close_over(self, call_sid: str, due: Rescue) -> None:
+        """Twilio says the call is over (the caller hung up as its worker died, before it
+        logged the end): the log says so too, after the claim, or the call stays open in
+        it for ever. A worker that took the call over meanwhile wins (the append fails)."""
+        try:
+            await self.store.append(call_sid, [
+                ev.AnomalyRecorded(ENDED_WHILE_GONE, {"worker": due.worker, "epoch": due.epoch,
+                                                      "twilio_code": CALL_OVER}),
+                ev.SessionClosed("ended")], due.version + 1, epoch=due.epoch)
+        except (ConcurrencyConflict, Fenced):
+            logger.info(f"call {call_sid}: moved on while it was being closed; left open")
+            return
+        logger.info(f"call {call_sid}: its worker {due.worker} is gone and Twilio says the "
+                    f"call is over (code {CALL_OVER}): closed in its log")

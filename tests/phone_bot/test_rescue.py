@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from examples.phone_bot.rescue import GONE, Rescue, rescue_due
+from examples.phone_bot.rescue import ENDED_WHILE_GONE, GONE, Rescue, rescue_due
 from session_store.records import RecordedEvent
 
 from .rig import AUTH_TOKEN, TwilioRestApi, rig
@@ -99,6 +99,29 @@ async def test_a_dead_workers_calls_are_redirected_through_the_rest_api_once(db,
         print(f"\n{db}: {len(affected)} of {len(calls)} calls on the killed worker; "
               f"kill -> REST redirect {[round(s, 2) for s in redirects]} s, kill -> first bot "
               f"audio {[round(s, 2) for s in gaps]} s (lease {LEASE_S} s)")
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+async def test_a_call_the_caller_left_as_its_worker_died_is_closed_in_its_log(db, tmp_path):
+    """The caller hangs up as the worker dies, before it logs the end: no redirect brings
+    the call back, and Twilio refuses the REST update (21220). Before, the log kept the
+    call open for ever; now the sweeper that learns it is over closes it."""
+    async with TwilioRestApi(ACCOUNT, AUTH_TOKEN, {}) as api, \
+            rig(db, tmp_path, workers=2, env={
+                "TWILIO_ACCOUNT_SID": ACCOUNT, "TWILIO_API_BASE_URL": api.base_url,
+                "CALL_LEASE_S": str(LEASE_S)}) as r:
+        [call], [running] = await place_calls(r, api, 1)
+        kill_worker_of(r, call)
+        running.cancel()  # the caller hangs up: for Twilio the call is over
+        await asyncio.gather(running, return_exceptions=True)
+        call.status = "completed"
+        records = await r.closed_records(call.call_sid, timeout_s=6 * LEASE_S)
+        assert [req[1:] for req in api.requests] == [(call.call_sid, 400)], api.requests
+    tail = [(rec.type, rec.data.get("kind"), rec.data.get("reason")) for rec in records[-3:]]
+    assert tail == [("anomaly.recorded", GONE, None),
+                    ("anomaly.recorded", ENDED_WHILE_GONE, None),
+                    ("session.closed", None, "ended")], tail
+    assert records[-2].data["detail"]["twilio_code"] == 21220
 
 
 @pytest.mark.parametrize("db", ["sqlite"])  # (the control: one database is enough)
