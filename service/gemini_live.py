@@ -111,8 +111,8 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     transport's pacing): after a takeover, the bot's message the dead worker was playing
     counts as heard as far as its audio can have been written (PLAYBACK_LEAD_S;
     session_store/heard.py). `handed_over_at` (Unix seconds): when the deployment handed the
-    call to this worker, if it knows (the phone bot: when the redirect's webhook issued the
-    stream token); the dead worker's audio had stopped by then, so that is the bound used
+    call to this worker, if it knows (the phone bot: when the redirect's webhook was asked,
+    its stream token's time); the dead worker's audio had stopped by then, so that is the bound used
     instead of the takeover's own, later, time.
     """
 
