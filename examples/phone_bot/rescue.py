@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 
 from loguru import logger
-from sqlalchemy import Column, Float, Integer, MetaData, String, Table, delete, insert, select, \
-    update
+from sqlalchemy import Column, Float, Integer, MetaData, String, Table, delete, func, insert, \
+    select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.schema import CreateTable
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -40,6 +40,7 @@ GONE = "worker_gone"
 ENDED_WHILE_GONE = "ended_while_worker_gone"
 #: Twilio's error for updating a call that is no longer in progress.
 CALL_OVER = 21220
+_LEASES_DDL_LOCK = 0x70686F6E  # PostgreSQL advisory lock key: creating phone_bot_leases
 _metadata = MetaData()
 leases = Table(
     "phone_bot_leases", _metadata,
@@ -104,14 +105,13 @@ class CallLeases:
         elif self.config.database_url.startswith("sqlite"):
             options["connect_args"] = {"timeout": 10}  # waits out the log's writers
         self._engine = create_async_engine(self.config.database_url, **options)
-        for attempt in range(3):  # workers starting together race to create it
-            try:
-                async with self._engine.begin() as conn:
-                    await conn.execute(CreateTable(leases, if_not_exists=True))
-                break
-            except IntegrityError:  # (PostgreSQL: two IF NOT EXISTS at once, pg_type)
-                if attempt == 2:
-                    raise
+        async with self._engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # Workers start together, and two CREATE TABLE IF NOT EXISTS at once can
+                # both go ahead and one fail (pg_type's key, or "already exists"): one at
+                # a time, the lock held to the commit.
+                await conn.execute(select(func.pg_advisory_xact_lock(_LEASES_DDL_LOCK)))
+            await conn.execute(CreateTable(leases, if_not_exists=True))
         from twilio.http.async_http_client import AsyncTwilioHttpClient
         from twilio.rest import Client
         self._twilio = Client(self.config.twilio_account_sid, self.config.twilio_auth_token,
@@ -187,7 +187,8 @@ class CallLeases:
         try:
             await self._every(self.sweep, "sweep")
         finally:
-            renewing.cancel()
+            renewing.cancel()  # and waited for: stop() disposes of the engine it uses
+            await asyncio.gather(renewing, return_exceptions=True)
 
     async def _every(self, step, what: str) -> None:
         while True:

@@ -134,3 +134,32 @@ async def test_without_the_rest_api_the_stand_in_leaves_the_call_hanging(db, tmp
         await asyncio.sleep(4 * LEASE_S)
         assert len(call.streams) == 1 and not running.done() and not api.requests
         running.cancel()
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+async def test_workers_starting_together_all_make_sure_of_the_lease_table(db, tmp_path):
+    """Workers of a fleet start at once on a fresh database: each makes sure the lease table
+    exists, and none may fail its startup because another created it at the same moment
+    (PostgreSQL's CREATE TABLE IF NOT EXISTS is not safe against a concurrent one)."""
+    from examples.phone_bot.config import BotConfig
+    from examples.phone_bot.rescue import CallLeases
+    from rig.crash.harness import Databases
+
+    databases = Databases(db, tmp_path)
+    try:
+        for _ in range(30):  # the race is lost only sometimes: a few fresh databases
+            url, schema = await databases()
+            config = BotConfig.from_env({
+                "DATABASE_URL": url, "DATABASE_SCHEMA": schema or "",
+                "PUBLIC_URL": "https://bot.example.com", "GOOGLE_API_KEY": "unused",
+                "TWILIO_ACCOUNT_SID": ACCOUNT, "TWILIO_AUTH_TOKEN": AUTH_TOKEN,
+                "TWILIO_API_BASE_URL": "http://127.0.0.1:9"})
+            workers = [CallLeases(config, None, f"w{i}") for i in range(8)]
+            try:
+                results = await asyncio.gather(*(w.start() for w in workers),
+                                               return_exceptions=True)
+                assert [r for r in results if r is not None] == []
+            finally:
+                await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
+    finally:
+        await databases.cleanup()
