@@ -31,6 +31,7 @@ import dataclasses
 from collections.abc import Coroutine
 from typing import Any, Literal
 
+from google.genai import Client
 from google.genai.types import HttpOptions, ThinkingLevel
 from loguru import logger
 from pipecat.adapters.llm.schemas.direct_function import DirectFunction
@@ -205,6 +206,16 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         self._register_event_handler("on_connection_given_up")  # (service, error)
         self._register_event_handler("on_fenced")  # (service)
         self._told_fenced = False
+
+    @staticmethod
+    def warm_up(http_options: Any = None, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        """Pay the process's one-time costs of a call before its first call: the shared TLS
+        context (the CA bundle parsed) and a google-genai client with the transports it
+        imports, built as every call builds its own. A fresh worker's first calls would
+        otherwise pay them on the event loop, a silence in every call already on it.
+        Blocking: call it at startup, in a thread (the phone bot's lifespan does)."""
+        Client(api_key="warm-up", http_options=with_frame_limit(with_shared_tls(http_options),
+                                                                max_frame_bytes))
 
     # ------------------------------------------------------------------ public helpers
     @property

@@ -226,7 +226,7 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
                    for name, used in _cpu_seconds(fleet).items()}
             load.append(os.getloadavg()[0])
             await rig_lag.stop()
-            worker_lags = await _worker_loop_lags(fleet)
+            worker_lags = await _worker_loop_lags(fleet, started)
             say(f"{n_calls} calls done in {wall:.1f} s")
             await _await_ends(phone_calls, url, schema, say)
             _keep_audio(workdir, phone_calls)
@@ -316,15 +316,16 @@ def _process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _worker_loop_lags(fleet: list[Worker]) -> dict[str, list[tuple[float, float]]]:
-    """Each live worker's late loop wake-ups over the run (loop_lag.probed); a killed
-    worker's are gone with it."""
+async def _worker_loop_lags(fleet: list[Worker],
+                            since: float) -> dict[str, list[tuple[float, float]]]:
+    """Each live worker's late loop wake-ups since the calls began (loop_lag.probed; its
+    startup, before it was ready, is not a call's); a killed worker's are gone with it."""
     lags = {}
     async with httpx.AsyncClient(timeout=30) as http:
         for worker in fleet:
             if worker.process.returncode is not None:
                 continue
-            answer = await http.get(f"{worker.url}/rig/loop-lag")
+            answer = await http.get(f"{worker.url}/rig/loop-lag", params={"since": since})
             lags[worker.url] = [(at, late) for at, late in answer.json()["samples"]]
     return lags
 

@@ -35,11 +35,13 @@ from fastapi import FastAPI, Request, WebSocket
 from loguru import logger
 from pipecat.runner.utils import parse_telephony_websocket
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twilio.request_validator import RequestValidator
 from twilio.twiml.voice_response import Connect, VoiceResponse
 
 from service import metrics
+from service.gemini_live import DurableGeminiLiveLLMService
 from session_store import load_state, open_store
 
 from .barge_in import load_vad_model
@@ -70,6 +72,10 @@ async def lifespan(app: FastAPI):
                                   f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
     await app.state.leases.start()
     await load_vad_model()  # once per process, off the loop: calls share it (barge_in.py)
+    # What a fresh worker's first calls would build on the loop (the TLS context, google-genai's
+    # transports and their imports): built here, before /readyz says ready.
+    await run_in_threadpool(lambda: DurableGeminiLiveLLMService.warm_up(
+        **config.gemini_connection()))
     # Keep what startup made (~140,000 objects of pipecat, google-genai, SQLAlchemy) out of
     # the full collections: each otherwise stops every call's audio on this worker for
     # 100-200 ms (docs/operations.md, "Garbage collection").

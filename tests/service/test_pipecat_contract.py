@@ -373,3 +373,32 @@ def test_the_constructor_spells_out_every_parameter_of_pipecats():
         assert ours[name].default == param.default, name
         assert ours[name].kind is inspect.Parameter.KEYWORD_ONLY, name
     assert not any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in ours.values())
+
+
+_FIRST_CALL_AFTER_WARM_UP = """
+import ssl, sys
+from service.gemini_live import DurableGeminiLiveLLMService
+from session_store.storage.sqlite.dialect import sqlite_store
+store = sqlite_store(sys.argv[1])  # (the worker's store is open before its calls)
+DurableGeminiLiveLLMService.warm_up()
+before = set(sys.modules)
+parsed = []
+real = ssl.create_default_context
+ssl.create_default_context = lambda *a, **k: parsed.append(a or k) or real(*a, **k)
+DurableGeminiLiveLLMService(api_key="x", store=store, call_id="c")
+print(sorted(set(sys.modules) - before), parsed)
+"""
+
+
+def test_after_warm_up_a_first_call_imports_and_parses_nothing(tmp_path):
+    """A fresh worker's first call builds its google-genai client on the event loop: after
+    `warm_up()` (the phone bot's lifespan runs it) that imports no module and parses no CA
+    bundle (without it: ~65 ms of blocked loop, a silence in the calls already there)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", _FIRST_CALL_AFTER_WARM_UP,
+         f"sqlite+aiosqlite:///{tmp_path}/unused.db"],
+        capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "[] []", result.stdout
