@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import gc
 import json
 import math
 import os
@@ -209,18 +210,25 @@ async def _run(url, schema, rng, say, workdir: Path, n_workers: int, n_calls: in
             load = [os.getloadavg()[0]]
             cpu_before = _cpu_seconds(fleet)
             started = time.time()
-            async with httpx.AsyncClient(timeout=10) as http:
-                async def place(i: int, call: PhoneCall) -> PhoneCall:
-                    await asyncio.sleep(spread_s * i / max(1, n_calls))
-                    return await call.run(http)
+            # The rig keeps every frame each caller heard and every message Gemini got: its
+            # full collections grow to 60-140 ms of blocked loop, stamping audio late (a
+            # stall the ear would put on the rig). A phone does not pause: none until the end.
+            gc.disable()
+            try:
+                async with httpx.AsyncClient(timeout=10) as http:
+                    async def place(i: int, call: PhoneCall) -> PhoneCall:
+                        await asyncio.sleep(spread_s * i / max(1, n_calls))
+                        return await call.run(http)
 
-                running = [asyncio.create_task(place(i, c)) for i, c in enumerate(phone_calls)]
-                killing = None
-                if kill_plan is not None:
-                    killing = asyncio.create_task(_kill_mid_tool(
-                        *kill_plan, phone_calls, fleet, url, schema, say))
-                await asyncio.gather(*running)
-                kill_record = await killing if killing else None
+                    running = [asyncio.create_task(place(i, c)) for i, c in enumerate(phone_calls)]
+                    killing = None
+                    if kill_plan is not None:
+                        killing = asyncio.create_task(_kill_mid_tool(
+                            *kill_plan, phone_calls, fleet, url, schema, say))
+                    await asyncio.gather(*running)
+                    kill_record = await killing if killing else None
+            finally:
+                gc.enable()
             wall = time.time() - started
             cpu = {name: round((used - cpu_before.get(name, 0.0)) / wall, 2)
                    for name, used in _cpu_seconds(fleet).items()}
