@@ -70,6 +70,8 @@ class BotConfig:
             raise SystemExit(f"phone bot: PUBLIC_URL must be http(s)://host[:port], not {public!r}")
         if not env.get("GOOGLE_API_KEY") and not env.get("GEMINI_BASE_URL"):
             raise SystemExit("phone bot: set GOOGLE_API_KEY (or GEMINI_BASE_URL for a local server)")
+        if env.get("GEMINI_CA_CERT") and not os.path.isfile(env["GEMINI_CA_CERT"]):
+            raise SystemExit(f"phone bot: GEMINI_CA_CERT {env['GEMINI_CA_CERT']!r} is not a file")
         for key in ("STREAM_TOKEN_TTL_S", "CALL_LEASE_S"):
             if env.get(key) and _number(env, key, float, 1.0) == 0:
                 raise SystemExit(f"phone bot: {key} must be a number > 0, not {env[key]!r}")
@@ -115,6 +117,8 @@ class BotConfig:
 def _http_options(base_url: str, cert_path: str | None):
     """Built once per process: its TLS context is shared by every call (parsing a CA file per
     call blocks the event loop; service/client_options.py)."""
+    if cert_path is None:  # a certificate the default bundle trusts
+        return {"base_url": base_url}
     from service.local_live import http_options
     return http_options(base_url, cert_path)
 

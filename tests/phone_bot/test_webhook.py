@@ -113,6 +113,7 @@ def test_not_ready_when_the_log_does_not_answer(client):
     ({"DATABASE_URL": "  "}, "set DATABASE_URL"),
     ({"PUBLIC_URL": "bot.example.test"}, "PUBLIC_URL must be http(s)://host[:port]"),
     ({"GEMINI_BASE_URL": ""}, "set GOOGLE_API_KEY"),
+    ({"GEMINI_CA_CERT": "/nowhere/ca.pem"}, "GEMINI_CA_CERT '/nowhere/ca.pem' is not a file"),
     ({"MAX_CALLS": "lots"}, "MAX_CALLS must be a whole number >= 0, not 'lots'"),
     ({"TOOL_LATENCY_S": "nan"}, "TOOL_LATENCY_S must be a number >= 0, not 'nan'"),
     ({"CALL_LEASE_S": "0"}, "CALL_LEASE_S must be a number > 0, not '0'"),
