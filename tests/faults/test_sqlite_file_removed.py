@@ -29,7 +29,7 @@ from session_store.events import BotStartedSpeaking
 from session_store.storage.migrate import upgrade
 from session_store.storage.sqlite.commit import FilesChanged, checkpoint, connect
 from session_store.storage.sqlite.statements import compile_statements
-from session_store.storage.sqlite.watch import FileWatch
+from session_store.storage.sqlite.watch import Changed, FileWatch
 from tests.service.helpers import migrated_sqlite
 
 
@@ -104,8 +104,9 @@ CHANGES = {
     "db-overwritten": (_overwrite, "database file", "was overwritten"),
     "wal-removed": (lambda db: os.unlink(f"{db}-wal"), "write-ahead log", "-wal was removed"),
     "wal-replaced": (lambda db: _replace(f"{db}-wal"), "write-ahead log", "-wal was replaced"),
-    "db-truncated": (lambda db: os.truncate(db, 0), "database file", "was truncated (from"),
-    "db-shrunk": (lambda db: os.truncate(db, 4096), "database file", "was truncated (from"),
+    # (Cut while a checkpoint runs, and written long again by it: "truncated or overwritten".)
+    "db-truncated": (lambda db: os.truncate(db, 0), "database file", "was truncated"),
+    "db-shrunk": (lambda db: os.truncate(db, 4096), "database file", "was truncated"),
     "db-replaced": (_replace, "database file", "was replaced"),
 }
 
@@ -203,6 +204,38 @@ def test_the_pages_of_a_long_wal_are_read_from_every_block_of_its_index(tmp_path
                 by_header.append(int.from_bytes(wal.read(4), "big"))
         for first, last in ((1, watch.frames), (4000, 4100), (4063, watch.frames)):
             assert watch._wal_pages(first, last) == set(by_header[first - 1:last])
+    finally:
+        watch.close()
+        conn.close()
+
+
+def test_a_file_truncated_while_a_checkpoint_runs_is_called_truncated(tmp_path):
+    """Truncated while a checkpoint runs, the file is written long again by it (its pages
+    from the WAL, holes of zeros between): neither its size nor its header says so; the
+    witness pages, read as zeros, do, and the error says the file was truncated."""
+    path = str(tmp_path / "cut.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t (x BLOB)")
+    for _ in range(20):
+        conn.execute("INSERT INTO t VALUES (randomblob(8000))")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # (the file holds pages the WAL does not)
+    conn.execute("INSERT INTO t VALUES (randomblob(8000))")
+    watch = FileWatch(path)
+    try:
+        watch.check()
+        witness = watch.witness()
+        assert witness is not None and witness[3]
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            header = f.read(4096)
+        os.truncate(path, 0)  # ... as the checkpoint began, which then wrote its pages back:
+        os.truncate(path, size)  # as long as before, holes between (header restored)
+        with open(path, "r+b") as f:
+            f.write(header)
+        with pytest.raises(Changed, match=r"the database file .*cut\.db was truncated"):
+            watch.check_witness(witness)
     finally:
         watch.close()
         conn.close()

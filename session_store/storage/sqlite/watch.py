@@ -192,8 +192,12 @@ class FileWatch:
             return f"the shared-memory index {self.shm_path} was truncated"
         fd = self._db[0]
         for p, seen in pages.items():
-            if p not in later and os.pread(fd, page, (p - 1) * page) != seen:
-                return (f"the database file {self.path} was overwritten (its page {p} changed "
+            now = os.pread(fd, page, (p - 1) * page)
+            if p not in later and now != seen:
+                # Zeros: most likely a hole, the file cut short while the checkpoint ran and
+                # written long again by it (its size and header then say nothing).
+                how = "truncated or overwritten" if not now.strip(b"\0") else "overwritten"
+                return (f"the database file {self.path} was {how} (its page {p} changed "
                         "during a checkpoint, which had no copy of it to write)")
         return None
 
