@@ -182,16 +182,22 @@ async def test_pages_another_process_commits_during_the_checkpoint_are_its_work(
     await _watched_checkpoint(tmp_path, commit_elsewhere)
 
 
-def test_the_pages_of_a_long_wal_are_read_from_every_block_of_its_index(tmp_path):
-    """The witness keeps to pages in no WAL frame, by the index's page numbers: past 4062
-    frames they are in its second 32 KiB block. Each frame's header names its page too."""
-    path = str(tmp_path / "long.db")
+def _wal_table(path: str, rows: int, row_bytes: int) -> sqlite3.Connection:
+    """A database in WAL mode that checkpoints only when asked, with `rows` random blobs."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA wal_autocheckpoint=0")
     conn.execute("CREATE TABLE t (x BLOB)")
-    for _ in range(50):
-        conn.execute("INSERT INTO t VALUES (randomblob(400000))")  # ~100 pages a commit
+    for _ in range(rows):
+        conn.execute("INSERT INTO t VALUES (randomblob(?))", (row_bytes,))
+    return conn
+
+
+def test_the_pages_of_a_long_wal_are_read_from_every_block_of_its_index(tmp_path):
+    """The witness keeps to pages in no WAL frame, by the index's page numbers: past 4062
+    frames they are in its second 32 KiB block. Each frame's header names its page too."""
+    path = str(tmp_path / "long.db")
+    conn = _wal_table(path, rows=50, row_bytes=400000)  # ~100 pages a commit
     watch = FileWatch(path)
     try:
         watch.check()
@@ -214,12 +220,7 @@ def test_a_file_truncated_while_a_checkpoint_runs_is_called_truncated(tmp_path):
     from the WAL, holes of zeros between): neither its size nor its header says so; the
     witness pages, read as zeros, do, and the error says the file was truncated."""
     path = str(tmp_path / "cut.db")
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA wal_autocheckpoint=0")
-    conn.execute("CREATE TABLE t (x BLOB)")
-    for _ in range(20):
-        conn.execute("INSERT INTO t VALUES (randomblob(8000))")
+    conn = _wal_table(path, rows=20, row_bytes=8000)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # (the file holds pages the WAL does not)
     conn.execute("INSERT INTO t VALUES (randomblob(8000))")
     watch = FileWatch(path)
