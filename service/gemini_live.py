@@ -89,6 +89,12 @@ MAX_FRAME_BYTES = 16 << 20
 PLAYBACK_LEAD_S = 0.04
 
 
+def _client_options(http_options: Any, max_frame_bytes: int) -> Any:
+    """google-genai's options for a call's client (and the warm-up's): the process's TLS
+    context and the frame limit."""
+    return with_frame_limit(with_shared_tls(http_options), max_frame_bytes)
+
+
 class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     """Drop-in GeminiLiveLLMService whose behaviour is decided from a durable event log.
 
@@ -170,7 +176,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             inference_on_context_initialization=inference_on_context_initialization,
             user_audio_preroll_secs=user_audio_preroll_secs,
             file_api_base_url=file_api_base_url,
-            http_options=with_frame_limit(with_shared_tls(http_options), max_frame_bytes),
+            http_options=_client_options(http_options, max_frame_bytes),
             **kwargs)
         self._max_frame_bytes = max_frame_bytes
         self._driver = CallDriver(store, call_id, policy, worker_id, snapshot_every)
@@ -214,8 +220,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         imports, built as every call builds its own. A fresh worker's first calls would
         otherwise pay them on the event loop, a silence in every call already on it.
         Blocking: call it at startup, in a thread (the phone bot's lifespan does)."""
-        Client(api_key="warm-up", http_options=with_frame_limit(with_shared_tls(http_options),
-                                                                max_frame_bytes))
+        Client(api_key="warm-up", http_options=_client_options(http_options, max_frame_bytes))
 
     # ------------------------------------------------------------------ public helpers
     @property
