@@ -62,9 +62,6 @@ async def test_a_greeting_cut_by_a_kill_is_finished_by_the_next_worker(db, tmp_p
     assert heard["repeats"] == 0, where
     runs = heard["per_call"][target]
     assert [stream for name, stream, _s in runs if name == "greeting"] == [0, 1], (where, runs)
-    # Heard whole over the two streams: the cut counts what played up to the hand-over
-    # (the stream token's time), not up to the takeover, which comes later.
-    assert target not in heard["unfinished_detail"], (where, heard["unfinished_detail"])
     store = await open_store(summary["db_url"], **({"schema": summary["db_schema"]}
                                                     if summary["db_schema"] else {}))
     try:
@@ -84,6 +81,25 @@ async def test_a_greeting_cut_by_a_kill_is_finished_by_the_next_worker(db, tmp_p
     assert taken["kind"] == "TakenOver", taken
     handed_over = taken["data"]["handed_over_us"]  # the redirect's stream token, issued
     assert records[attached - 1].recorded_at_us < handed_over < records[attached].recorded_at_us
+    # The cut counts what the dead worker can have written by the hand-over (the stream
+    # token's time, not the later takeover): real time since the greeting's first audio
+    # plus the pacing's lead. The caller heard at most that on the old stream, and the rest
+    # after the cut on the new one. What they never heard is only what the dead worker had
+    # not yet written when its last event was logged (a worker behind real time, as on a
+    # loaded machine): on an idle one, nothing.
+    greeting = next(r for r in records[:attached] if r.type == "conversation.message"
+                    and r.data["role"] == "assistant")
+    lead = taken["data"]["playback_lead_s"]
+    cut_s = min(greeting.data["audio_s"],
+                (handed_over - greeting.data["audio_from_us"]) / 1e6 + lead)
+    old_part, new_part = ([secs for name, stream, secs in runs
+                           if name == "greeting" and stream == n] for n in (0, 1))
+    chunk = 0.04  # (the stand-in's audio comes in 40 ms chunks)
+    assert sum(old_part) <= cut_s + chunk, (where, runs, cut_s)
+    assert abs(sum(new_part) - (greeting.data["audio_s"] - cut_s)) <= 2 * chunk, \
+        (where, runs, cut_s)
+    unwritten_s = (handed_over - records[attached - 1].recorded_at_us) / 1e6 + lead
+    assert cut_s - sum(old_part) <= unwritten_s + chunk, (where, runs, cut_s, unwritten_s)
     # Seeded afresh with the cut greeting: the session after the takeover resumed no handle.
     connected = next(r for r in records[attached:] if r.type == "connection.connected")
     assert connected.data["handle"] is None, connected.data
