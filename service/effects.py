@@ -152,14 +152,18 @@ class EffectRunner:
         then the sends whose intent it logged go out, in `due`'s order; a reconnect it found
         due is scheduled. True if anything was done."""
         logged = decision.intents
-        acted = any(isinstance(e, (ev.ToolCallFailed, ev.ToolCallStarted)) for e in logged)
+        # (A reconnect requested with an intent, for a cut turn, is due now or later: the
+        # next round asks.)
+        acted = any(isinstance(e, (ev.ToolCallFailed, ev.ToolCallStarted, ev.ReconnectRequested))
+                    for e in logged)
         await self.run_started(logged)
         for intent in logged:
             if isinstance(intent, ev.ContextSending):
                 acted |= await self._apply_context(intent)
             elif isinstance(intent, ev.ConversationSending):
                 acted |= await self._send_conversation(intent)
-            elif isinstance(intent, ev.CutTelling):
+            elif isinstance(intent, ev.CutTelling) and intent.via == "content":
+                # ("reseed": the reconnect logged with it does the telling, below)
                 acted |= await tell_cut(intent, self._svc._session, self._driver.state,
                                         self._log, sending=self._sending_content,
                                         failed=self.after_send_failure)

@@ -55,6 +55,7 @@ from session_store.storage import SqlEventStore
 
 from . import observe, tracing
 from .client_options import with_shared_tls
+from .caller_audio import CallerAudioHold
 from .driver import CallDriver
 from .effects import EffectRunner
 from .handle_gate import HandleGate
@@ -87,6 +88,9 @@ MAX_FRAME_BYTES = 16 << 20
 #: pipecat's output transports write one chunk ahead of real time (audio_out_10ms_chunks=4:
 #: 40 ms); what was written before a worker died is all the caller hears of it.
 PLAYBACK_LEAD_S = 0.04
+#: How much of the caller's audio waits for the next session (the newest; older is dropped):
+#: more than a reconnect or takeover takes when it goes well.
+CALLER_AUDIO_HOLD_S = 5.0
 
 
 def _client_options(http_options: Any, max_frame_bytes: int) -> Any:
@@ -121,6 +125,10 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
     call to this worker, if it knows (the phone bot: when the redirect's webhook was asked,
     its stream token's time); the dead worker's audio had stopped by then, so that is the bound used
     instead of the takeover's own, later, time.
+    `caller_audio_hold_s`: the caller's audio that arrives while no session can take it (a
+    reconnect, a takeover, a fresh session's seed) is held, up to its newest that many
+    seconds, and sent to the next session before anything newer (caller_audio.py;
+    CALLER_AUDIO_HOLD_S; 0: dropped, as pipecat does).
     """
 
     # (pipecat annotates it with a name its module rebinds, which a type checker cannot follow)
@@ -142,6 +150,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         tool_grace_s: float = TOOL_GRACE_S,
         playback_lead_s: float = PLAYBACK_LEAD_S,
         handed_over_at: float | None = None,
+        caller_audio_hold_s: float = CALLER_AUDIO_HOLD_S,
         # pipecat's GeminiLiveLLMService, spelled out so that IDEs and type checkers see them
         # (their defaults are pipecat's: tests/service/test_pipecat_contract.py pins them).
         # `model`, `voice_id` and `params` are deprecated upstream in favour of `settings`.
@@ -168,6 +177,7 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         check_count("max_frame_bytes", max_frame_bytes)
         check_seconds("tool_grace_s", tool_grace_s, zero_ok=True)
         check_seconds("playback_lead_s", playback_lead_s, zero_ok=True)
+        check_seconds("caller_audio_hold_s", caller_audio_hold_s, zero_ok=True)
         super().__init__(
             api_key=api_key, model=model, voice_id=voice_id,
             start_audio_paused=start_audio_paused, start_video_paused=start_video_paused,
@@ -191,12 +201,14 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
         handles = HandleGate(self._driver, self.log_writer)
         self.effects = EffectRunner(self, self.log_writer, self.speech, handles,
                                     self.setup_context, self.stepper)
+        self.caller_audio = CallerAudioHold(caller_audio_hold_s, label=f"{self}: call {call_id}")
         self.receiver = Receiver(self, self.log_writer, self.speech, handles, self.effects,
-                                 self.setup_context)
+                                 self.setup_context, self.caller_audio)
         self.results = ResultIntake(self, self.log_writer, self.effects, self.stepper)
         self.seeder = Seeder(self, self.effects, self.speech, handles, self.stepper)
         self.session_link = Link(self, self.log_writer, self.speech, self.seeder,
-                                 self.receiver.flush_transcript, reconnect_window_s)
+                                 self.receiver.flush_transcript, reconnect_window_s,
+                                 self.caller_audio, self.receiver.forget_caller_words)
         self.stepper.effects = self.effects
         self.log_writer.effects = self.effects
         self.effects.link = self.session_link
@@ -411,9 +423,42 @@ class DurableGeminiLiveLLMService(GeminiLiveLLMService):
             return
         if isinstance(frame, InterruptionFrame):  # e.g. a local VAD barge-in, either way
             self.speech.interrupted()  # the transport drops what was queued
+            self.caller_audio.caller_interrupted()
             return
         if direction == FrameDirection.UPSTREAM:
             await self.speech_log.transport_frame(frame)
+
+    # ------------------------------------------------------------------ the caller's audio
+    async def _send_user_audio(self, frame):
+        if self._audio_input_paused or self._vad_disabled:
+            # Paused: pipecat drops it, the hold waits. Local turn detection: pipecat sends
+            # audio only inside an activity window it opened on the old session.
+            await super()._send_user_audio(frame)
+            return
+        if not self._takes_audio():
+            if self._holds_audio():
+                self.caller_audio.hold(frame)  # for the next session (caller_audio.py)
+            else:
+                self.caller_audio.discard()
+            return
+        chunks = [*self.caller_audio.release(), frame]
+        for i, chunk in enumerate(chunks):
+            if not self._takes_audio():  # the session went while the held audio went out
+                if self._holds_audio():
+                    self.caller_audio.hold_again(chunks[i:])
+                return
+            await super()._send_user_audio(chunk)
+            self.caller_audio.sent(chunk)
+
+    def _takes_audio(self) -> bool:
+        return (self._session is not None and self._ready_for_realtime_input
+                and not self._disconnecting)
+
+    def _holds_audio(self) -> bool:
+        """Will a session come for this call's audio (not ended, given up or taken over)?"""
+        state = self._driver.state
+        return (bool(self.caller_audio.limit_s) and not self._told_fenced
+                and not self._driver.fenced and not state.closed and not state.given_up)
 
     # ------------------------------------------------------------------ settings
     async def _update_settings(self, delta):

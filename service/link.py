@@ -19,6 +19,7 @@ from loguru import logger
 from session_store.decide import RESYNC_KINDS, HandshakeFailed, SessionLeft, SessionReady
 from session_store.delivery import Reconnect
 
+from .caller_audio import CallerAudioHold
 from .log_writer import LogWriter, When
 from .port import ServicePort
 from .seeding import Seeder
@@ -53,8 +54,11 @@ class Link:
     """The session's connection state, for one service (its pipecat side: `svc`)."""
 
     def __init__(self, svc: ServicePort, log: LogWriter, speech: SpeechTracker, seeder: Seeder,
-                 flush_transcript: Callable[[], Awaitable[None]], window_s: float):
+                 flush_transcript: Callable[..., Awaitable[None]], window_s: float,
+                 caller_audio: CallerAudioHold, forget_caller_words: Callable[[float], None]):
         self._svc = svc
+        self._caller_audio = caller_audio
+        self._forget_caller_words = forget_caller_words
         self._driver = svc.driver
         self._log = log
         self._speech = speech
@@ -167,7 +171,12 @@ class Link:
         state = self._driver.state
         if planned and not self._still_due(state):
             return  # (what made it wait makes it due again: due schedules it then)
-        await self._flush_transcript()  # what was said belongs to the session that heard it
+        # What was said belongs to the session that heard it; but the caller's, when this
+        # replaces a session that said a cut turn, may go again to the next one (below).
+        for_cut = any(n.via == "reseed" and n.generation == state.generation
+                      for n in state.cut_notes)
+        interrupted_at = self._caller_audio.interrupted_at if for_cut else None
+        await self._flush_transcript(caller_words=interrupted_at is None)
         generation = state.generation
         # (No reconnect window: only a session lost to an error can end in a give-up.)
         if state.connected and not await self._log.log(SessionLeft(
@@ -190,6 +199,11 @@ class Link:
         self._speech.session_replaced(turn_cut=before.bot_is_responding)
         if self._driver.fenced or state.closed:
             return
+        # The old session is gone (what the caller says now is held): if it had not answered
+        # the caller who cut its turn, the new one hears them from the start (caller_audio.py)
+        # and transcribes it; their words not sent again go to the log with the next flush.
+        if interrupted_at is not None and self._caller_audio.replay_since(interrupted_at):
+            self._forget_caller_words(interrupted_at)
         handle = self._driver.resumption_handle()
         # The log's choice, a fresh session included.
         svc.apply(replace(svc.pipecat_state, session_resumption_handle=handle))

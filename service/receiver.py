@@ -20,6 +20,7 @@ from session_store.decide import (CancellationArrived, FunctionCall, GoAway,
                                   cancelled_with)
 from session_store.delivery import waits_for_idle
 
+from .caller_audio import CallerAudioHold
 from .driver import now_us
 from .effects import EffectRunner
 from .handle_gate import HandleGate, Incoming
@@ -51,8 +52,10 @@ class Receiver:
     """Turns server messages into the call's facts, for one service (pipecat's side: `svc`)."""
 
     def __init__(self, svc: ServicePort, log: LogWriter, speech: SpeechTracker,
-                 handles: HandleGate, effects: EffectRunner, setup: SetupContext):
+                 handles: HandleGate, effects: EffectRunner, setup: SetupContext,
+                 caller_audio: CallerAudioHold):
         self._svc = svc
+        self._caller_audio = caller_audio
         self._setup = setup
         self._driver = svc.driver
         self._log = log
@@ -64,6 +67,7 @@ class Receiver:
         # the bot's last message when it arrived (session_store.heard decides which are
         # late), and the bot's.
         self._words: list[tuple[str, float | None]] = []
+        self._word_times: list[float] = []  # when each of `_words` arrived (monotonic)
         self._said: list[str] = []
         # The model's audio since the last flush: how long, and when its first part came.
         self._said_audio_s = 0.0
@@ -131,6 +135,7 @@ class Receiver:
                     when=When.SOON if waits_for_idle(self._driver.state) else When.LAZY)
         if sc.interrupted:
             self._speech.interrupted()  # the transport drops the queued audio
+            self._caller_audio.caller_interrupted()
             # Noted, not awaited: this is the receive loop, and the model's next audio is
             # behind it (seen: while PostgreSQL restarted, the answer to a barge-in played
             # only once the database was back). The model's previous turn may still have
@@ -146,6 +151,7 @@ class Receiver:
                 await self.flush_transcript(heard)
         if sc.model_turn:
             self._speech.heard()
+            self._caller_audio.model_responded()  # (after an interruption: its answer)
             seconds = audio_seconds(sc.model_turn)
             if seconds and self._said_audio_from_us is None:
                 self._said_audio_from_us = time.time_ns() // 1000
@@ -154,18 +160,24 @@ class Receiver:
             since = (None if self._answered_at is None
                      else round(time.monotonic() - self._answered_at, 3))
             self._words.append((sc.input_transcription.text, since))
+            self._word_times.append(time.monotonic())
         if sc.model_turn or sc.output_transcription:
             self._answered_at = None  # the model goes on: no answer stands for later words
         if sc.output_transcription and sc.output_transcription.text:
             self._said.append(sc.output_transcription.text)
 
-    def _flushed(self, heard: float | None = None) -> list[TranscriptFlushed]:
+    def _flushed(self, heard: float | None = None, caller_words: bool = True
+                 ) -> list[TranscriptFlushed]:
         """What was said since the last flush, to be decided into messages on the log
-        (`heard`: the part of an interrupted turn's audio the caller heard); [] if nothing."""
-        words, said = tuple(self._words), "".join(self._said).strip()
+        (`heard`: the part of an interrupted turn's audio the caller heard); [] if nothing.
+        `caller_words` False: the caller's stay for the next flush (or `forget_caller_words`)."""
+        words = tuple(self._words) if caller_words else ()
+        said = "".join(self._said).strip()
         audio_s, self._said_audio_s = self._said_audio_s, 0.0
         audio_from, self._said_audio_from_us = self._said_audio_from_us, None
-        self._words.clear()
+        if caller_words:
+            self._words.clear()
+            self._word_times.clear()
         self._said.clear()
         if not words and not said:
             return []
@@ -186,11 +198,20 @@ class Receiver:
             self._driver.state.generation, local=True,
             model_turn=self._speech.model_generating, finished_turn_heard=heard))
 
-    async def flush_transcript(self, heard: float | None = None) -> None:
+    async def flush_transcript(self, heard: float | None = None, *,
+                               caller_words: bool = True) -> None:
         """What was said (at the turn's end, an interruption, or a session's end)."""
-        flushed = self._flushed(heard)
+        flushed = self._flushed(heard, caller_words)
         if flushed:
             await self._log.log(*flushed)
+
+    def forget_caller_words(self, since: float) -> None:
+        """The caller's words not flushed yet that arrived from `since` (monotonic) on: their
+        audio went again to the next session, which transcribes it (caller_audio.py).
+        Earlier ones (a question's words transcribed late) stay for the next flush."""
+        kept = [(w, t) for w, t in zip(self._words, self._word_times) if t < since]
+        self._words = [w for w, _ in kept]
+        self._word_times = [t for _, t in kept]
 
     async def tool_call(self, message) -> None:
         gen = self._driver.state.generation

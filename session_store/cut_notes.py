@@ -4,40 +4,33 @@ The session that said a turn holds all of it, heard or not (lineage.holds_cut_tu
 later sessions from resuming it). While it lives, it is owed a note: the log's cut
 (conversation.message_cut) puts a `CutNote` in the state, `due` turns it into a `TellCut`,
 and the intents log it (`conversation.cut_telling`, then `cut_told` once the write
-returned; or `conversation.cut_untold`). The note is owed only to that session: a takeover
-or reconnect starts one that never held the whole turn, so a crash between the cut and the
-note neither loses nor repeats it.
+returned). The note is owed only to that session: a takeover or reconnect starts one that
+never held the whole turn, so a crash between the cut and the note neither loses nor
+repeats it.
 
-Per generation (models.ModelRules.cut_note; sources in docs/operations.md):
+Per generation (models.ModelRules.cut_note; sources in docs/generations.md):
 - 2.5: clientContent with turnComplete false, taken at any time; it adds to the context and
   starts no reply.
 - 3.8: the same; Google's 3.8 Live model page ("Migrating from 3.1", Sept 2026) documents
   send_client_content through the whole session, with explicit roles, the server waiting
   for more without turn_complete.
-- 3.1: not told. clientContent after the first model turn closes the session (1007), and
-  realtimeInput.text is answered as the caller speaking; a fresh session seeded from the
-  log would hold the heard part, but its handshake falls while the caller is talking.
-- 3.8 thinking: not told. Mid-session clientContent is documented for 3.8 Live only; the
-  one documented path, contextUpdate, replaces the system instruction (a note there is
-  dropped by the next prompt change, and invalidates the prefix cache on every barge-in).
+- 3.1 and 3.8 thinking: "reseed". No message tells them: on 3.1 clientContent after the
+  first model turn closes the session (1007) and realtimeInput.text is answered as the
+  caller speaking; on 3.8 thinking mid-session clientContent is undocumented and
+  contextUpdate carries only the system instruction. So the session is replaced
+  (`ReconnectRequested(CUT_TURN)`, at the next safe point: the bot silent) by a fresh one
+  seeded from the log, which holds the heard part. The caller is usually talking then: the
+  service sends the new session their audio from before the cut and what they said during
+  the handshake (service/caller_audio.py). Logs written before 2026-12-07 record
+  `conversation.cut_untold` here instead (not told at all).
 """
 
 from __future__ import annotations
 
-from .models import ModelRules
 from .state import CutNote, SessionState
 
-UNTOLD_REASONS = {
-    "3.1": "3.1 takes no clientContent after the first model turn (1007), and "
-           "realtimeInput.text is answered as the caller speaking",
-    "3.8-thinking": "mid-session clientContent is not documented for 3.8 thinking, and "
-                    "contextUpdate would put the note in the system instruction",
-}
-
-
-def untold_reason(rules: ModelRules) -> str:
-    """Why a session of this generation is not told (ModelRules.cut_note is None)."""
-    return UNTOLD_REASONS.get(rules.family, f"Gemini {rules.family} takes no such note")
+#: The reconnect that replaces a session that said a cut turn, where no note can tell it.
+CUT_TURN = "cut_turn"
 
 
 def owed(state: SessionState) -> list[CutNote]:

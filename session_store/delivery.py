@@ -135,10 +135,11 @@ class SendConversation:
 @dataclass(frozen=True)
 class TellCut:
     """Tell the live session what the caller heard of the turn cut at log version `cut`
-    (cut_notes.py): `via` "content" (a clientContent note that starts no reply), or "none"
-    where its generation takes no such note (the intent is the decision: nothing is sent)."""
+    (cut_notes.py): `via` "content" (a clientContent note that starts no reply), or
+    "reseed" where its generation takes no such note (the session is replaced, at the next
+    safe point, by a fresh one seeded from the log, which holds the heard part)."""
     cut: int
-    via: Literal["content", "none"]
+    via: Literal["content", "reseed"]
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ def due(state: SessionState, policy: Policy, now_us: int) -> list[Effect]:
             # Before any result: the model should answer knowing what was heard. Content
             # waits for silence (it would cut a generation under way); the cut stopped it.
             if rules.cut_note is None:
-                effects.append(TellCut(note.cut, "none"))
+                effects.append(TellCut(note.cut, "reseed"))
             elif not state.bot_speaking:
                 effects.append(TellCut(note.cut, rules.cut_note))
         busy: set[str] = set()  # calls with a part on its way: their next part waits

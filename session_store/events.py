@@ -142,7 +142,7 @@ class GoAwayReceived(Event):
 
 @event_type("connection.reconnect_requested")
 class ReconnectRequested(Event):
-    reason: str  # settings | go_away | error
+    reason: str  # settings | go_away | cut_turn | send_failed | a resync's kind
     keys: list[str] = field(default_factory=list)
 
 
@@ -372,7 +372,9 @@ class ConversationMessageCut(Event):
 class CutTelling(Event):
     """Write-ahead intent: the live session of `generation`, which said the turn cut at log
     version `cut`, is about to be told what the caller heard of it (`via`: "content", a
-    clientContent note with turnComplete false: it does not start a reply)."""
+    clientContent note with turnComplete false: it does not start a reply; "reseed": it is
+    replaced by a fresh session seeded from the log, the `ReconnectRequested` logged with
+    it; no `cut_told` follows: that session's seed, `conversation.sent`, is the telling)."""
     generation: int
     cut: int
     via: str
@@ -391,7 +393,9 @@ class CutTold(Event):
 class CutUntold(Event):
     """The live session of `generation` is not told about the cut at log version `cut`:
     its model takes no note that would not be answered as the caller speaking (`reason`).
-    It goes on believing the caller heard the whole turn; later sessions do not."""
+    It goes on believing the caller heard the whole turn; later sessions do not. Written
+    by code before 2026-12-07 (3.1, 3.8 thinking); today's replaces the session instead
+    (`conversation.cut_telling` via "reseed")."""
     generation: int
     cut: int
     reason: str

@@ -9,7 +9,7 @@ its failure is the effect. A reconnect has no intent: the new session's events r
 from __future__ import annotations
 
 from . import events as ev
-from .cut_notes import untold_reason
+from .cut_notes import CUT_TURN
 from .delivery import (OUTCOME_UNKNOWN, ApplyContext, Effect, Reconnect, ResolveInDoubt,
                        SendConversation, SendResult, StartCall, TellCut)
 from .state import SessionState
@@ -52,9 +52,10 @@ def intents(state: SessionState, effects: list[Effect], kinds: frozenset[type],
                 out.append(ev.ContextSending(state.generation, effect.version))
             case SendConversation():
                 out.append(ev.ConversationSending(state.generation, effect.through, "content"))
-            case TellCut(via="none"):  # decided, and nothing to perform
-                out.append(ev.CutUntold(state.generation, effect.cut,
-                                        untold_reason(state.rules)))
+            case TellCut(via="reseed"):  # told by replacing the session (cut_notes.py)
+                out.append(ev.CutTelling(state.generation, effect.cut, effect.via))
+                if state.reconnect_pending is None:  # (one pending replaces it as well)
+                    out.append(ev.ReconnectRequested(CUT_TURN))
             case TellCut():
                 out.append(ev.CutTelling(state.generation, effect.cut, effect.via))
     return out

@@ -29,8 +29,9 @@ import pytest
 from examples.phone_bot.fleet import PUBLIC_URL, ROOT, _start_workers, _stop_workers
 from examples.phone_bot.telephony import Balancer, PhoneCall
 from rig.crash.harness import Databases
-from service.local_live import (Audio, Interrupted, LocalLiveServer, OutputTranscript, Script,
-                                Sleep, TurnComplete, WaitFor, WaitSignal)
+from service.local_live import (Audio, InputTranscript, Interrupted, LocalLiveServer,
+                                OutputTranscript, Script, Sleep, TurnComplete, WaitFor,
+                                WaitSignal)
 from session_store.heard import CUT_MARK
 from session_store import Policy, load_state, open_store
 from session_store.audit.replay import logged_decisions, replay
@@ -283,8 +284,12 @@ async def test_a_caller_who_talks_over_the_bot_after_the_model_finished_stops_it
 
 GENERATIONS = {
     "2.5": "models/gemini-2.5-flash-native-audio-preview",
-    "3.1": "models/gemini-3.1-flash-live-preview",
     "3.8": "models/gemini-3.8-live",
+}
+#: Where no note can tell the live session (session_store/cut_notes.py): it is replaced.
+RESEEDED = {
+    "3.1": "models/gemini-3.1-flash-live-preview",
+    "3.8-thinking": "models/gemini-3.8-live-extended-thinking",
 }
 
 
@@ -293,8 +298,7 @@ GENERATIONS = {
 async def test_the_live_session_that_said_the_cut_turn_is_told_what_the_caller_heard(
         generation, db, tmp_path):
     """After the cut, the Gemini session that said the turn holds a note with the heard part
-    (2.5 and 3.8: clientContent, turnComplete false, so no reply is asked for), or, on 3.1,
-    is sent nothing it would refuse (1007) or answer as the caller, and the log says so."""
+    (2.5 and 3.8: clientContent, turnComplete false, so no reply is asked for)."""
     async with phone_bot(db, tmp_path, finished_turn_script, GENERATIONS[generation]) as bot:
         caller = bot.caller(speak_over_after_s=SPEAK_OVER_AFTER_S, speech_s=1.0, voice=True)
         running = asyncio.create_task(caller.run(bot.http))
@@ -305,8 +309,7 @@ async def test_the_live_session_that_said_the_cut_turn_is_told_what_the_caller_h
             heard = await _first_cut(bot, caller.call_sid)
             kept = heard.removesuffix(CUT_MARK).split()
             assert kept == LONG_WORDS[:len(kept)] and len(kept) < len(LONG_WORDS), heard
-            kinds = ("conversation.cut_told" if generation != "3.1"
-                     else "conversation.cut_untold")
+            kinds = "conversation.cut_told"
             deadline = time.monotonic() + 10
             while not (outcome := await _records(bot.store, caller.call_sid, kinds)):
                 assert time.monotonic() < deadline, f"no {kinds} logged"
@@ -324,15 +327,6 @@ async def test_the_live_session_that_said_the_cut_turn_is_told_what_the_caller_h
                  if m.at > (said.model_output_at or 0)]
         assert not [v for v in bot.gemini.violations if v["connection"] == 0], \
             bot.gemini.violations
-        if generation == "3.1":
-            assert [r.data for r in outcome] == [{"generation": 1, "cut": cut,
-                                                 "reason": outcome[0].data["reason"]}]
-            assert not [r for r in records if r.type == "conversation.cut_telling"]
-            texts = [m.body.get("text") for m in said.messages("realtime_input")
-                     if isinstance(m.body, dict) and str(m.body.get("text") or "").strip()]
-            assert notes == [] and texts == [], (notes, texts)
-            assert said.close_code != 1007
-            return
         telling = [r for r in records if r.type == "conversation.cut_telling"]
         assert [r.data for r in telling] == [{"generation": 1, "cut": cut, "via": "content"}]
         assert [r.data for r in outcome] == [{"generation": 1, "cut": cut, "via": "content"}]
@@ -347,3 +341,142 @@ async def test_the_live_session_that_said_the_cut_turn_is_told_what_the_caller_h
             r.recorded_at_us for r in records if r.version == cut)) / 1000
         print(f"\n{generation} {db}: told {len(kept)} of {len(LONG_WORDS)} words, logged "
               f"sent {after_ms:.0f} ms after the cut: {notes[0]}")
+
+
+def _audio_bytes(message) -> int:
+    """The audio a realtimeInput message carried (the server records its size)."""
+    data = ((message.body or {}).get("audio") or {}).get("data") if isinstance(
+        message.body, dict) else None
+    match = re.fullmatch(r"<(\d+) bytes>", data or "")
+    return int(match.group(1)) if match else 0
+
+
+#: The caller's words a session heard before it was replaced: late words of their question
+#: (kept, logged once the next flush comes), and the barge-in's (its audio goes again).
+LATE = "please refund order seven"
+AFTER = "no wait order eight"
+
+
+def reseed_script(variant: str, generation: str):
+    """`generating`: Gemini hears the caller over its sentence (`interrupted`) and
+    transcribes them; on 3.8 thinking it answers them (IN_PROGRESS until then) before it is
+    idle. `finished`: the model is done, its audio plays, the worker's voice detector hears
+    the caller (on 3.1 after the question's words came late; on 3.8 thinking the local
+    server counts late words as a turn under way, which no local barge-in cuts into). The
+    session that replaces it answers once seeded."""
+    thinking = generation == "3.8-thinking"
+
+    def script_of(conn) -> Script:
+        if conn.index == 0 and variant == "generating":
+            answer = ([Audio(chunks=5), OutputTranscript("Sorry, go ahead."), TurnComplete()]
+                      if thinking else [Sleep(10)])
+            return Script([WaitFor("client_content", timeout=20, required=False),
+                           Audio(chunks=round(SENTENCE_S / 0.04), chunk_ms=40),
+                           OutputTranscript(" ".join(WORDS)),
+                           WaitSignal("barge", timeout=30), Interrupted(),
+                           InputTranscript(AFTER), *answer], reply=())
+        if conn.index == 0:
+            return Script([WaitFor("client_content", timeout=20, required=False),
+                           Audio(chunks=round(LONG_SENTENCE_S / 0.04), chunk_ms=40),
+                           OutputTranscript(" ".join(LONG_WORDS)), TurnComplete(),
+                           *([] if thinking else [InputTranscript(LATE)])], reply=(),
+                          resumption_after_turn=True)
+        return Script([WaitFor("client_content", timeout=20, required=False), Sleep(1.0),
+                       Audio(chunks=5), OutputTranscript("Go on."), TurnComplete()],
+                      reply=())
+    return script_of
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+@pytest.mark.parametrize("variant", ["generating", "finished"])
+@pytest.mark.parametrize("generation", list(RESEEDED))
+async def test_where_no_note_can_tell_it_the_session_that_said_the_cut_turn_is_replaced(
+        generation, variant, db, tmp_path):
+    """3.1 refuses clientContent after its first turn (1007) and answers realtimeInput.text
+    as the caller; 3.8 thinking documents no mid-session note. The session that said the cut
+    turn is replaced, while the caller is still talking, by a fresh one seeded with the
+    heard part only; the caller's audio from before the cut, and from the handshake, goes
+    to the new session, so it hears them from their first word (and transcribes it: the
+    old session's words for it are not logged)."""
+    words = WORDS if variant == "generating" else LONG_WORDS
+    # 3.8 thinking is idle only once it answered the caller: replaced then, with nothing
+    # to send again (that session heard them and answered).
+    answered_first = generation == "3.8-thinking" and variant == "generating"
+    async with phone_bot(db, tmp_path, reseed_script(variant, generation),
+                         RESEEDED[generation]) as bot:
+        caller = bot.caller(speak_over_after_s=SPEAK_OVER_AFTER_S, speech_s=1.0,
+                            voice=variant == "finished")
+        running = asyncio.create_task(caller.run(bot.http))
+        gemini = bot.gemini
+        try:
+            await _until(lambda: caller.spoke_over_at is not None or running.done(),
+                         40, "the caller to talk over the bot")
+            assert caller.spoke_over_at is not None, caller.error
+            if variant == "generating":
+                gemini.signal("barge")  # Gemini's voice detection hears the caller
+            heard = await _first_cut(bot, caller.call_sid)
+            kept = heard.removesuffix(CUT_MARK).split()
+            assert kept == words[:len(kept)] and len(kept) < len(words), heard
+            await gemini.wait_until(lambda: len(gemini.connections) > 1 and bool(
+                gemini.connections[1].messages("client_content")), timeout=20)
+            deadline = time.monotonic() + 10  # the new session's answer ends its turn
+            while not [r for r in await _records(bot.store, caller.call_sid,
+                                                 "conversation.message")
+                       if r.data["text"] == "Go on."]:
+                assert time.monotonic() < deadline, "the new session's answer was not logged"
+                await asyncio.sleep(0.1)
+        finally:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        records = await bot.store.read(caller.call_sid)
+        _replayed_in_full(records)
+
+        # The log: the cut, the decision to replace the session for it, the new session.
+        cut = next(r.version for r in records if r.type == "conversation.message_cut")
+        telling = [r for r in records if r.type == "conversation.cut_telling"]
+        assert [r.data for r in telling] == [{"generation": 1, "cut": cut, "via": "reseed"}]
+        requested = [r for r in records if r.type == "connection.reconnect_requested"]
+        assert [(r.version, r.data["reason"]) for r in requested] == [
+            (telling[0].version + 1, "cut_turn")]
+        left = [r.data for r in records if r.type == "connection.disconnected"]
+        assert left[0]["generation"] == 1 and left[0]["reason"] == "cut_turn", left
+        connected = [r.data for r in records if r.type == "connection.connected"]
+        assert [(c["generation"], c["handle"]) for c in connected[:2]] == [(1, None), (2, None)]
+        assert not [r for r in records if r.type == "conversation.cut_untold"]
+        # The caller's words: the old session's for the audio sent again are not logged (the
+        # new session transcribes it); those of a session that answered them are, as a
+        # question's late words, once.
+        users = " ".join(r.data["text"] for r in records if r.type == "conversation.message"
+                         and r.data["role"] == "user")
+        assert users.count(AFTER) == (1 if answered_first else 0), users
+        if variant == "finished" and generation == "3.1":
+            assert users.count(LATE) == 1, users
+
+        # The wire: the old session was sent nothing it refuses or answers as the caller; the
+        # new one is fresh, seeded with the heard words only, and hears the caller after it.
+        said, fresh = gemini.connections[0], gemini.connections[1]
+        assert not gemini.violations, gemini.violations
+        assert said.close_code != 1007 and said.closed_by == "client"
+        notes = [m for m in said.messages("client_content")
+                 if m.at > (said.model_output_at or 0)]
+        texts = [m.body.get("text") for m in said.messages("realtime_input")
+                 if isinstance(m.body, dict) and str(m.body.get("text") or "").strip()]
+        assert notes == [] and texts == [], (notes, texts)
+        assert fresh.resumed_from is None
+        seeds = fresh.messages("client_content")
+        _holds_only(str([m.body for m in seeds]), kept, words)
+        audio = [m for m in fresh.messages("realtime_input") if _audio_bytes(m)]
+        assert audio and audio[0].index > seeds[0].index
+        # Its first audio came at once: what the caller said while no session was there
+        # (about as long as from the old session's close to this), and before it what the
+        # old session had been sent from a second before the interruption, if it had not
+        # answered them.
+        burst_s = sum(_audio_bytes(m) for m in audio if m.at - audio[0].at < 0.1) / 32000
+        between_s = audio[0].at - said.closed_at
+        if answered_first:
+            assert burst_s - between_s < 0.3, (burst_s, between_s)
+        else:
+            assert burst_s - between_s >= 0.9, (burst_s, between_s)
+        print(f"\n{generation} {variant} {db}: kept {len(kept)} of {len(words)} words; the "
+              f"new session got {burst_s:.2f} s of the caller's audio at once after its seed, "
+              f"{between_s:.2f} s after the old one closed")

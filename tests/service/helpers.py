@@ -239,7 +239,7 @@ async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script | Callab
                    server_handles: Mapping[str, HandleRecord] | None = None,
                    model: str | None = None, progress: Mapping[str, int] | None = None,
                    prepare: Callable[[GeminiLiveLLMService], None] | None = None,
-                   **llm_extra: Any) -> CallRun:
+                   keep_audio: bool = False, **llm_extra: Any) -> CallRun:
     """`call_id`: a call whose log a test wrote beforehand (a takeover); `run_first=False`:
     the pipeline's first context (LLMRunFrame) is left to `drive` (`ctl.run_llm()`);
     `messages`: the pipeline context's opening messages (one user "Hello" by default);
@@ -248,7 +248,8 @@ async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script | Callab
     default the flavour's: conftest's GEMINI_MODELS);
     `progress`: tools that report that many intermediate results (registered as async
     tools, cancel_on_interruption=False: pipecat declares them NON_BLOCKING);
-    `prepare(llm)`: called once the tools are registered, before the pipeline starts."""
+    `prepare(llm)`: called once the tools are registered, before the pipeline starts;
+    `keep_audio`: the server records the audio it receives, not only its size."""
     call_id = call_id or f"call-{uuid.uuid4().hex[:10]}"
     ledger = TimedLedger()
     tap = Tap()
@@ -257,7 +258,7 @@ async def run_call(flavour: Flavour, scripts: Sequence[Script] | Script | Callab
     model = model or flavour.model
     # A real model says nothing before it has input: a fresh session's script waits for the
     # client's first message (its seed; 3.x refuses a seed after the model's first output).
-    async with LocalLiveServer(source, hold_until_input=2.0) as server:
+    async with LocalLiveServer(source, hold_until_input=2.0, keep_audio=keep_audio) as server:
         server.handles.update(server_handles or {})
         llm = flavour.make_llm(server, call_id=call_id, system_instruction=system_instruction,
                                tools=tools, policy=policy, model=model, **llm_extra)

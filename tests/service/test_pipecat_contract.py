@@ -57,6 +57,7 @@ METHODS = {
     "_tag_tool_behaviors": (_G, "(self, tools: list) -> None", False),
     "_handle_interruptions": (_LLM, "(self, _: 'InterruptionFrame')", True),
     "_run_function_call": (_LLM, "(self, runner_item: 'FunctionCallRunnerItem')", True),
+    "_send_user_audio": (_G, "(self, frame)", True),
     # called
     "_disconnect": (_G, "(self)", True),
     "_cancel_function_calls_by_tool_call_id": (_LLM, "(self, tool_call_id: 'str')", True),
@@ -83,6 +84,8 @@ ATTRIBUTES = {
     "_tools_from_init": None,
     "_inference_on_context_initialization": True,
     "_consecutive_failures": 0,
+    "_audio_input_paused": False,
+    "_vad_disabled": False,  # (server-side voice detection: the caller's audio streams)
 }
 
 # Class constants of pipecat's the subclass sets, and pipecat's value of each.
@@ -119,6 +122,8 @@ WIRING = [
     # Every tool runs through _run_function_call, queued (sequential) or not.
     ("_run_parallel_function_calls", "_run_function_call"),
     ("_sequential_runner_handler", "_run_function_call"),
+    # The caller's audio reaches Gemini only through _send_user_audio (our hold wraps it).
+    ("process_frame", "_send_user_audio"),
 ]
 
 

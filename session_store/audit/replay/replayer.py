@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import events as ev
+from ...cut_notes import CUT_TURN
 from ...decide import RESYNC_KINDS, Observation, decide
 from ...delivery import (SEND_FAILED, ApplyContext, Reconnect, ResolveInDoubt, SendConversation,
                          SendResult, StartCall, TellCut, choose_resumption, due,
@@ -219,7 +220,7 @@ class _Replayer:
                     self.effect_diverges(rec, f"the log {told} generation {e.generation} "
                                          f"about the cut at version {e.cut} (via {via}); "
                                          "today's code would not", effects)
-            case ev.Disconnected(reason=reason) if reason in ("settings", "go_away",
+            case ev.Disconnected(reason=reason) if reason in ("settings", "go_away", CUT_TURN,
                                                                SEND_FAILED, *RESYNC_KINDS):
                 effects = due(s, self.policy, t)
                 # A failed send's reconnect is its own (due at once, whatever the turn).

@@ -278,6 +278,9 @@ def _cut_note(b: TimelineDraft, rec, d):
     cut = f"the turn cut at v{words(d.get('cut'))}"
     if rec.type == "conversation.cut_untold":
         return f"{where} not told of {cut}: {clip(d.get('reason'), 100)}", "warn"
+    if d.get("via") == "reseed":
+        return (f"{where} to be replaced by a fresh session seeded with what the caller heard "
+                f"of {cut}")
     done = "told" if rec.type == "conversation.cut_told" else "to be told"
     return f"{where} {done} what the caller heard of {cut} (via {words(d.get('via'))})"
 
