@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import struct
+import time
 
 import pytest
 from pipecat.frames.frames import InputAudioRawFrame
@@ -66,12 +67,16 @@ async def test_what_the_caller_says_during_a_reconnect_reaches_the_next_session(
             return llm._session is not None and llm._ready_for_realtime_input  # noqa: SLF001
 
         async def microphone():
+            # Paced by the clock, as a transport delivers audio: a late frame is caught up
+            # at once, so a loaded machine sends the same audio per second.
+            next_at = time.monotonic()
             while True:
                 if not ready():
                     between.append(len(sent))
                 sent.append(len(sent))
                 await ctl.task.queue_frame(numbered(sent[-1]))
-                await asyncio.sleep(0.02)
+                next_at += 0.02
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
         assert await ctl.wait(lambda: ready() and ctl.script_done(0) is False
                               and bool(ctl.tap.speech) and not ctl.tap.speaking, timeout=10)
@@ -101,7 +106,9 @@ async def test_what_the_caller_says_during_a_reconnect_reaches_the_next_session(
     assert_server_clean(run)
     if flavour.durable:
         assert hold[0].dropped_s == 0
-        assert hold[0].released_s >= len(between) * 0.02 - 1e-9
+        # (`between` is the test's view when it queued each frame; a frame queued just
+        # before the session was ready can reach the service after: sent, not held.)
+        assert hold[0].released_s >= HANDSHAKE_S * 0.8, hold[0].released_s
         assert_log_settled(run)
 
 
