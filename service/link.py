@@ -16,6 +16,7 @@ from dataclasses import replace
 from google.genai import errors as genai_errors
 from loguru import logger
 
+from session_store.cut_notes import replacing_for_cut
 from session_store.decide import RESYNC_KINDS, HandshakeFailed, SessionLeft, SessionReady
 from session_store.delivery import Reconnect
 
@@ -173,9 +174,8 @@ class Link:
             return  # (what made it wait makes it due again: due schedules it then)
         # What was said belongs to the session that heard it; but the caller's, when this
         # replaces a session that said a cut turn, may go again to the next one (below).
-        for_cut = any(n.via == "reseed" and n.generation == state.generation
-                      for n in state.cut_notes)
-        interrupted_at = self._caller_audio.interrupted_at if for_cut else None
+        interrupted_at = (self._caller_audio.interrupted_at if replacing_for_cut(state)
+                          else None)
         await self._flush_transcript(caller_words=interrupted_at is None)
         generation = state.generation
         # (No reconnect window: only a session lost to an error can end in a give-up.)

@@ -66,8 +66,8 @@ class Receiver:
         # What was said since the last flush: the caller's words, each with the seconds since
         # the bot's last message when it arrived (session_store.heard decides which are
         # late), and the bot's.
-        self._words: list[tuple[str, float | None]] = []
-        self._word_times: list[float] = []  # when each of `_words` arrived (monotonic)
+        # (Each also with when it arrived, monotonic: `forget_caller_words`.)
+        self._words: list[tuple[str, float | None, float]] = []
         self._said: list[str] = []
         # The model's audio since the last flush: how long, and when its first part came.
         self._said_audio_s = 0.0
@@ -159,8 +159,7 @@ class Receiver:
         if sc.input_transcription and sc.input_transcription.text:
             since = (None if self._answered_at is None
                      else round(time.monotonic() - self._answered_at, 3))
-            self._words.append((sc.input_transcription.text, since))
-            self._word_times.append(time.monotonic())
+            self._words.append((sc.input_transcription.text, since, time.monotonic()))
         if sc.model_turn or sc.output_transcription:
             self._answered_at = None  # the model goes on: no answer stands for later words
         if sc.output_transcription and sc.output_transcription.text:
@@ -171,13 +170,12 @@ class Receiver:
         """What was said since the last flush, to be decided into messages on the log
         (`heard`: the part of an interrupted turn's audio the caller heard); [] if nothing.
         `caller_words` False: the caller's stay for the next flush (or `forget_caller_words`)."""
-        words = tuple(self._words) if caller_words else ()
+        words = tuple((text, since) for text, since, _ in self._words) if caller_words else ()
         said = "".join(self._said).strip()
         audio_s, self._said_audio_s = self._said_audio_s, 0.0
         audio_from, self._said_audio_from_us = self._said_audio_from_us, None
         if caller_words:
             self._words.clear()
-            self._word_times.clear()
         self._said.clear()
         if not words and not said:
             return []
@@ -209,9 +207,7 @@ class Receiver:
         """The caller's words not flushed yet that arrived from `since` (monotonic) on: their
         audio went again to the next session, which transcribes it (caller_audio.py).
         Earlier ones (a question's words transcribed late) stay for the next flush."""
-        kept = [(w, t) for w, t in zip(self._words, self._word_times) if t < since]
-        self._words = [w for w, _ in kept]
-        self._word_times = [t for _, t in kept]
+        self._words = [word for word in self._words if word[2] < since]
 
     async def tool_call(self, message) -> None:
         gen = self._driver.state.generation

@@ -33,6 +33,12 @@ from .state import CutNote, SessionState
 CUT_TURN = "cut_turn"
 
 
+def replacing_for_cut(state: SessionState) -> bool:
+    """Is the live session to be replaced because it said a cut turn ("reseed" under way)?"""
+    return any(n.via == "reseed" and n.generation == state.generation
+               for n in state.cut_notes)
+
+
 def owed(state: SessionState) -> list[CutNote]:
     """The notes the live session is owed and nothing is under way for, in cut order."""
     if not state.connected:

@@ -192,8 +192,10 @@ class FileWatch:
             return f"the shared-memory index {self.shm_path} was truncated"
         fd = self._db[0]
         for p, seen in pages.items():
+            if p in later:
+                continue
             now = os.pread(fd, page, (p - 1) * page)
-            if p not in later and now != seen:
+            if now != seen:
                 # Zeros: most likely a hole, the file cut short while the checkpoint ran and
                 # written long again by it (its size and header then say nothing).
                 how = "truncated or overwritten" if not now.strip(b"\0") else "overwritten"
